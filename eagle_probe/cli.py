@@ -1,0 +1,267 @@
+"""The `eagle-probe` command line.
+
+User errors (bad arguments, bad files) print one line and exit with code 2; internal failures exit
+with code 1. `--debug` shows the full traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from eagle_probe import __version__
+from eagle_probe.errors import EagleProbeError
+
+EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class UsageError(EagleProbeError):
+    """Raised by the argument parser instead of printing usage and exiting."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    from eagle_probe.model import NORMALIZE, READOUTS, REGIMES, TOKEN_MASKS
+    from eagle_probe.tasks import TASKS
+    from eagle_probe.train import SCHEDULES
+
+    parser = Parser(prog="eagle-probe", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"eagle-probe {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    train = sub.add_parser("train", help="train a model and write a checkpoint")
+    train.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
+    train.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)}")
+    train.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
+    train.add_argument("--heads", type=_positive_int, default=None,
+                       help="heads per layer (1; distributed: one per machine)")
+    train.add_argument("--machines", type=_positive_int, default=3,
+                       help="distributed: machines M, must divide n (3)")
+    train.add_argument("--rank", type=_positive_int, default=5,
+                       help="constrained: query/key width r <= n (5)")
+    train.add_argument("--n", type=_positive_int, default=18, help="columns of A (18)")
+    train.add_argument("--d", type=_positive_int, default=18, help="rows of A (18)")
+    train.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
+    train.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
+    train.add_argument("--task-rank", type=_positive_int, default=10,
+                       help="rank s of the prompt matrices X (10)")
+    train.add_argument("--alpha", type=_finite_float, default=0.7,
+                       help="anisotropy α of the paper distribution (0.7)")
+    train.add_argument("--kappa", type=_finite_float, default=None,
+                       help="prescribe the condition number of A instead")
+    train.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
+    train.add_argument("--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)}")
+    train.add_argument("--readout", default="negate", help=f"one of {', '.join(READOUTS)}")
+    train.add_argument("--normalize", default="none", help=f"one of {', '.join(NORMALIZE)}")
+    train.add_argument("--init", default="normal", help="normal or orthogonal_half")
+    train.add_argument("--init-std", type=_finite_float, default=0.1,
+                       help="std of the random initialisation")
+    train.add_argument("--steps", type=_positive_int, default=20_000, help="optimiser steps")
+    train.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
+    train.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
+    train.add_argument("--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)}")
+    train.add_argument("--warmup", type=_finite_float, default=0.1,
+                       help="warm-up fraction for warmup_cosine")
+    train.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip")
+    train.add_argument("--clip-qk", type=_finite_float, default=0.0,
+                       help="separate clip for W_Q/W_K gradients (0: off)")
+    train.add_argument("--freeze-values-last", type=_finite_float, default=0.0,
+                       help="fraction of steps at the end with W_V, W_P frozen")
+    train.add_argument("--curriculum", action="store_true", help="grow difficulty from α = 1")
+    train.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
+    train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
+    train.add_argument("--eval-batch", type=_positive_int, default=8192,
+                       help="held-out validation prompts")
+    train.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (0)")
+    train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument("--force", action="store_true", help="overwrite an existing output")
+    train.add_argument("-o", "--out", required=True, help="checkpoint to write (model.pt)")
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("evaluate", help="test MSE of a checkpoint on fresh prompts")
+    ev.add_argument("model", help="checkpoint file (.pt)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--seed", type=_nonneg_int, default=12345, help="seed of the test prompts")
+    ev.add_argument("--batch", type=_positive_int, default=8192, help="number of test prompts")
+    ev.set_defaults(func=cmd_evaluate)
+    return parser
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _check_output(path: Path, force: bool) -> None:
+    if path.is_dir():
+        raise EagleProbeError(f"output {path} is a directory; give a file name like {path}/m.pt")
+    if path.exists() and not force:
+        raise EagleProbeError(f"output {path} already exists; pass --force to overwrite it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise EagleProbeError(f"output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise EagleProbeError(f"output directory {parent} is not writable")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from eagle_probe import checkpoint
+    from eagle_probe.evaluate import evaluate
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+    from eagle_probe.train import TrainConfig, train
+
+    out = Path(args.out)
+    _check_output(out, args.force)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    task = TaskConfig(task=args.task, n=args.n, d=args.d, n_prime=args.n_prime,
+                      d_prime=args.d_prime, noise=args.noise, rank=args.task_rank,
+                      alpha=args.alpha, kappa=args.kappa)
+    model_cfg = ModelConfig(
+        regime=args.regime, n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime,
+        n_layers=args.layers, n_heads=args.heads, machines=args.machines, rank=args.rank,
+        token_mask=args.token_mask, readout=args.readout, normalize=args.normalize,
+        init=args.init, init_std=args.init_std,
+    )
+    train_cfg = TrainConfig(
+        steps=args.steps, batch=args.batch, lr=args.lr, schedule=args.schedule,
+        warmup=args.warmup, clip=args.clip, clip_qk=args.clip_qk,
+        freeze_values_last=args.freeze_values_last, curriculum=args.curriculum,
+        skip_spikes=args.skip_spikes, eval_every=args.eval_every, eval_batch=args.eval_batch,
+        seed=args.seed,
+    )
+    argv = " ".join(sys.argv[1:]) if sys.argv else ""
+    provenance = {"command": f"eagle-probe {argv}".strip(), "machine": platform.machine(),
+                  "processor": platform.processor(), "cpus": os.cpu_count(),
+                  "eagle_probe": __version__}
+
+    def write(model, metrics: dict[str, Any]) -> None:
+        checkpoint.save(out, model, task, _jsonable(metrics | provenance))
+
+    def on_sigterm(signum, frame) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        model, metrics = train(model_cfg, task, train_cfg, progress=not args.no_progress,
+                               on_validate=write)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    metrics["test"] = evaluate(model, task)
+    write(model, metrics)
+    summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
+    checkpoint.atomic_write_text(out.with_suffix(".json"),
+                                 json.dumps(_jsonable(summary), indent=2) + "\n")
+    test = metrics["test"]
+    status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
+    print(f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+          f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
+          f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s")
+    return EXIT_INTERRUPTED if metrics["interrupted"] else 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint
+    from eagle_probe.evaluate import evaluate
+
+    model, task, _ = checkpoint.load(args.model)
+    result = evaluate(model, task, batch=args.batch, seed=args.seed)
+    result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
+    if args.json:
+        print(json.dumps(_jsonable(result)))
+        return 0
+    print(f"{args.model}: {model.cfg.regime}, {model.cfg.n_layers} layers, "
+          f"{model.cfg.heads} head(s), task {task.task} (n={task.n}, d={task.d}, "
+          f"n'={task.n_prime}, d'={task.d_prime}), {result['prompts']} fresh prompts")
+    rows = [
+        ("test MSE", result["mse"]),
+        ("zero predictor MSE", result["zero_mse"]),
+        ("optimal B A+ C MSE", result["optimal_mse"]),
+        ("median prompt MSE", result["median_mse"]),
+        ("worst prompt MSE", result["worst_mse"]),
+    ]
+    for name, value in rows:
+        print(f"  {name:<22}{value:.3e}")
+    print(f"  {'improvement':<22}{result['improvement']:.1f}x below the zero predictor")
+    print(f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
+          f"(largest seen {result['max_norm_a']:.2f})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USER
+        return args.func(args)
+    except (EagleProbeError, ValueError) as exc:
+        if debug:
+            raise
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"eagle-probe: error: {message}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("eagle-probe: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the CLI is the one place that turns bugs into a line
+        if debug:
+            raise
+        print(f"eagle-probe: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
+              "for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,73 @@
+"""Test error of a model on fresh prompts of its task distribution.
+
+The mean MSE alone hides the failure that matters here: constant steps tuned for typical prompts
+blow up on the rare prompt with a large ‖A‖₂, so the median and the worst prompt are reported too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from eagle_probe.model import LinearTransformer
+from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+
+@torch.no_grad()
+def per_prompt_errors(
+    model: LinearTransformer,
+    task: TaskConfig,
+    batch: int,
+    generator: torch.Generator,
+    *,
+    chunk: int = 4096,
+) -> dict[str, torch.Tensor]:
+    """Per-prompt MSE over the D block of the model, the zero predictor and B A⁺ C: (batch,) each,
+    plus ‖A‖₂ per prompt."""
+    out: dict[str, list[torch.Tensor]] = {"model": [], "zero": [], "optimal": [], "norm_a": []}
+    done = 0
+    while done < batch:
+        size = min(chunk, batch - done)
+        prompt = sample(task, size, generator, dtype=torch.float64)
+        pred = model(prompt.z0().to(model.cfg.torch_dtype)).to(torch.float64)
+        target = prompt.D
+        out["model"].append((pred - target).square().mean(dim=(-1, -2)))
+        out["zero"].append(target.square().mean(dim=(-1, -2)))
+        out["optimal"].append((prompt.optimal() - target).square().mean(dim=(-1, -2)))
+        out["norm_a"].append(torch.linalg.matrix_norm(prompt.A, ord=2))
+        done += size
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The numbers `eagle-probe evaluate` prints (NaN/Inf become None in JSON)."""
+    model = errors["model"]
+    finite = torch.isfinite(model)
+    mse = float(model.mean())
+    zero = float(errors["zero"].mean())
+    worst = int(torch.argmax(torch.where(finite, model, torch.full_like(model, math.inf))))
+    return {
+        "prompts": int(model.numel()),
+        "mse": mse,
+        "zero_mse": zero,
+        "optimal_mse": float(errors["optimal"].mean()),
+        "median_mse": float(model.median()),
+        "worst_mse": float(model[worst]),
+        "worst_norm_a": float(errors["norm_a"][worst]),
+        "max_norm_a": float(errors["norm_a"].max()),
+        "nonfinite_prompts": int((~finite).sum()),
+        "improvement": zero / mse if mse > 0 and math.isfinite(mse) else math.nan,
+    }
+
+
+def evaluate(
+    model: LinearTransformer,
+    task: TaskConfig,
+    *,
+    batch: int = 8192,
+    seed: int = 12345,
+) -> dict[str, Any]:
+    """Summary of `model` on `batch` fresh prompts of `task` drawn from `seed`."""
+    return summarize(per_prompt_errors(model, task, batch, make_generator(seed)))

@@ -1,0 +1,370 @@
+"""The attention-only linear transformer of the paper, on TransformerLens hooks.
+
+Tokens are the d + d' rows of the prompt Z (b, d + d', n + n'). One layer is (paper, eq. 2)
+
+    Z ← Z + Σ_h ((Z W_Q^h)(Z W_K^h)ᵀ ⊙ M) Z W_V^h W_P^hᵀ
+
+with no softmax, MLP or LayerNorm. The fixed mask M lets every token attend only to the d visible
+rows [A C], so the hidden D block never feeds a key or a value. The prediction is the *negated* D
+slot: one layer with W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') runs one EAGLE step on A, B,
+C exactly while the D slot accumulates -D_EAGLE (BRIEF §3), so a model that read D directly could
+not express EAGLE. `readout="learned"` replaces the fixed -1 by a trained scalar.
+
+Regimes (registry `REGIMES`):
+  centralized  full attention, head width n + n'
+  distributed  one head per machine; head μ's query and key see only its own column block A^μ
+               (local attention); machines talk only through W_VP, whose outputs are summed
+  constrained  query/key width r ≪ n, value/projection width r + n' (a learned sketch)
+Seed-text variants of the token mask: `token_mask="block_diagonal"` (data shards: a token attends
+only to visible tokens of its own shard) and `token_mask="sparse"` (a fixed random sparse mask).
+
+Hook points (shapes for a batch of b prompts, h heads, T = d + d' tokens, E = n + n'):
+  hook_resid_pre                   [b, T, E]   the (normalised) prompt
+  blocks.{l}.hook_resid_pre        [b, T, E]
+  blocks.{l}.attn.hook_q / hook_k  [b, h, T, qk]
+  blocks.{l}.attn.hook_v           [b, h, T, vp]
+  blocks.{l}.attn.hook_scores      [b, h, T, T]  masked, before multiplying the values
+  blocks.{l}.attn.hook_head_out    [b, h, T, E]  each head's contribution to the residual
+  blocks.{l}.hook_attn_out         [b, T, E]
+  blocks.{l}.hook_resid_post       [b, T, E]
+  hook_prediction                  [b, d', n']  the model's estimate of D
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from eagle_probe.errors import EagleProbeError
+
+REGIMES = ("centralized", "distributed", "constrained")
+TOKEN_MASKS = ("visible", "block_diagonal", "sparse")
+READOUTS = ("negate", "learned", "direct")
+NORMALIZE = ("none", "frobenius", "spectral")
+INITS = ("normal", "orthogonal_half")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Architecture of one model. Sizes must match the prompts it is given."""
+
+    regime: str = "centralized"  # one of REGIMES
+    n: int = 18  # columns of A (samples)
+    d: int = 18  # rows of A (features)
+    n_prime: int = 2  # columns of C, D (queries)
+    d_prime: int = 2  # rows of B, D (outputs)
+    n_layers: int = 4  # number of attention layers
+    n_heads: int | None = None  # heads per layer; None: 1, or `machines` when distributed
+    machines: int = 3  # distributed: column blocks M (must divide n), one head each
+    rank: int = 5  # constrained: query/key width r (1 <= r <= n)
+    qk_width: int | None = None  # override the query/key width of each head
+    vp_width: int | None = None  # override the value/projection width of each head
+    token_mask: str = "visible"  # one of TOKEN_MASKS
+    shards: int = 2  # block_diagonal: token shards (must divide d)
+    mask_density: float = 0.5  # sparse: probability that a visible entry of M is kept
+    mask_seed: int = 0  # sparse: seed of the fixed random mask
+    readout: str = "negate"  # one of READOUTS: prediction = scale · D slot, scale -1 by default
+    normalize: str = "none"  # one of NORMALIZE: divide the prompt by this norm of A, rescale D
+    init: str = "normal"  # one of INITS
+    init_std: float = 0.1  # standard deviation of the normal part of the initialisation
+    dtype: str = "float32"  # parameter dtype, one of DTYPES
+
+    def __post_init__(self) -> None:
+        choices = {
+            "regime": REGIMES,
+            "token_mask": TOKEN_MASKS,
+            "readout": READOUTS,
+            "normalize": NORMALIZE,
+            "init": INITS,
+            "dtype": tuple(DTYPES),
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(allowed)}")
+        ints = ["n", "d", "n_prime", "d_prime", "n_layers", "machines", "rank", "shards"]
+        ints += [f for f in ("n_heads", "qk_width", "vp_width") if getattr(self, f) is not None]
+        for name in ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.regime == "distributed":
+            if self.n % self.machines:
+                raise ValueError(
+                    f"machines={self.machines} must divide n={self.n} (equal column blocks)"
+                )
+            if self.n_heads not in (None, self.machines):
+                raise ValueError(
+                    f"the distributed regime has one head per machine: n_heads must be "
+                    f"{self.machines} (or unset), got {self.n_heads}"
+                )
+        if self.regime == "constrained" and self.rank > self.n:
+            raise ValueError(f"rank r={self.rank} must not exceed n={self.n}")
+        if self.token_mask == "block_diagonal" and self.d % self.shards:
+            raise ValueError(f"shards={self.shards} must divide d={self.d}")
+        if not 0.0 < self.mask_density <= 1.0:
+            raise ValueError(f"mask_density must lie in (0, 1], got {self.mask_density!r}")
+        if not (self.init_std > 0.0 and math.isfinite(self.init_std)):
+            raise ValueError(f"init_std must be a positive number, got {self.init_std!r}")
+
+    @property
+    def heads(self) -> int:
+        if self.n_heads is not None:
+            return self.n_heads
+        return self.machines if self.regime == "distributed" else 1
+
+    @property
+    def tokens(self) -> int:
+        return self.d + self.d_prime
+
+    @property
+    def width(self) -> int:
+        return self.n + self.n_prime
+
+    @property
+    def block(self) -> int:
+        """Columns per machine in the distributed regime."""
+        return self.n // self.machines
+
+    @property
+    def qk(self) -> int:
+        if self.qk_width is not None:
+            return self.qk_width
+        return {"centralized": self.width, "distributed": self.block, "constrained": self.rank}[
+            self.regime
+        ]
+
+    @property
+    def vp(self) -> int:
+        if self.vp_width is not None:
+            return self.vp_width
+        extra = {"centralized": self.n, "distributed": self.block, "constrained": self.rank}
+        return extra[self.regime] + self.n_prime
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+def token_mask(cfg: ModelConfig) -> torch.Tensor:
+    """The fixed attention mask M: (T, T), M[i, j] = 1 where token i may attend to token j."""
+    T, d = cfg.tokens, cfg.d
+    mask = torch.zeros(T, T, dtype=torch.float64)
+    mask[:, :d] = 1.0  # every token attends to the d visible rows [A C] only
+    if cfg.token_mask == "block_diagonal":
+        size = d // cfg.shards
+        shard = torch.arange(T).clamp(max=d - 1) // size  # B/D tokens join the last shard
+        shard[d:] = torch.arange(cfg.d_prime) % cfg.shards  # spread the output tokens
+        mask *= (shard[:, None] == shard[None, :]).to(mask.dtype)
+    elif cfg.token_mask == "sparse":
+        g = torch.Generator().manual_seed(cfg.mask_seed)
+        keep = torch.rand(T, T, generator=g, dtype=torch.float64) < cfg.mask_density
+        mask *= keep.to(mask.dtype)
+    return mask
+
+
+def qk_row_mask(cfg: ModelConfig) -> torch.Tensor:
+    """Which embedding coordinates each head's query/key may read: (h, E).
+
+    Distributed: head μ reads only its own column block A^μ (local attention).
+    """
+    mask = torch.ones(cfg.heads, cfg.width, dtype=torch.float64)
+    if cfg.regime == "distributed":
+        mask.zero_()
+        for mu in range(cfg.heads):
+            mask[mu, mu * cfg.block : (mu + 1) * cfg.block] = 1.0
+    return mask
+
+
+class Attention(nn.Module):
+    """One linear-attention layer, all heads at once."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        h, E, dtype = cfg.heads, cfg.width, cfg.torch_dtype
+        self.W_Q = nn.Parameter(torch.zeros(h, E, cfg.qk, dtype=dtype))  # (h, E, qk)
+        self.W_K = nn.Parameter(torch.zeros(h, E, cfg.qk, dtype=dtype))  # (h, E, qk)
+        self.W_V = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
+        self.W_P = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
+        self.register_buffer("qk_mask", qk_row_mask(cfg).to(dtype))  # (h, E)
+        self.register_buffer("mask", token_mask(cfg).to(dtype))  # (T, T)
+        self.hook_q = HookPoint()  # [b, h, T, qk]
+        self.hook_k = HookPoint()  # [b, h, T, qk]
+        self.hook_v = HookPoint()  # [b, h, T, vp]
+        self.hook_scores = HookPoint()  # [b, h, T, T]
+        self.hook_head_out = HookPoint()  # [b, h, T, E]
+
+    def effective_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_Q, W_K with the locality mask applied: (h, E, qk) each."""
+        m = self.qk_mask.unsqueeze(-1)
+        return self.W_Q * m, self.W_K * m
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:  # z: (b, T, E)
+        W_Q, W_K = self.effective_qk()
+        q = self.hook_q(torch.einsum("bte,hek->bhtk", z, W_Q))  # (b, h, T, qk)
+        k = self.hook_k(torch.einsum("bte,hek->bhtk", z, W_K))  # (b, h, T, qk)
+        v = self.hook_v(torch.einsum("bte,hev->bhtv", z, self.W_V))  # (b, h, T, vp)
+        scores = self.hook_scores((q @ k.transpose(-1, -2)) * self.mask)  # (b, h, T, T)
+        mixed = scores @ v  # (b, h, T, vp)
+        head_out = self.hook_head_out(torch.einsum("bhtv,hev->bhte", mixed, self.W_P))
+        return head_out.sum(dim=1)  # (b, T, E)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn = Attention(cfg)
+        self.hook_resid_pre = HookPoint()  # [b, T, E]
+        self.hook_attn_out = HookPoint()  # [b, T, E]
+        self.hook_resid_post = HookPoint()  # [b, T, E]
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        z = self.hook_resid_pre(z)
+        return self.hook_resid_post(z + self.hook_attn_out(self.attn(z)))
+
+
+class LinearTransformer(HookedRootModule):
+    """The paper's model. `forward(z0)` maps prompts (b, T, E) to predictions of D (b, d', n')."""
+
+    def __init__(self, cfg: ModelConfig, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        scale = torch.tensor(-1.0 if cfg.readout != "direct" else 1.0, dtype=cfg.torch_dtype)
+        if cfg.readout == "learned":
+            self.readout_scale = nn.Parameter(scale)
+        else:
+            self.register_buffer("readout_scale", scale)
+        self.hook_resid_pre = HookPoint()  # [b, T, E]
+        self.hook_prediction = HookPoint()  # [b, d', n']
+        if generator is not None:
+            self.initialize(generator)
+        self.setup()
+
+    # --- parameters --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def initialize(self, generator: torch.Generator) -> None:
+        """Random weights: N(0, init_std²), or the seed text's orthogonal-half initialisation
+        (the first half of each weight's columns orthonormal, the rest N(0, 1e-3))."""
+        std = self.cfg.init_std
+        for block in self.blocks:
+            for W in (block.attn.W_Q, block.attn.W_K, block.attn.W_V, block.attn.W_P):
+                noise = torch.randn(W.shape, generator=generator, dtype=torch.float64)
+                if self.cfg.init == "normal":
+                    W.copy_(noise * std)
+                    continue
+                W.copy_(noise * math.sqrt(1e-3))
+                half = max(1, W.shape[-1] // 2)
+                q, _ = torch.linalg.qr(
+                    torch.randn(W.shape[0], W.shape[1], half, generator=generator,
+                                dtype=torch.float64)
+                )
+                W[..., :half] = q[..., : W.shape[1], :half] * std
+
+    def W_QK(self, layer: int | None = None) -> torch.Tensor:
+        """W_Q W_Kᵀ per layer and head: (L, h, E, E), or (h, E, E) for one layer."""
+        return self._per_layer(layer, lambda a: torch.einsum("hek,hfk->hef", *a.effective_qk()))
+
+    def W_VP(self, layer: int | None = None) -> torch.Tensor:
+        """W_V W_Pᵀ per layer and head: (L, h, E, E), or (h, E, E) for one layer."""
+        return self._per_layer(layer, lambda a: torch.einsum("hev,hfv->hef", a.W_V, a.W_P))
+
+    def _per_layer(self, layer, fn) -> torch.Tensor:
+        with torch.no_grad():
+            if layer is not None:
+                return fn(self.blocks[layer].attn).detach().clone()
+            return torch.stack([fn(b.attn) for b in self.blocks]).detach().clone()
+
+    # --- running -----------------------------------------------------------------------------
+
+    def check_prompt(self, z0: torch.Tensor) -> None:
+        cfg = self.cfg
+        if not isinstance(z0, torch.Tensor) or z0.ndim != 3:
+            shape = tuple(z0.shape) if isinstance(z0, torch.Tensor) else type(z0).__name__
+            raise EagleProbeError(f"prompt must have shape (batch, {cfg.tokens}, {cfg.width}), "
+                                  f"got {shape}")
+        if tuple(z0.shape[1:]) != (cfg.tokens, cfg.width):
+            raise EagleProbeError(
+                f"prompt has shape {tuple(z0.shape)}, but this model takes "
+                f"(batch, d + d' = {cfg.tokens}, n + n' = {cfg.width})"
+            )
+
+    def prompt_scale(self, z0: torch.Tensor) -> torch.Tensor:
+        """Per-prompt scale the prompt is divided by before the layers: (b, 1, 1)."""
+        cfg = self.cfg
+        if cfg.normalize == "none":
+            return torch.ones(z0.shape[0], 1, 1, dtype=z0.dtype, device=z0.device)
+        A = z0[:, : cfg.d, : cfg.n].detach()
+        ord_ = "fro" if cfg.normalize == "frobenius" else 2
+        norm = torch.linalg.matrix_norm(A, ord=ord_).clamp_min(torch.finfo(z0.dtype).tiny)
+        return norm[:, None, None]
+
+    def forward(self, z0: torch.Tensor) -> torch.Tensor:
+        """Predict D for prompts z0 = [[A, C], [B, 0]]: (b, d + d', n + n') → (b, d', n')."""
+        self.check_prompt(z0)
+        cfg = self.cfg
+        z0 = z0.to(cfg.torch_dtype)
+        scale = self.prompt_scale(z0)  # (b, 1, 1)
+        z = self.hook_resid_pre(z0 / scale)
+        for block in self.blocks:
+            z = block(z)
+        d_slot = z[:, cfg.d :, cfg.n :]  # (b, d', n')
+        return self.hook_prediction(self.readout_scale * d_slot * scale)
+
+    def complete(self, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+        """Predict D from the visible blocks A (b, d, n), B (b, d', n), C (b, d, n')."""
+        from eagle_probe.tasks import check_blocks
+
+        check_blocks(A, B, C, None)
+        top = torch.cat([A, C], dim=-1)
+        bottom = torch.cat([B, torch.zeros(B.shape[0], B.shape[1], C.shape[2], dtype=B.dtype)], -1)
+        return self(torch.cat([top, bottom], dim=-2))
+
+
+def eagle_weights(
+    cfg: ModelConfig, a_steps: list[float], c_steps: list[float]
+) -> dict[str, torch.Tensor]:
+    """A state dict whose layer l runs one EAGLE step with A-step a_l and C-step c_l.
+
+    Centralized layout: W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') (BRIEF §3). With h heads
+    each head carries 1/h of the value, so the summed update is the same.
+    """
+    if cfg.regime != "centralized" or cfg.qk < cfg.n or cfg.vp < cfg.width:
+        raise EagleProbeError("EAGLE weights can be planted only in a centralized model")
+    if len(a_steps) != cfg.n_layers or len(c_steps) != cfg.n_layers:
+        raise EagleProbeError(
+            f"need {cfg.n_layers} a-steps and c-steps (one per layer), "
+            f"got {len(a_steps)} and {len(c_steps)}"
+        )
+    model = LinearTransformer(cfg)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    h, n, E, dtype = cfg.heads, cfg.n, cfg.width, cfg.torch_dtype
+    for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
+        W_Q = torch.zeros(h, E, cfg.qk, dtype=dtype)
+        W_Q[:, range(n), range(n)] = 1.0  # W_QK = diag(I_n, 0)
+        W_V = torch.zeros(h, E, cfg.vp, dtype=dtype)
+        W_V[:, range(E), range(E)] = 1.0
+        W_P = torch.zeros(h, E, cfg.vp, dtype=dtype)
+        W_P[:, range(n), range(n)] = -a / h
+        W_P[:, range(n, E), range(n, E)] = -c / h
+        prefix = f"blocks.{layer}.attn."
+        state[prefix + "W_Q"], state[prefix + "W_K"] = W_Q, W_Q.clone()
+        state[prefix + "W_V"], state[prefix + "W_P"] = W_V, W_P
+    return state

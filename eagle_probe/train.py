@@ -1,0 +1,253 @@
+"""Training: Adam on the MSE of the D block, fresh prompts every step.
+
+Defaults follow the paper (lr 1e-3 constant, batch 1024, 20,000 steps, gradient-norm clip 0.1).
+Options from the seed text: linear warm-up then cosine decay, freezing W_V/W_P at the end, a separate
+clip for the query/key gradients, orthogonal-half initialisation (a model option), a curriculum.
+
+Loss spikes. A model with constant steps is stable only for prompts whose ‖A‖₂ is below a threshold
+its steps set; a batch holding a rarer, larger A produces a spike. Every step whose loss exceeds
+`spike_factor` × the running median is logged with that batch's max ‖A‖₂, and can be skipped.
+Because the training loss can look fine while the test error explodes on rare prompts, the model is
+validated on a large fixed held-out set and the best validated weights are kept (`keep_best`).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from eagle_probe.evaluate import per_prompt_errors, summarize
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
+
+SCHEDULES = ("constant", "warmup_cosine")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """One training run."""
+
+    steps: int = 20_000  # optimiser steps, a fresh batch each
+    batch: int = 1024  # prompts per step
+    lr: float = 1e-3  # Adam learning rate (peak rate with warmup_cosine)
+    schedule: str = "constant"  # one of SCHEDULES
+    warmup: float = 0.1  # warmup_cosine: fraction of steps of linear warm-up
+    final_lr_ratio: float = 0.01  # warmup_cosine: last rate / peak rate
+    clip: float = 0.1  # global gradient-norm clip (0 disables)
+    clip_qk: float = 0.0  # separate norm clip for the W_Q/W_K gradients (0 disables)
+    freeze_values_last: float = 0.0  # fraction of steps at the end with W_V, W_P frozen
+    curriculum: bool = False  # grow difficulty from an isotropic task to the target one
+    curriculum_start: float = 1.0  # curriculum: starting α (or κ)
+    curriculum_until: float = 0.5  # curriculum: fraction of steps to reach the target task
+    spike_factor: float = 10.0  # a step is a spike when loss > factor × running median
+    skip_spikes: bool = False  # drop the update of a spike step instead of applying it
+    eval_every: int = 250  # validate every this many steps (and at the end)
+    eval_batch: int = 8192  # size of the fixed held-out validation set
+    keep_best: bool = True  # return the weights with the best validation MSE
+    seed: int = 0  # seeds initialisation, training prompts and the validation set
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
+        for name in ("steps", "batch", "eval_every", "eval_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        for name in ("warmup", "freeze_values_last"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
+        for name in ("clip", "clip_qk", "final_lr_ratio"):
+            if not getattr(self, name) >= 0.0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.spike_factor > 1.0:
+            raise ValueError(f"spike_factor must be > 1, got {self.spike_factor!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        Curriculum(start=self.curriculum_start, until=self.curriculum_until)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        return cls(**data)
+
+
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """Multiplier of the peak learning rate at `step` (0-based)."""
+    if cfg.schedule == "constant":
+        return 1.0
+    warm = int(cfg.warmup * cfg.steps)
+    if step < warm:
+        return (step + 1) / warm
+    t = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.final_lr_ratio + (1 - cfg.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _seeds(seed: int) -> tuple[int, int, int]:
+    """Independent streams for initialisation, training prompts and validation prompts."""
+    return 3 * seed, 3 * seed + 1, 3 * seed + 2
+
+
+def train(
+    model_cfg: ModelConfig,
+    task: TaskConfig,
+    cfg: TrainConfig,
+    *,
+    progress: bool = True,
+    on_validate: Callable[[LinearTransformer, dict[str, Any]], None] | None = None,
+) -> tuple[LinearTransformer, dict[str, Any]]:
+    """Train a fresh model; return it (best validated weights if `keep_best`) and its metrics.
+
+    `on_validate(model_with_best_weights, metrics)` runs after every validation, e.g. to write a
+    checkpoint, so an interrupted run keeps its progress. KeyboardInterrupt stops training early:
+    the metrics then say `interrupted: True` and the best weights so far are returned.
+    """
+    sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
+    if sizes != (task.n, task.d, task.n_prime, task.d_prime):
+        raise ValueError(
+            f"model sizes (n, d, n', d') = {sizes} do not match the task's "
+            f"{(task.n, task.d, task.n_prime, task.d_prime)}"
+        )
+    init_seed, data_seed, val_seed = _seeds(cfg.seed)
+    model = LinearTransformer(model_cfg, generator=make_generator(init_seed))
+    model.train()
+    dtype = model_cfg.torch_dtype
+    data_gen = make_generator(data_seed)
+    curriculum = (
+        Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
+        if cfg.curriculum
+        else None
+    )
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    qk_params = [p for n, p in model.named_parameters() if n.endswith(("W_Q", "W_K"))]
+    value_params = [p for n, p in model.named_parameters() if n.endswith(("W_V", "W_P"))]
+    freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
+
+    history: list[dict[str, Any]] = []
+    spikes: list[dict[str, Any]] = []
+    recent = collections.deque(maxlen=200)
+    best = {"val_mse": math.inf, "step": 0, "state": copy.deepcopy(model.state_dict())}
+    window_loss, window_steps, skipped = 0.0, 0, 0
+    start = time.perf_counter()
+    interrupted = False
+    step = 0
+
+    def validate(step: int) -> dict[str, Any]:
+        model.eval()
+        errors = per_prompt_errors(model, task, cfg.eval_batch, make_generator(val_seed))
+        model.train()
+        summary = summarize(errors)
+        val = summary["mse"] if math.isfinite(summary["mse"]) else math.inf
+        row = {
+            "step": step,
+            "train_loss": window_loss / max(1, window_steps),
+            "val_mse": summary["mse"],
+            "val_worst": summary["worst_mse"],
+            "lr": optimizer.param_groups[0]["lr"],
+            "seconds": time.perf_counter() - start,
+        }
+        history.append(row)
+        if val < best["val_mse"]:
+            best.update(val_mse=val, step=step, state=copy.deepcopy(model.state_dict()))
+        return row
+
+    def _metrics() -> dict[str, Any]:
+        steps_done = step if interrupted else step + 1
+        elapsed = time.perf_counter() - start
+        return {
+            "train_config": cfg.to_dict(),
+            "steps_done": steps_done,
+            "wall_seconds": elapsed,
+            "seconds_per_step": elapsed / max(1, steps_done),
+            "best_step": best["step"],
+            "best_val_mse": best["val_mse"] if math.isfinite(best["val_mse"]) else None,
+            "skipped_steps": skipped,
+            "spikes": spikes[-200:],
+            "spike_count": len(spikes),
+            "history": history,
+            "torch": str(torch.__version__),
+            "threads": torch.get_num_threads(),
+        }
+
+    bar = tqdm(total=cfg.steps, disable=not progress, desc="train", unit="step", smoothing=0.05)
+    try:
+        for step in range(cfg.steps):
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * lr_factor(cfg, step)
+            if step == freeze_at and cfg.freeze_values_last > 0:
+                for p in value_params:
+                    p.requires_grad_(False)
+                    p.grad = None
+            step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
+            prompt = sample(step_task, cfg.batch, data_gen, dtype=dtype)
+            pred = model(prompt.z0())
+            loss = (pred - prompt.D).square().mean()
+            value = float(loss.detach())
+
+            median = sorted(recent)[len(recent) // 2] if len(recent) >= 20 else math.inf
+            is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
+            if is_spike:
+                norm = torch.linalg.matrix_norm(prompt.A.detach().double(), ord=2)
+                spikes.append(
+                    {
+                        "step": step,
+                        "loss": value if math.isfinite(value) else None,
+                        "running_median": median if math.isfinite(median) else None,
+                        "batch_max_norm_a": float(norm.max()),
+                        "batch_median_norm_a": float(norm.median()),
+                        "skipped": bool(cfg.skip_spikes or not math.isfinite(value)),
+                    }
+                )
+            if is_spike and (cfg.skip_spikes or not math.isfinite(value)):
+                skipped += 1
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.clip_qk > 0:
+                    torch.nn.utils.clip_grad_norm_(qk_params, cfg.clip_qk)
+                if cfg.clip > 0:
+                    torch.nn.utils.clip_grad_norm_(
+                        [p for p in model.parameters() if p.requires_grad], cfg.clip
+                    )
+                optimizer.step()
+                recent.append(value)
+                window_loss += value
+                window_steps += 1
+
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                row = validate(step + 1)
+                window_loss, window_steps = 0.0, 0
+                bar.set_postfix(loss=f"{row['train_loss']:.2e}", val=f"{row['val_mse']:.2e}")
+                if on_validate is not None:
+                    on_validate(_with_state(model, best["state"]), _metrics())
+            bar.update(1)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+
+    if not cfg.keep_best or not history:
+        best["state"] = model.state_dict()
+    final = _with_state(model, best["state"])
+    final.eval()
+    return final, _metrics() | {"interrupted": interrupted}
+
+
+def _with_state(model: LinearTransformer, state: dict[str, torch.Tensor]) -> LinearTransformer:
+    """A copy of `model` carrying `state` (the training model keeps its own weights)."""
+    clone = LinearTransformer(model.cfg)
+    clone.load_state_dict(state)
+    clone.eval()
+    return clone

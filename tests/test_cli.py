@@ -1,0 +1,81 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from eagle_probe.cli import main
+
+TINY = ["--n", "6", "--d", "6", "--task-rank", "3", "--layers", "2", "--steps", "30", "--batch", "64",
+        "--eval-every", "10", "--eval-batch", "256", "--no-progress", "--init-std", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "tiny.pt"
+    assert main(["train", "--regime", "centralized", *TINY, "-o", str(out)]) == 0
+    return out
+
+
+def test_train_writes_checkpoint_and_metrics_json(tiny_model):
+    metrics = json.loads(tiny_model.with_suffix(".json").read_text())
+    assert metrics["steps_done"] == 30 and "test" in metrics and "history" not in metrics
+    assert metrics["command"].startswith("eagle-probe")
+    names = sorted(p.name for p in tiny_model.parent.iterdir())
+    assert names == ["tiny.json", "tiny.pt"]
+
+
+def test_evaluate_json(tiny_model, capsys):
+    assert main(["evaluate", str(tiny_model), "--json", "--batch", "500"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("mse", "zero_mse", "optimal_mse", "median_mse", "worst_mse"):
+        assert key in result
+    assert result["prompts"] == 500 and result["optimal_mse"] < 1e-20
+
+
+def test_evaluate_table(tiny_model, capsys):
+    assert main(["evaluate", str(tiny_model), "--batch", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "zero predictor MSE" in out and "worst prompt MSE" in out
+
+
+def test_existing_output_needs_force(tiny_model, capsys):
+    code = main(["train", "--regime", "centralized", *TINY, "-o", str(tiny_model)])
+    err = capsys.readouterr().err
+    assert code == 2 and "already exists; pass --force" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["frobnicate"], "invalid choice"),
+        (["train", "--regime", "federated", "-o", "x.pt"], "unknown regime 'federated'"),
+        (["train", "--regime", "constrained", "--rank", "40", "-o", "x.pt"], "must not exceed"),
+        (["train", "--regime", "distributed", "--machines", "4", "-o", "x.pt"], "must divide"),
+        (["train", "--regime", "centralized", "--steps", "0", "-o", "x.pt"], "positive integer"),
+        (["train", "--regime", "centralized", "--task", "sudoku", "-o", "x.pt"], "unknown task"),
+        (["evaluate", "missing.pt"], "does not exist"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(argv, match, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_foreign_checkpoint(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "foreign.pt"
+    torch.save({"a": torch.zeros(2)}, path)
+    assert main(["evaluate", str(path)]) == 2
+    assert "not an eagle-probe checkpoint" in capsys.readouterr().err
+
+
+def test_python_dash_m_works_like_the_command():
+    result = subprocess.run([sys.executable, "-m", "eagle_probe", "evaluate", "nope.pt"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "eagle-probe: error: checkpoint nope.pt does not exist"

@@ -1,0 +1,170 @@
+import numpy as np
+import pytest
+import torch
+
+from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights, token_mask
+from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+SMALL = dict(n=6, d=5, n_prime=2, d_prime=2, n_layers=2)
+
+
+def _model(**kwargs) -> LinearTransformer:
+    cfg = ModelConfig(**(SMALL | {"dtype": "float64"} | kwargs))
+    return LinearTransformer(cfg, generator=make_generator(0))
+
+
+def _prompt(cfg: ModelConfig, batch: int = 3, seed: int = 1):
+    task = TaskConfig(n=cfg.n, d=cfg.d, n_prime=cfg.n_prime, d_prime=cfg.d_prime, rank=3)
+    return sample(task, batch, make_generator(seed), dtype=torch.float64)
+
+
+def numpy_eagle(A, B, C, a_steps, c_steps):
+    """Algorithm 1 of the paper with S = I, written out independently in NumPy."""
+    D = np.zeros((B.shape[0], B.shape[1], C.shape[2]))
+    for a, c in zip(a_steps, c_steps):
+        At = np.swapaxes(A, -1, -2)
+        gram = At @ A
+        A, B, C, D = A - a * A @ gram, B - a * B @ gram, C - c * A @ At @ C, D + c * B @ At @ C
+    return D
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_planted_eagle_weights_run_algorithm_1_with_negated_readout(heads):
+    cfg = ModelConfig(**(SMALL | {"n_layers": 3, "n_heads": heads, "dtype": "float64"}))
+    model = LinearTransformer(cfg)
+    a, c = [0.02, 0.015, 0.01], [0.05, 0.04, 0.03]
+    model.load_state_dict(eagle_weights(cfg, a, c))
+    p = _prompt(cfg)
+    with torch.no_grad():
+        pred = model(p.z0()).numpy()
+        slot = model.run_with_cache(p.z0())[1]["blocks.2.hook_resid_post"][:, cfg.d :, cfg.n :]
+    expected = numpy_eagle(p.A.numpy(), p.B.numpy(), p.C.numpy(), a, c)
+    np.testing.assert_allclose(pred, expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(slot.numpy(), -expected, rtol=1e-12, atol=1e-14)
+
+
+def test_cache_has_every_hook_with_documented_shapes():
+    model = _model(n_heads=2)
+    cfg = model.cfg
+    p = _prompt(cfg, batch=4)
+    _, cache = model.run_with_cache(p.z0())
+    T, E, b = cfg.tokens, cfg.width, 4
+    assert cache["hook_resid_pre"].shape == (b, T, E)
+    for layer in range(cfg.n_layers):
+        assert cache[f"blocks.{layer}.attn.hook_scores"].shape == (b, 2, T, T)
+        assert cache[f"blocks.{layer}.attn.hook_head_out"].shape == (b, 2, T, E)
+        assert cache[f"blocks.{layer}.hook_resid_post"].shape == (b, T, E)
+        assert cache[f"blocks.{layer}.attn.hook_q"].shape == (b, 2, T, cfg.qk)
+    assert cache["hook_prediction"].shape == (b, cfg.d_prime, cfg.n_prime)
+
+
+def test_residual_stream_adds_up():
+    model = _model(n_heads=2)
+    _, cache = model.run_with_cache(_prompt(model.cfg).z0())
+    pre, post = cache["blocks.1.hook_resid_pre"], cache["blocks.1.hook_resid_post"]
+    heads = cache["blocks.1.attn.hook_head_out"].sum(1)
+    torch.testing.assert_close(post, pre + heads)
+
+
+def test_scores_never_attend_to_hidden_rows():
+    model = _model()
+    _, cache = model.run_with_cache(_prompt(model.cfg).z0())
+    assert torch.all(cache["blocks.0.attn.hook_scores"][..., model.cfg.d :] == 0)
+
+
+def test_ablating_a_head_by_hook_equals_zeroing_its_weights():
+    model = _model(n_heads=3)
+    z0 = _prompt(model.cfg).z0()
+
+    def ablate(value, hook):
+        value[:, 1] = 0.0
+        return value
+
+    with torch.no_grad():
+        hooked = model.run_with_hooks(z0, fwd_hooks=[("blocks.0.attn.hook_head_out", ablate)])
+        zeroed = LinearTransformer(model.cfg)
+        zeroed.load_state_dict(model.state_dict())
+        zeroed.blocks[0].attn.W_P[1] = 0.0
+        direct = zeroed(z0)
+        plain = model(z0)
+    torch.testing.assert_close(hooked, direct)
+    assert not torch.allclose(hooked, plain)
+
+
+def test_w_qk_and_w_vp_accessors():
+    model = _model(n_heads=2)
+    attn = model.blocks[1].attn
+    torch.testing.assert_close(model.W_QK(1)[0], attn.W_Q[0] @ attn.W_K[0].T)
+    torch.testing.assert_close(model.W_VP()[1, 1], attn.W_V[1] @ attn.W_P[1].T)
+    assert model.W_QK().shape == (2, 2, 8, 8)
+
+
+def test_distributed_heads_see_only_their_own_block():
+    model = _model(regime="distributed", machines=3)
+    cfg = model.cfg
+    assert cfg.heads == 3 and cfg.qk == 2 and cfg.vp == 4
+    z0 = _prompt(cfg).z0()
+    bumped = z0.clone()
+    bumped[:, : cfg.d, 2:4] += 1.0  # columns of machine 1
+    _, c0 = model.run_with_cache(z0)
+    _, c1 = model.run_with_cache(bumped)
+    s0, s1 = c0["blocks.0.attn.hook_scores"], c1["blocks.0.attn.hook_scores"]
+    torch.testing.assert_close(s0[:, [0, 2]], s1[:, [0, 2]])
+    assert not torch.allclose(s0[:, 1], s1[:, 1])
+    qk = model.W_QK(0)
+    assert torch.all(qk[0][2:, :] == 0) and torch.all(qk[0][:, 2:] == 0)
+
+
+def test_constrained_widths_limit_the_rank():
+    model = _model(regime="constrained", rank=2)
+    assert model.cfg.qk == 2 and model.cfg.vp == 4
+    assert torch.linalg.matrix_rank(model.W_QK(0)[0]) == 2
+    assert torch.linalg.matrix_rank(model.W_VP(0)[0]) == 4
+
+
+def test_seed_text_masks():
+    cfg = ModelConfig(**(SMALL | {"d": 6, "token_mask": "block_diagonal", "shards": 2}))
+    m = token_mask(cfg)
+    assert m[0, 3] == 0 and m[0, 1] == 1 and torch.all(m[:, cfg.d :] == 0)
+    sparse = token_mask(ModelConfig(**(SMALL | {"token_mask": "sparse", "mask_density": 0.3})))
+    assert 0 < float(sparse[:, :5].mean()) < 0.7 and torch.all(sparse[:, 5:] == 0)
+
+
+@pytest.mark.parametrize("normalize", ["frobenius", "spectral"])
+def test_prompt_normalisation_makes_the_model_scale_equivariant(normalize):
+    model = _model(normalize=normalize)
+    z0 = _prompt(model.cfg).z0()
+    with torch.no_grad():
+        torch.testing.assert_close(model(1e3 * z0), 1e3 * model(z0))
+
+
+def test_readout_sign_options():
+    neg, direct = _model(), _model(readout="direct")
+    z0 = _prompt(neg.cfg).z0()
+    with torch.no_grad():
+        torch.testing.assert_close(neg(z0), -direct(z0))
+    learned = _model(readout="learned")
+    assert any(name == "readout_scale" for name, _ in learned.named_parameters())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"regime": "federated"}, "unknown regime 'federated'"),
+        ({"regime": "distributed", "machines": 4}, "must divide n"),
+        ({"regime": "distributed", "machines": 3, "n_heads": 2}, "one head per machine"),
+        ({"regime": "constrained", "rank": 7}, "must not exceed"),
+        ({"n_layers": 0}, "n_layers must be a positive integer"),
+        ({"token_mask": "block_diagonal", "shards": 2}, "must divide d"),
+        ({"readout": "abs"}, "unknown readout"),
+    ],
+)
+def test_bad_model_configs(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**(SMALL | kwargs))
+
+
+def test_wrong_prompt_shape_is_a_clear_error():
+    model = _model()
+    with pytest.raises(ValueError, match="this model takes"):
+        model(torch.zeros(2, 3, 3, dtype=torch.float64))
