@@ -95,9 +95,11 @@ def build_parser() -> Parser:
     train.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
     train.add_argument("--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)}")
     train.add_argument("--readout", default="negate", help=f"one of {', '.join(READOUTS)}")
-    train.add_argument("--normalize", default="none", help=f"one of {', '.join(NORMALIZE)}")
+    train.add_argument("--normalize", default="spectral",
+                       help=f"one of {', '.join(NORMALIZE)}; divide each prompt by that norm of A "
+                       "(spectral; none is the paper's plain model, unstable to train)")
     train.add_argument("--init", default="normal", help="normal or orthogonal_half")
-    train.add_argument("--init-std", type=_finite_float, default=0.1,
+    train.add_argument("--init-std", type=_finite_float, default=0.02,
                        help="std of the random initialisation")
     train.add_argument("--steps", type=_positive_int, default=20_000, help="optimiser steps")
     train.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
@@ -106,6 +108,8 @@ def build_parser() -> Parser:
     train.add_argument("--warmup", type=_finite_float, default=0.1,
                        help="warm-up fraction for warmup_cosine")
     train.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip")
+    train.add_argument("--weight-decay", type=_finite_float, default=0.0,
+                       help="decoupled AdamW weight decay (0: plain Adam, the paper's)")
     train.add_argument("--clip-qk", type=_finite_float, default=0.0,
                        help="separate clip for W_Q/W_K gradients (0: off)")
     train.add_argument("--freeze-values-last", type=_finite_float, default=0.0,
@@ -128,6 +132,30 @@ def build_parser() -> Parser:
     ev.add_argument("--seed", type=_nonneg_int, default=12345, help="seed of the test prompts")
     ev.add_argument("--batch", type=_positive_int, default=8192, help="number of test prompts")
     ev.set_defaults(func=cmd_evaluate)
+
+    ex = sub.add_parser("extract", help="recover the algorithm a checkpoint runs")
+    ex.add_argument("model", help="checkpoint file (.pt)")
+    ex.add_argument("--out", default=None, help="write DIR/extraction.json (and more) here")
+    ex.add_argument("--probe-batch", type=_positive_int, default=256,
+                    help="prompts in the probe batch (256)")
+    ex.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the probe prompts (0)")
+    ex.add_argument("--no-control", action="store_true",
+                    help="skip the untrained-model control")
+    ex.add_argument("--force", action="store_true", help="write into an existing --out")
+    ex.set_defaults(func=cmd_extract)
+
+    pl = sub.add_parser("plant", help="write a model whose weights run given EAGLE steps")
+    pl.add_argument("--n", type=_positive_int, default=18, help="columns of A (18)")
+    pl.add_argument("--d", type=_positive_int, default=18, help="rows of A (18)")
+    pl.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
+    pl.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
+    pl.add_argument("--a-steps", required=True, help="comma-separated a_0,…,a_{L-1}")
+    pl.add_argument("--c-steps", required=True, help="comma-separated c_0,…,c_{L-1}")
+    pl.add_argument("--heads", type=_positive_int, default=1, help="heads per layer (1)")
+    pl.add_argument("--dtype", default="float32", help="float32 or float64")
+    pl.add_argument("--force", action="store_true", help="overwrite an existing output")
+    pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
+    pl.set_defaults(func=cmd_plant)
     return parser
 
 
@@ -177,7 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     train_cfg = TrainConfig(
         steps=args.steps, batch=args.batch, lr=args.lr, schedule=args.schedule,
-        warmup=args.warmup, clip=args.clip, clip_qk=args.clip_qk,
+        warmup=args.warmup, clip=args.clip, clip_qk=args.clip_qk, weight_decay=args.weight_decay,
         freeze_values_last=args.freeze_values_last, curriculum=args.curriculum,
         skip_spikes=args.skip_spikes, eval_every=args.eval_every, eval_batch=args.eval_batch,
         seed=args.seed,
@@ -237,6 +265,80 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"  {'improvement':<22}{result['improvement']:.1f}x below the zero predictor")
     print(f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
           f"(largest seen {result['max_norm_a']:.2f})")
+    return 0
+
+
+def _steps(text: str, name: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise EagleProbeError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise EagleProbeError(f"{name} must be one or more finite numbers, got {text!r}")
+    return values
+
+
+def cmd_plant(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint
+    from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig, eagle_weights
+    from eagle_probe.tasks import TaskConfig
+
+    a_steps, c_steps = _steps(args.a_steps, "--a-steps"), _steps(args.c_steps, "--c-steps")
+    if len(a_steps) != len(c_steps):
+        raise EagleProbeError(
+            f"--a-steps has {len(a_steps)} values but --c-steps has {len(c_steps)}; give one "
+            "of each per layer"
+        )
+    if args.dtype not in DTYPES:
+        raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
+    out = Path(args.out)
+    _check_output(out, args.force)
+    cfg = ModelConfig(regime="centralized", n=args.n, d=args.d, n_prime=args.n_prime,
+                      d_prime=args.d_prime, n_layers=len(a_steps), n_heads=args.heads,
+                      dtype=args.dtype)
+    task = TaskConfig(n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime,
+                      rank=min(10, args.n, args.d))
+    model = LinearTransformer(cfg)
+    model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
+    checkpoint.save(out, model, task, {"planted": {"a_steps": a_steps, "c_steps": c_steps}})
+    print(f"wrote {out}: {len(a_steps)} planted EAGLE layers, {args.heads} head(s), {args.dtype}")
+    return 0
+
+
+def _prepare_dir(path: Path, force: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise EagleProbeError(f"--out {path} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise EagleProbeError(f"--out {path} already exists and is not empty; pass --force")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise EagleProbeError(f"parent directory {parent} of --out does not exist")
+    if not os.access(parent if not path.exists() else path, os.W_OK):
+        raise EagleProbeError(f"--out {path} is not writable")
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    import time
+
+    start = time.perf_counter()
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import extract, render_table
+
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        _prepare_dir(out, args.force)
+    model, task, _ = checkpoint.load(args.model)
+    result = extract(model, task, probe_batch_size=args.probe_batch, seed=args.seed,
+                     control=not args.no_control)
+    print(render_table(result, str(args.model)))
+    if out is not None:
+        out.mkdir(exist_ok=True)
+        payload = result.to_json()
+        payload["model"]["checkpoint"] = str(args.model)
+        payload["model"]["sha256"] = checkpoint.sha256(args.model)
+        payload["timings"]["total"] = time.perf_counter() - start
+        checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {out / 'extraction.json'}")
     return 0
 
 

@@ -6,44 +6,50 @@ blow up on the rare prompt with a large ‖A‖₂, so the median and the worst 
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import Any
 
 import torch
 
 from eagle_probe.model import LinearTransformer
-from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 
 @torch.no_grad()
-def per_prompt_errors(
-    model: LinearTransformer,
-    task: TaskConfig,
-    batch: int,
-    generator: torch.Generator,
-    *,
-    chunk: int = 4096,
+def prompt_errors(
+    model: LinearTransformer, prompt: Prompt, *, reference: bool = True, chunk: int = 4096
 ) -> dict[str, torch.Tensor]:
-    """Per-prompt MSE over the D block of the model, the zero predictor and B A⁺ C: (batch,) each,
-    plus ‖A‖₂ per prompt."""
-    out: dict[str, list[torch.Tensor]] = {"model": [], "zero": [], "optimal": [], "norm_a": []}
-    done = 0
-    while done < batch:
-        size = min(chunk, batch - done)
-        prompt = sample(task, size, generator, dtype=torch.float64)
-        pred = model(prompt.z0().to(model.cfg.torch_dtype)).to(torch.float64)
-        target = prompt.D
-        out["model"].append((pred - target).square().mean(dim=(-1, -2)))
-        out["zero"].append(target.square().mean(dim=(-1, -2)))
-        out["optimal"].append((prompt.optimal() - target).square().mean(dim=(-1, -2)))
-        out["norm_a"].append(torch.linalg.matrix_norm(prompt.A, ord=2))
-        done += size
+    """Per-prompt MSE over the D block: (b,) for the model and, with `reference`, for the zero
+    predictor and B A⁺ C, plus ‖A‖₂ per prompt."""
+    out: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
+    for start in range(0, prompt.batch, chunk):
+        part = prompt[start : start + chunk].to(torch.float64)
+        pred = model(part.z0().to(model.cfg.torch_dtype)).to(torch.float64)
+        out["model"].append((pred - part.D).square().mean(dim=(-1, -2)))
+        if reference:
+            out["zero"].append(part.D.square().mean(dim=(-1, -2)))
+            out["optimal"].append((part.optimal() - part.D).square().mean(dim=(-1, -2)))
+            out["norm_a"].append(torch.linalg.matrix_norm(part.A, ord=2))
     return {k: torch.cat(v) for k, v in out.items()}
+
+
+def per_prompt_errors(
+    model: LinearTransformer, task: TaskConfig, batch: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """`prompt_errors` on `batch` fresh prompts of `task` drawn with `generator`."""
+    return prompt_errors(model, sample(task, batch, generator, dtype=torch.float64))
 
 
 def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The numbers `eagle-probe evaluate` prints (NaN/Inf become None in JSON)."""
     model = errors["model"]
+    if "zero" not in errors:
+        finite = torch.isfinite(model)
+        return {"prompts": int(model.numel()), "mse": float(model.mean()),
+                "median_mse": float(model.median()),
+                "worst_mse": float(torch.where(finite, model, math.inf).max()),
+                "nonfinite_prompts": int((~finite).sum())}
     finite = torch.isfinite(model)
     mse = float(model.mean())
     zero = float(errors["zero"].mean())

@@ -72,7 +72,7 @@ class ModelConfig:
     readout: str = "negate"  # one of READOUTS: prediction = scale · D slot, scale -1 by default
     normalize: str = "none"  # one of NORMALIZE: divide the prompt by this norm of A, rescale D
     init: str = "normal"  # one of INITS
-    init_std: float = 0.1  # standard deviation of the normal part of the initialisation
+    init_std: float = 0.02  # standard deviation of the normal part of the initialisation
     dtype: str = "float32"  # parameter dtype, one of DTYPES
 
     def __post_init__(self) -> None:
@@ -368,3 +368,22 @@ def eagle_weights(
         state[prefix + "W_Q"], state[prefix + "W_K"] = W_Q, W_Q.clone()
         state[prefix + "W_V"], state[prefix + "W_P"] = W_V, W_P
     return state
+
+
+@torch.no_grad()
+def forward_products(
+    model: LinearTransformer, qk: torch.Tensor, vp: torch.Tensor, z0: torch.Tensor
+) -> torch.Tensor:
+    """Run `model`'s architecture with given products W_QK (L, h, E, E) and W_VP (L, h, E, E)
+    in place of its factored weights; returns the prediction (b, d', n')."""
+    cfg = model.cfg
+    model.check_prompt(z0)
+    dtype = qk.dtype
+    z0 = z0.to(dtype)
+    scale = model.prompt_scale(z0)
+    z = z0 / scale
+    for layer, block in enumerate(model.blocks):
+        mask = block.attn.mask.to(dtype)  # (T, T)
+        scores = torch.einsum("bte,hef,bsf->bhts", z, qk[layer], z) * mask  # (b, h, T, T)
+        z = z + torch.einsum("bhts,bse,hef->btf", scores, z, vp[layer])
+    return model.readout_scale.to(dtype) * z[:, cfg.d :, cfg.n :] * scale

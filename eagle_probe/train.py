@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from eagle_probe.evaluate import per_prompt_errors, summarize
+from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 
@@ -41,6 +41,7 @@ class TrainConfig:
     schedule: str = "constant"  # one of SCHEDULES
     warmup: float = 0.1  # warmup_cosine: fraction of steps of linear warm-up
     final_lr_ratio: float = 0.01  # warmup_cosine: last rate / peak rate
+    weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's plain Adam
     clip: float = 0.1  # global gradient-norm clip (0 disables)
     clip_qk: float = 0.0  # separate norm clip for the W_Q/W_K gradients (0 disables)
     freeze_values_last: float = 0.0  # fraction of steps at the end with W_V, W_P frozen
@@ -66,7 +67,7 @@ class TrainConfig:
         for name in ("warmup", "freeze_values_last"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
-        for name in ("clip", "clip_qk", "final_lr_ratio"):
+        for name in ("clip", "clip_qk", "final_lr_ratio", "weight_decay"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.spike_factor > 1.0:
@@ -124,13 +125,17 @@ def train(
     model.train()
     dtype = model_cfg.torch_dtype
     data_gen = make_generator(data_seed)
+    val_prompts = sample(task, cfg.eval_batch, make_generator(val_seed), dtype=torch.float64)
     curriculum = (
         Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
         if cfg.curriculum
         else None
     )
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if cfg.weight_decay > 0:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     qk_params = [p for n, p in model.named_parameters() if n.endswith(("W_Q", "W_K"))]
     value_params = [p for n, p in model.named_parameters() if n.endswith(("W_V", "W_P"))]
     freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
@@ -146,7 +151,7 @@ def train(
 
     def validate(step: int) -> dict[str, Any]:
         model.eval()
-        errors = per_prompt_errors(model, task, cfg.eval_batch, make_generator(val_seed))
+        errors = prompt_errors(model, val_prompts, reference=False)
         model.train()
         summary = summarize(errors)
         val = summary["mse"] if math.isfinite(summary["mse"]) else math.inf
