@@ -310,11 +310,13 @@ def _prepare_dir(path: Path, force: bool) -> None:
         raise EagleProbeError(f"--out {path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()) and not force:
         raise EagleProbeError(f"--out {path} already exists and is not empty; pass --force")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise EagleProbeError(f"parent directory {parent} of --out does not exist")
-    if not os.access(parent if not path.exists() else path, os.W_OK):
-        raise EagleProbeError(f"--out {path} is not writable")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise EagleProbeError(f"--out {path} lies under {existing}, which is not a directory")
+    if not os.access(existing, os.W_OK):
+        raise EagleProbeError(f"--out {path} is not writable ({existing} is read-only)")
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
@@ -332,7 +334,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
                      control=not args.no_control)
     print(render_table(result, str(args.model)))
     if out is not None:
-        out.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         payload = result.to_json()
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
