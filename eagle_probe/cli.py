@@ -324,6 +324,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     from eagle_probe import checkpoint
+    from eagle_probe.export import write_solver
     from eagle_probe.extract import extract, render_table
 
     out = Path(args.out) if args.out else None
@@ -340,7 +341,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
         checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {out / 'extraction.json'}")
+        write_solver(out / "solver.py", payload, result.projectors)
+        print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
     return 0
 
 

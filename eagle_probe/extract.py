@@ -40,6 +40,7 @@ class Extraction:
     test: dict[str, float]  # test MSE of the model and of its simplified-weights version
     control: dict[str, Any] | None = None  # the same numbers for an untrained model
     timings: dict[str, float] = field(default_factory=dict)
+    projectors: list | None = None  # constrained: per layer the n × n sketch projector
 
     def table(self) -> pd.DataFrame:
         """The per-layer, per-head table the CLI prints."""
@@ -174,7 +175,7 @@ def extract(
     timings["capture"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    eagle, fits, terms, _ = _summary(cap, model)
+    eagle, fits, terms, structure = _summary(cap, model)
     expansion = [
         [{"order": p, "alpha": float(-b)} for p, b in enumerate(beta) if b != 0]
         for beta in fit.eagle_expansion(eagle.a_step, eagle.c_step)
@@ -224,12 +225,15 @@ def extract(
     info = {"regime": cfg.regime, "layers": cfg.n_layers, "heads": cfg.heads, "n": cfg.n,
             "d": cfg.d, "n_prime": cfg.n_prime, "d_prime": cfg.d_prime,
             "normalize": cfg.normalize, "readout": cfg.readout, "dtype": cfg.dtype,
+            "machines": cfg.machines if cfg.regime == "distributed" else 1,
             "task": task.to_dict(), "probe_batch": probe_batch_size, "seed": seed,
             "units": "internal (prompt divided by its norm of A)" if cfg.normalize != "none"
             else "prompt units"}
     return Extraction(info=info, layers=eagle, fits=fits, terms=terms, expansion=expansion,
                       weights=weights, dynamic=dynamic, symbolic=symbolic, test=test,
-                      control=control_info, timings=timings)
+                      control=control_info, timings=timings,
+                      projectors=None if structure.projector is None
+                      else [P.tolist() for P in structure.projector])
 
 
 def with_task_sizes(task: TaskConfig, model: LinearTransformer) -> TaskConfig:

@@ -1,0 +1,245 @@
+"""Least-squares solvers behind one interface, EAGLE among them.
+
+Every solver has the scipy-style signature
+
+    solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None) -> (x, info)
+
+for min ‖A x − b‖₂ with A (m, n) dense and b (m,); info 0 converged, > 0 iterations used without
+converging, < 0 breakdown; callback(x_k) once per iteration; inputs are never modified. `run()`
+wraps any of them and records iterations, wall time, counted FLOPs and the error history against a
+reference solution.
+
+FLOPs are counted from the operations each method performs per iteration (a dense m × n matvec is
+2mn, an n × n by n × n product 2n³), not measured by hardware counters.
+
+Regimes beyond the centralized one:
+  distributed (`distributed_eagle`, `distributed_gd`, `admm`): the n columns of the block prompt's
+      A are split over M machines; communication is counted in rounds and floats per machine.
+  constrained (`sketched_eagle`, `sketched_sgd`): each step sees an n × r orthogonal sketch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+import scipy.sparse.linalg as spla
+
+from eagle_probe import solver_template as eagle
+
+Solver = Callable[..., tuple[np.ndarray, int]]
+
+
+def _prepare(A, b, x0):
+    A = eagle._check_matrix("A", A)
+    b = eagle._check_matrix("b", np.asarray(b), ndim=1)
+    if b.shape[0] != A.shape[0]:
+        raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
+    x = np.zeros(A.shape[1]) if x0 is None else eagle._check_matrix("x0", x0, ndim=1)
+    if x.shape != (A.shape[1],):
+        raise ValueError(f"x0 has shape {x.shape}, expected ({A.shape[1]},)")
+    return A, b, x.copy()
+
+
+def _converged(A, b, x, rtol, atol, norm_a) -> bool:
+    """The shared stopping test: consistent residual, or least-squares optimality."""
+    r = b - A @ x
+    res = float(np.linalg.norm(r))
+    return res <= atol + rtol * float(np.linalg.norm(b)) or float(
+        np.linalg.norm(A.T @ r)
+    ) <= rtol * norm_a * res
+
+
+def solve_eagle(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `solver_template.lstsq`."""
+    return eagle.lstsq(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, callback=callback,
+                       eta=eagle.THEORY_ETA, gamma=eagle.THEORY_GAMMA)
+
+
+def solve_lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """LAPACK gelsd (SVD); one 'iteration'. x0 is ignored (the answer does not depend on it)."""
+    A, b, _ = _prepare(A, b, x0)
+    x = scipy.linalg.lstsq(A, b, lapack_driver="gelsd", check_finite=False)[0]
+    if callback is not None:
+        callback(x.copy())
+    return x, 0
+
+
+def _scipy_counted(method):
+    def solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+        A, b, x = _prepare(A, b, x0)
+        maxiter = 20 * A.shape[1] if maxiter is None else maxiter
+        op = spla.aslinearoperator(A)
+        if method == "cg":
+            AtA = spla.LinearOperator((A.shape[1],) * 2, matvec=lambda v: A.T @ (A @ v),
+                                      dtype=np.float64)
+            rhs = A.T @ b
+            x, info = spla.cg(AtA, rhs, x0=x, rtol=rtol, atol=atol, maxiter=maxiter,
+                              callback=(lambda xk: callback(xk.copy())) if callback else None)
+            return x, (0 if info == 0 else maxiter if info > 0 else -1)
+        fn = spla.lsqr if method == "lsqr" else spla.lsmr
+        out = fn(op, b, atol=rtol, btol=rtol, maxiter=maxiter, x0=x) if method == "lsmr" else \
+            fn(op, b, atol=rtol, btol=rtol, iter_lim=maxiter, x0=x)
+        x, istop, itn = out[0], out[1], out[2]
+        solve.last_iterations = int(itn)  # scipy's lsqr/lsmr take no per-iteration callback
+        if callback is not None:
+            callback(x.copy())
+        return x, (0 if istop in (1, 2, 4, 5) else itn if istop == 7 else -1)
+
+    solve.__name__ = f"solve_{method}"
+    solve.__doc__ = f"scipy.sparse.linalg {method} ({'on the normal equations' if method == 'cg' else 'on A'})."
+    return solve
+
+
+solve_cg = _scipy_counted("cg")
+solve_lsqr = _scipy_counted("lsqr")
+solve_lsmr = _scipy_counted("lsmr")
+
+
+def solve_gd(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """Gradient descent with step 1/σ_max(A)²."""
+    A, b, x = _prepare(A, b, x0)
+    maxiter = 100 * A.shape[1] if maxiter is None else maxiter
+    norm_a = eagle._spectral_norm(A)
+    if norm_a == 0:
+        return np.zeros_like(x), 0
+    step = 1.0 / norm_a**2
+    for it in range(1, maxiter + 1):
+        x = x + step * (A.T @ (b - A @ x))
+        if callback is not None:
+            callback(x.copy())
+        if not np.all(np.isfinite(x)):
+            return x, -1
+        if _converged(A, b, x, rtol, atol, norm_a):
+            return x, 0
+    return x, maxiter
+
+
+def solve_lbfgs(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """L-BFGS-B (scipy.optimize) on ½‖A x − b‖²; gtol scaled by ‖A‖₂‖b‖."""
+    A, b, x = _prepare(A, b, x0)
+    maxiter = 20 * A.shape[1] if maxiter is None else maxiter
+    norm_a = eagle._spectral_norm(A)
+
+    def fun(v):
+        r = A @ v - b
+        return 0.5 * float(r @ r), A.T @ r
+
+    res = scipy.optimize.minimize(
+        fun, x, jac=True, method="L-BFGS-B",
+        callback=(lambda xk: callback(np.array(xk, copy=True))) if callback else None,
+        options={"maxiter": maxiter, "gtol": rtol * norm_a * max(np.linalg.norm(b), 1e-300),
+                 "ftol": 0.0, "maxcor": 20},
+    )
+    x = res.x
+    ok = res.success or _converged(A, b, x, max(rtol, 1e-13), atol, norm_a)
+    return x, (0 if ok else max(res.nit, 1))
+
+
+def solve_newton_schulz(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """Newton–Schulz iteration for A⁺: X ← X (2I − A X), X_0 = Aᵀ/σ_max², x = X b."""
+    A, b, x = _prepare(A, b, x0)
+    maxiter = 200 if maxiter is None else maxiter
+    norm_a = eagle._spectral_norm(A)
+    if norm_a == 0:
+        return np.zeros_like(x), 0
+    r0 = b - A @ x
+    X = A.T / norm_a**2
+    prev = X @ r0
+    for it in range(1, maxiter + 1):
+        X = 2 * X - X @ (A @ X)
+        xk = x + X @ r0
+        if callback is not None:
+            callback(xk.copy())
+        if not np.all(np.isfinite(xk)):
+            return xk, -1
+        if _converged(A, b, xk, rtol, atol, norm_a) or np.linalg.norm(xk - x - prev) <= (
+            rtol * np.linalg.norm(xk)
+        ):
+            return xk, 0
+        prev = xk - x
+    return x + X @ r0, maxiter
+
+
+SOLVERS: dict[str, Solver] = {
+    "eagle": solve_eagle,
+    "lstsq": solve_lstsq,
+    "cg": solve_cg,
+    "lsqr": solve_lsqr,
+    "lsmr": solve_lsmr,
+    "gd": solve_gd,
+    "lbfgs": solve_lbfgs,
+    "newton_schulz": solve_newton_schulz,
+}
+
+
+def flops_per_iteration(name: str, m: int, n: int) -> float:
+    """Counted FLOPs of one iteration (one solve for lstsq) on a dense m × n problem."""
+    matvec = 2.0 * m * n
+    return {
+        "eagle": m * n * n + 2.0 * m * n * n + 2.0 * n**3 + 4 * matvec,  # Gram, A K, M K, r
+        "lstsq": 4.0 * m * n * n + 8.0 * n**3,  # bidiagonalisation + SVD (model count)
+        "cg": 2 * matvec,
+        "lsqr": 2 * matvec,
+        "lsmr": 2 * matvec,
+        "gd": 2 * matvec,
+        "lbfgs": 2 * matvec + 4.0 * 20 * n,
+        "newton_schulz": 4.0 * m * n * n,
+    }[name]
+
+
+def solver(name: str) -> Solver:
+    if name not in SOLVERS:
+        raise ValueError(f"unknown solver {name!r}; choose from {', '.join(SOLVERS)}")
+    return SOLVERS[name]
+
+
+@dataclass
+class Run:
+    """One solver on one problem."""
+
+    name: str
+    info: int
+    iterations: int
+    seconds: float
+    flops: float
+    error: float  # final ‖x − x_ref‖ / ‖x_ref‖ (NaN without reference)
+    history: list[float] = field(default_factory=list)  # error after each iteration
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"solver": self.name, "info": self.info, "iterations": self.iterations,
+                "seconds": self.seconds, "flops": self.flops, "error": self.error} | self.extra
+
+
+def run(name: str, A, b, *, reference=None, rtol=1e-10, maxiter=None, record=True) -> Run:
+    """Run solver `name` with timing, FLOP count and (if `reference`) the error history.
+
+    The history callback costs one vector norm per iteration and is excluded from `seconds` only
+    approximately; pass record=False for clean timings.
+    """
+    fn = solver(name)
+    history: list[float] = []
+    count = [0]
+    ref_norm = float(np.linalg.norm(reference)) if reference is not None else math.nan
+
+    def callback(xk):
+        count[0] += 1
+        if record and reference is not None:
+            history.append(float(np.linalg.norm(xk - reference)) / max(ref_norm, 1e-300))
+
+    fn.last_iterations = None
+    start = time.perf_counter()
+    x, info = fn(A, b, rtol=rtol, maxiter=maxiter, callback=callback)
+    seconds = time.perf_counter() - start
+    m, n = np.shape(A)
+    iterations = fn.last_iterations or max(count[0], 1)
+    error = (float(np.linalg.norm(x - reference)) / max(ref_norm, 1e-300)
+             if reference is not None else math.nan)
+    return Run(name, int(info), iterations, seconds,
+               iterations * flops_per_iteration(name, m, n), error, history)
