@@ -73,6 +73,8 @@ class Extraction:
                 "layer": l,
                 "a_step": row.a_step, "c_step": row.c_step, "eta": row.eta, "gamma": row.gamma,
                 "fidelity": row.fidelity, "fidelity_rel": row.fidelity_rel,
+                "fidelity_blocks": {k: row[f"fidelity_{k}"] for k in "ABCD"},
+                "structure": row.structure,
                 "one_step_residual": row.one_step_residual,
                 "r2": row.r2, "rel_residual": row.rel_residual, "degree": int(row.degree),
                 "orders": [int(p) for p in row.orders],
@@ -145,6 +147,14 @@ def _summary(cap: Capture, model: LinearTransformer) -> tuple[pd.DataFrame, pd.D
                                                               pd.DataFrame, fit.Structure]:
     st = structure_of(model)
     eagle = fit.eagle_view(cap, st)
+    if st.regime == "distributed":
+        # Heads see local blocks but W_VP may write every block: Σ_μ A^μ A^μᵀ A = A Aᵀ A is the
+        # centralized update. Keep whichever reading of the A/B update reproduces the network.
+        central = fit.Structure("centralized")
+        alt = fit.eagle_view(cap, central)
+        if alt.fidelity.mean() < eagle.fidelity.mean():
+            st, eagle = central, alt
+    eagle["structure"] = "local" if st.regime == "distributed" else st.regime
     fits, terms = fit.polynomial_view(cap)
     layer_fits = fits[fits["head"] == -1].set_index("layer")
     eagle["r2"] = layer_fits.r2.values

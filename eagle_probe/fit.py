@@ -252,10 +252,12 @@ def eagle_view(cap: Capture, st: Structure) -> pd.DataFrame:
             "one_step_residual": one_step,
         })
     fid = fidelity(cap, st, a_steps, c_steps)
+    blocks = fidelity_blocks(cap, st, a_steps, c_steps)
     change = [float(((cap.Z[l + 1] - cap.Z[0]) ** 2 * cap.scale[:, None, None] ** 2).mean())
               for l in range(cap.layers)]
-    for row, f, ch in zip(rows, fid, change, strict=True):
+    for row, f, ch, bl in zip(rows, fid, change, blocks, strict=True):
         row["fidelity"] = f
+        row.update({f"fidelity_{k}": v for k, v in bl.items()})
         row["fidelity_rel"] = f / ch if ch > 0 else float("nan")
     return pd.DataFrame(rows)
 
@@ -271,11 +273,25 @@ def run_eagle(cap: Capture, st: Structure, a_steps, c_steps) -> np.ndarray:
 
 def fidelity(cap: Capture, st: Structure, a_steps, c_steps) -> list[float]:
     """Paper Table 1 metric per layer: ‖Z_net,l − Z_EAGLE,l‖²_F / #entries in original units."""
+    return [float(e.mean()) for e in _squared_gap(cap, st, a_steps, c_steps)]
+
+
+def fidelity_blocks(cap: Capture, st: Structure, a_steps, c_steps) -> list[dict[str, float]]:
+    """The Table 1 metric split by block: mean squared gap over A, B, C and D entries."""
+    d, n = cap.d, cap.n
+    out = []
+    for e in _squared_gap(cap, st, a_steps, c_steps):
+        out.append({"A": float(e[:, :d, :n].mean()), "B": float(e[:, d:, :n].mean()),
+                    "C": float(e[:, :d, n:].mean()), "D": float(e[:, d:, n:].mean())})
+    return out
+
+
+def _squared_gap(cap: Capture, st: Structure, a_steps, c_steps) -> np.ndarray:
+    """(L, b, T, E) squared gap between network and EAGLE after each layer, prompt units."""
     alg = run_eagle(cap, st, a_steps, c_steps)
     s2 = cap.scale[None, :, None, None] ** 2
     with np.errstate(over="ignore", invalid="ignore"):
-        err = ((cap.Z - alg) ** 2 * s2)[1:]
-    return [float(e.mean()) for e in err]
+        return ((cap.Z - alg) ** 2 * s2)[1:]
 
 
 def eagle_expansion(a_steps, c_steps) -> list[np.ndarray]:
