@@ -36,6 +36,7 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else _default_mode())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -45,6 +46,13 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _default_mode() -> int:
+    """0o666 less the process umask: what a plain open() would give a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -156,6 +156,14 @@ def build_parser() -> Parser:
     pl.add_argument("--force", action="store_true", help="overwrite an existing output")
     pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
     pl.set_defaults(func=cmd_plant)
+
+    be = sub.add_parser("bench", help="benchmark the recovered solver against classical ones")
+    be.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
+    be.add_argument("--out", default="bench-out", help="directory for CSV, PNG and summary.md")
+    be.add_argument("--json", action="store_true", help="print the tables as one JSON object")
+    be.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the problems (0)")
+    be.add_argument("--force", action="store_true", help="write into an existing --out")
+    be.set_defaults(func=cmd_bench)
     return parser
 
 
@@ -343,6 +351,24 @@ def cmd_extract(args: argparse.Namespace) -> int:
         checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
         write_solver(out / "solver.py", payload, result.projectors)
         print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from eagle_probe.bench import SUITES, run_bench
+
+    if args.suite not in SUITES:
+        raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
+    out = Path(args.out)
+    _prepare_dir(out, args.force)
+    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    tables = run_bench(args.suite, out, seed=args.seed, log=log)
+    if args.json:
+        payload = {name: json.loads(t.to_json(orient="records")) for name, t in tables.items()
+                   if not name.endswith("history")}
+        print(json.dumps(payload))
+    else:
+        print(f"wrote {out}/summary.md, {len(tables)} CSV tables and plots")
     return 0
 
 

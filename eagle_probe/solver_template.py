@@ -321,13 +321,14 @@ def _split_columns(n, machines):
     return [slice(bounds[i], bounds[i + 1]) for i in range(machines)]
 
 
-def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=None, gamma=None):
+def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=None, gamma=None,
+                         callback=None):
     """Distributed EAGLE: machine μ holds the columns A^μ, B^μ; C and D are replicated.
 
     Each round, machine μ computes its local update γρ_μ B^μ A^μᵀ C (and A^μ A^μᵀ C); the
     machines average these (one all-reduce of (d + d') × n' floats per machine) and each updates
     its own A^μ, B^μ with its local Gram matrix. Returns (D, stats) with rounds, floats sent per
-    machine per round and in total, and info.
+    machine per round and in total, and info. callback(D_k) runs after every round.
     """
     A, B, C = _check_blocks(A, B, C)
     n = A.shape[1]
@@ -360,6 +361,8 @@ def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=Non
             As[mu], Bs[mu] = Am - e / lam * (Am @ K), Bm - e / lam * (Bm @ K)
         C = C + dC / machines
         D = D + dD / machines
+        if callback is not None:
+            callback(D.copy())
         if not np.all(np.isfinite(D)):
             info = -2
             break
@@ -371,10 +374,12 @@ def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=Non
     return D, stats
 
 
-def complete_sketched(A, B, C, r, rng, *, rtol=1e-10, maxiter=None, eta=None, gamma=None):
+def complete_sketched(A, B, C, r, rng, *, rtol=1e-10, maxiter=None, eta=None, gamma=None,
+                      callback=None):
     """Sketched EAGLE: a fresh random orthogonal n × r sketch S every step (Ã = A S, B̃ = B S).
 
-    rng: a numpy.random.Generator. Returns (D, stats) with iterations and info.
+    rng: a numpy.random.Generator. Returns (D, stats) with iterations and info. callback(D_k) runs
+    after every step.
     """
     A, B, C = _check_blocks(A, B, C)
     n = A.shape[1]
@@ -400,6 +405,8 @@ def complete_sketched(A, B, C, r, rng, *, rtol=1e-10, maxiter=None, eta=None, ga
         A = A - e / lam * (As @ Ks @ S.T)
         B = B - e / lam * (Bs @ Ks @ S.T)
         D = D + dD
+        if callback is not None:
+            callback(D.copy())
         if not np.all(np.isfinite(D)):
             info = -2
             break

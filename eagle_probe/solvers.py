@@ -243,3 +243,132 @@ def run(name: str, A, b, *, reference=None, rtol=1e-10, maxiter=None, record=Tru
              if reference is not None else math.nan)
     return Run(name, int(info), iterations, seconds,
                iterations * flops_per_iteration(name, m, n), error, history)
+
+
+# --- distributed regime: the columns of the block prompt's A are split over M machines -------
+#
+# Least-squares reading: w (d' × d) minimises ‖w A − B‖_F over the n samples (columns), machine μ
+# holding A^μ, B^μ; the answer is D = w C. Every method reports rounds and floats sent per
+# machine per round; the error is ‖D_k − D*‖_F / ‖D*‖_F against D* = B A⁺ C.
+
+
+def _split(A, B, machines):
+    parts = eagle._split_columns(A.shape[1], machines)
+    return [A[:, p] for p in parts], [B[:, p] for p in parts]
+
+
+def _rel(D, ref):
+    return float(np.linalg.norm(D - ref)) / max(float(np.linalg.norm(ref)), 1e-300)
+
+
+def distributed_eagle(A, B, C, machines, reference, *, eps=1e-8, maxiter=500):
+    """Rounds of distributed EAGLE (solver_template.complete_distributed) to reach eps."""
+    errors = []
+
+    class Reached(Exception):
+        pass
+
+    def callback(D):
+        errors.append(_rel(D, reference))
+        if errors[-1] <= eps:
+            raise Reached
+
+    per_round = (A.shape[0] + B.shape[0]) * C.shape[1]
+    try:
+        eagle.complete_distributed(A, B, C, machines, rtol=0.0, maxiter=maxiter,
+                                   callback=callback)
+    except Reached:
+        pass
+    return {"method": "eagle", "rounds": len(errors), "error": errors[-1],
+            "floats_per_round": per_round}
+
+
+def distributed_gd(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000):
+    """Gradient descent on w with step 1/‖A‖₂²: one all-reduce of the d' × d gradient a round."""
+    As, Bs = _split(A, B, machines)
+    w = np.zeros((B.shape[0], A.shape[0]))
+    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
+    error = _rel(w @ C, reference)
+    rounds = 0
+    for rounds in range(1, maxiter + 1):
+        grad = sum((w @ Am - Bm) @ Am.T for Am, Bm in zip(As, Bs, strict=True))
+        w = w - step * grad
+        error = _rel(w @ C, reference)
+        if error <= eps:
+            break
+    return {"method": "distributed_gd", "rounds": rounds, "error": error,
+            "floats_per_round": w.size}
+
+
+def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
+    """Consensus ADMM on w; machine μ solves its regularised local problem exactly.
+
+    rho defaults to ‖A‖₂² / M. One round sends the d' × d vector w_μ + u_μ per machine.
+    """
+    As, Bs = _split(A, B, machines)
+    d = A.shape[0]
+    rho = eagle._spectral_norm(A) ** 2 / machines if rho is None else rho
+    factors = [np.linalg.cholesky(Am @ Am.T + rho * np.eye(d)) for Am in As]
+    rhs = [Bm @ Am.T for Am, Bm in zip(As, Bs, strict=True)]
+    ws = [np.zeros((B.shape[0], d)) for _ in As]
+    us = [np.zeros_like(w) for w in ws]
+    z = np.zeros_like(ws[0])
+    error, rounds = _rel(z @ C, reference), 0
+    for rounds in range(1, maxiter + 1):
+        for mu, L in enumerate(factors):
+            target = rhs[mu] + rho * (z - us[mu])  # w (A Aᵀ + ρ I) = target
+            ws[mu] = scipy.linalg.cho_solve((L, True), target.T).T
+        z = sum(w + u for w, u in zip(ws, us, strict=True)) / machines
+        for mu in range(machines):
+            us[mu] = us[mu] + ws[mu] - z
+        error = _rel(z @ C, reference)
+        if error <= eps:
+            break
+    return {"method": "admm", "rounds": rounds, "error": error, "floats_per_round": z.size,
+            "rho": rho}
+
+
+def diversity_index(A, machines) -> float:
+    """Smallest positive eigenvalue of the mean of the machines' projections onto range(A^μ)."""
+    As, _ = _split(A, A[:1], machines)
+    P = np.zeros((A.shape[0], A.shape[0]))
+    for Am in As:
+        U, s, _ = np.linalg.svd(Am, full_matrices=False)
+        k = int(np.sum(s > 1e-10 * max(s.max(), 1e-300)))
+        P += U[:, :k] @ U[:, :k].T
+    ev = np.linalg.eigvalsh(P / machines)
+    positive = ev[ev > 1e-10]
+    return float(positive.min()) if positive.size else 0.0
+
+
+# --- constrained regime: every step sees an n × r orthogonal sketch of the samples ----------
+
+
+def sketched_sgd(A, B, C, r, rng, reference, *, steps, lr=1.0):
+    """Sketched gradient descent on w: w ← w − lr/‖A S‖₂² (w A S − B S)(A S)ᵀ, S fresh each
+    step. Returns the error after each step and the FLOPs per step."""
+    n = A.shape[1]
+    w = np.zeros((B.shape[0], A.shape[0]))
+    errors = []
+    for _ in range(steps):
+        S, _ = np.linalg.qr(rng.standard_normal((n, r)))
+        As, Bs = A @ S, B @ S
+        step = lr / max(float(np.linalg.norm(As, 2)) ** 2, 1e-300)
+        w = w - step * (w @ As - Bs) @ As.T
+        errors.append(_rel(w @ C, reference))
+    d, dp = A.shape[0], B.shape[0]
+    flops = 2.0 * n * r * (d + dp) + 2 * n * r * r + 4.0 * dp * d * r + 2.0 * d * r * r
+    return errors, flops
+
+
+def sketched_eagle_errors(A, B, C, r, rng, reference, *, steps):
+    """Sketched EAGLE: error after each step (fresh sketch per step) and the FLOPs per step."""
+    errors: list[float] = []
+    eagle.complete_sketched(A, B, C, r, rng, rtol=0.0, maxiter=steps,
+                            eta=eagle.THEORY_ETA, gamma=eagle.THEORY_GAMMA,
+                            callback=lambda D: errors.append(_rel(D, reference)))
+    n = A.shape[1]
+    d, dp, q = A.shape[0], B.shape[0], C.shape[1]
+    flops = (2.0 * n * r * (d + dp) + 2 * n * r * r + 2.0 * d * r * r + 4.0 * (d + dp) * r * q
+             + 2.0 * (d + dp) * r * r + 2.0 * (d + dp) * r * n)
+    return errors, flops

@@ -1,0 +1,353 @@
+"""Benchmarks: the recovered solver against the network and against classical solvers.
+
+`run_bench(suite, out_dir)` writes one CSV per section, PNG plots and `summary.md`, and returns the
+tables. Suites are parameter grids:
+
+  quick   small sizes, a few minutes on 2 CPU cores (what the tests exercise)
+  paper   the paper's sizes (n = d = 240 and 2000; distributed n = d = 1000)
+  real    the SuiteSparse matrices, an RBF Nyström extrapolation, MovieLens-100K if present
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe import solver_template as eagle
+from eagle_probe import solvers
+
+DEFAULT_SUITESPARSE = Path(__file__).resolve().parents[2] / "shared" / "data" / "suitesparse"
+
+
+@dataclass(frozen=True)
+class Suite:
+    kappas: tuple[float, ...]
+    sizes: tuple[int, ...]
+    baselines: tuple[str, ...]
+    maxiter: int  # cap for the iterative baselines
+    dist_size: int
+    machines: tuple[int, ...]
+    dist_eps: float
+    dist_maxiter: int
+    sketch_size: int
+    sketch_steps: int
+    fidelity: bool
+    real: bool
+    centralized: bool = True
+
+
+SUITES = {
+    "quick": Suite(kappas=(1e2, 1e4), sizes=(60,), baselines=("lstsq", "cg", "lsmr", "gd",
+                   "newton_schulz"), maxiter=5000, dist_size=60, machines=(1, 3),
+                   dist_eps=1e-6, dist_maxiter=3000, sketch_size=48, sketch_steps=150,
+                   fidelity=True, real=False),
+    "paper": Suite(kappas=(1e2, 1e4, 1e6, 1e8), sizes=(240, 2000), baselines=(
+                   "lstsq", "cg", "lsqr", "lsmr", "gd", "lbfgs", "newton_schulz"),
+                   maxiter=20000, dist_size=1000, machines=(1, 3, 5, 8), dist_eps=1e-6,
+                   dist_maxiter=20000, sketch_size=240, sketch_steps=400, fidelity=True,
+                   real=False),
+    "real": Suite(kappas=(), sizes=(), baselines=("lstsq", "cg", "lsmr"), maxiter=20000,
+                  dist_size=0, machines=(), dist_eps=0, dist_maxiter=0, sketch_size=0,
+                  sketch_steps=0, fidelity=False, real=True, centralized=False),
+}
+
+
+def kappa_problem(m: int, n: int, kappa: float, rng: np.random.Generator):
+    """Dense A (m, n) with singular values geometric from 1 to 1/κ; b with a residual part."""
+    k = min(m, n)
+    U, _ = np.linalg.qr(rng.standard_normal((m, k)))
+    V, _ = np.linalg.qr(rng.standard_normal((n, k)))
+    A = (U * np.logspace(0, -math.log10(kappa), k)) @ V.T
+    return A, rng.standard_normal(m)
+
+
+def block_problem(d: int, n: int, rank: int, kappa: float, rng: np.random.Generator,
+                  q: int = 2):
+    """Blocks of a rank-`rank` X = [[A, C], [B, D]] whose A has condition number κ."""
+    U, _ = np.linalg.qr(rng.standard_normal((d + q, rank)))
+    V, _ = np.linalg.qr(rng.standard_normal((n + q, rank)))
+    X = (U * np.logspace(0, -math.log10(kappa), rank)) @ V.T
+    A, B, C = X[:d, :n], X[d:, :n], X[:d, n:]
+    return A, B, C, B @ np.linalg.pinv(A, rcond=1e-13) @ C
+
+
+# --- sections -----------------------------------------------------------------------------
+
+
+def centralized(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every solver on κ-prescribed dense problems; returns (summary, per-iteration history)."""
+    rows, hist = [], []
+    for n in suite.sizes:
+        for kappa in suite.kappas:
+            A, b = kappa_problem(n, n, kappa, rng)
+            ref = np.linalg.lstsq(A, b, rcond=None)[0]
+            names = ("eagle",) + tuple(
+                s for s in suite.baselines if not (n > 500 and s in ("gd", "lbfgs", "lsqr")))
+            for name in names:
+                r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
+                                maxiter=None if name in ("eagle", "newton_schulz") else
+                                suite.maxiter, record=n <= 500)
+                if n > 500:  # clean timing: rerun without the history callback
+                    r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
+                                    maxiter=None if name in ("eagle", "newton_schulz") else
+                                    suite.maxiter, record=False)
+                rows.append({"n": n, "kappa": kappa} | r.to_dict())
+                hist += [{"n": n, "kappa": kappa, "solver": name, "iteration": i + 1,
+                          "error": e} for i, e in enumerate(r.history)]
+    table = pd.DataFrame(rows)
+    for (n, kappa), group in table.groupby(["n", "kappa"]):
+        base = group[group.solver == "lstsq"].seconds
+        if len(base):
+            table.loc[group.index, "time_vs_lstsq"] = group.seconds / float(base.iloc[0])
+    return table, pd.DataFrame(hist)
+
+
+def distributed(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rounds and floats per machine to reach eps: EAGLE vs distributed GD vs ADMM; then a
+    diversity-index sweep for EAGLE."""
+    d = n = suite.dist_size
+    A, B, C, ref = block_problem(d, n, rank=10, kappa=10.0, rng=rng)
+    rows = []
+    for M in suite.machines:
+        div = solvers.diversity_index(A, M)
+        for fn in (solvers.distributed_eagle, solvers.distributed_gd, solvers.admm):
+            start = time.perf_counter()
+            res = fn(A, B, C, M, ref, eps=suite.dist_eps, maxiter=suite.dist_maxiter)
+            res = dict(res)
+            res.pop("rho", None)
+            rows.append({"machines": M, "diversity": div, "seconds":
+                         time.perf_counter() - start} | res |
+                        {"floats_total": res["rounds"] * res["floats_per_round"],
+                         "reached": res["error"] <= suite.dist_eps})
+    table = pd.DataFrame(rows)
+    sweep = []
+    M = max(suite.machines)
+    for overlap in (1.0, 0.3, 0.1, 0.03, 0.01):
+        Ad, Bd, Cd, refd = diverse_problem(d, M, overlap, rng)
+        res = solvers.distributed_eagle(Ad, Bd, Cd, M, refd, eps=suite.dist_eps,
+                                        maxiter=min(2000, suite.dist_maxiter))
+        sweep.append({"machines": M, "overlap": overlap,
+                      "diversity": solvers.diversity_index(Ad, M)} | res)
+    return table, pd.DataFrame(sweep)
+
+
+def diverse_problem(d: int, machines: int, overlap: float, rng: np.random.Generator,
+                    rank: int = 12, per_machine: int = 6):
+    """Machines whose column spaces cover a shared `rank`-dim space unevenly.
+
+    Machine μ's columns span Q (E_μ + overlap · N_μ): E_μ picks `per_machine` coordinates of its
+    own (cyclically), N_μ is Gaussian. overlap → 0 leaves each machine its own few directions;
+    larger overlap mixes them. The diversity index is measured, not set.
+    """
+    Q, _ = np.linalg.qr(rng.standard_normal((d + 2, rank)))
+    cols = []
+    for mu in range(machines):
+        E = np.zeros((rank, per_machine))
+        start = (mu * rank) // machines
+        E[(start + np.arange(per_machine)) % rank, np.arange(per_machine)] = 1.0
+        cols.append(Q @ (E + overlap * rng.standard_normal((rank, per_machine))))
+    X = np.hstack(cols + [Q @ rng.standard_normal((rank, 2))])
+    A, B, C = X[:d, :-2], X[d:, :-2], X[:d, -2:]
+    return A, B, C, B @ np.linalg.pinv(A, rcond=1e-13) @ C
+
+
+def constrained(suite: Suite, rng: np.random.Generator) -> pd.DataFrame:
+    """Sketched EAGLE vs sketched SGD at equal FLOPs for r ∈ {n/8, n/4, n/2, n}."""
+    n = suite.sketch_size
+    A, B, C, ref = block_problem(n, n, rank=n // 4, kappa=10.0, rng=rng)
+    rows = []
+    for frac in (8, 4, 2, 1):
+        r = max(1, n // frac)
+        e_err, e_flops = solvers.sketched_eagle_errors(A, B, C, r, np.random.default_rng(1), ref,
+                                                       steps=suite.sketch_steps)
+        budget = e_flops * len(e_err)
+        s_steps = int(budget // solvers.sketched_sgd(A, B, C, r, np.random.default_rng(2), ref,
+                                                     steps=1)[1])
+        s_err, s_flops = solvers.sketched_sgd(A, B, C, r, np.random.default_rng(2), ref,
+                                              steps=max(1, s_steps))
+        for frac_budget in (0.25, 0.5, 1.0):
+            fl = frac_budget * budget
+            e_at = e_err[max(0, min(len(e_err), int(fl // e_flops)) - 1)]
+            s_at = s_err[max(0, min(len(s_err), int(fl // s_flops)) - 1)]
+            rows.append({"n": n, "r": r, "flops": fl, "eagle_error": e_at, "sgd_error": s_at,
+                         "ratio_sgd_over_eagle": s_at / max(e_at, 1e-300)})
+    return pd.DataFrame(rows)
+
+
+def real_data(suite: Suite, rng: np.random.Generator,
+              root: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """SuiteSparse matrices as least-squares problems, an RBF Nyström slice, MovieLens."""
+    import scipy.io
+
+    notes = []
+    root = Path(os.environ.get("EAGLE_PROBE_SUITESPARSE", root or DEFAULT_SUITESPARSE))
+    rows = []
+    files = sorted(root.glob("*.mtx")) if root.is_dir() else []
+    if not files:
+        notes.append(f"SuiteSparse matrices not found under {root}: skipped")
+    for path in files:
+        A = scipy.io.mmread(path)
+        A = np.asarray(A.todense() if hasattr(A, "todense") else A, dtype=np.float64)
+        b = rng.standard_normal(A.shape[0])
+        start = time.perf_counter()
+        ref = np.linalg.lstsq(A, b, rcond=None)[0]
+        t_ref = time.perf_counter() - start
+        for name in ("eagle",) + suite.baselines:
+            r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
+                            maxiter=None if name == "eagle" else suite.maxiter, record=False)
+            rows.append({"matrix": path.stem, "m": A.shape[0], "n": A.shape[1]} | r.to_dict()
+                        | {"reached_1e-8": r.error <= 1e-8, "lstsq_seconds": t_ref})
+    table = pd.DataFrame(rows)
+    nys = nystrom_rbf(rng)
+    table = pd.concat([table, nys], ignore_index=True)
+    notes.append(movielens_note())
+    return table, notes
+
+
+def nystrom_rbf(rng: np.random.Generator, landmarks: int = 240, dim: int = 3) -> pd.DataFrame:
+    """Extrapolate an RBF kernel to unseen points from landmarks: EAGLE vs the exact B A⁺ C."""
+    pts = rng.standard_normal((landmarks + 4, dim))
+    K = np.exp(-np.square(pts[:, None] - pts[None]).sum(-1) / (2 * 1.5**2))
+    A, B, C, D = K[:landmarks, :landmarks], K[landmarks:, :landmarks], K[:landmarks, landmarks:], \
+        K[landmarks:, landmarks:]
+    exact = B @ np.linalg.pinv(A, rcond=1e-10) @ C
+    start = time.perf_counter()
+    est, info, its = eagle.complete(A, B, C, rtol=1e-10, return_info=True)
+    return pd.DataFrame([{
+        "matrix": "nystrom_rbf", "m": landmarks, "n": landmarks, "solver": "eagle",
+        "info": info, "iterations": its, "seconds": time.perf_counter() - start,
+        "error": float(np.linalg.norm(est - exact) / np.linalg.norm(exact)),
+        "error_vs_truth": float(np.linalg.norm(est - D) / np.linalg.norm(D)),
+    }])
+
+
+def movielens_note() -> str:
+    spec = importlib.util.find_spec("recbole")
+    if spec is None or not spec.submodule_search_locations:
+        return "MovieLens-100K: skipped (install the optional `recbole` package with --no-deps)"
+    base = Path(list(spec.submodule_search_locations)[0])
+    found = list(base.rglob("ml-100k*"))
+    return f"MovieLens-100K: files found under {base} ({len(found)}); completion not run here"
+
+
+def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
+    """Exported faithful solver vs the network on held-out prompts, per layer (Table 1 metric)."""
+    from eagle_probe import checkpoint, fit
+    from eagle_probe.capture import capture, probe_batch
+    from eagle_probe.extract import extract, structure_of
+
+    paper = {"centralized": (2.36, 5.27, 3.70, 2.16), "distributed": (0.62, 1.40, 1.28, 1.32),
+             "constrained": (0.01, 0.02, 0.13, 0.14)}
+    rows = []
+    for name in ("centralized", "distributed", "constrained"):
+        path = models / f"{name}.pt"
+        if not path.exists():
+            continue
+        model, task, _ = checkpoint.load(path)
+        ex = extract(model, task, probe_batch_size=256, seed=0, control=False, test_batch=64)
+        held = capture(model, probe_batch(task, 512, 1))
+        st = structure_of(model)
+        if (ex.layers.structure == "centralized").all():
+            st = fit.Structure("centralized")
+        fid = fit.fidelity(held, st, ex.layers.a_step, ex.layers.c_step)
+        for layer, value in enumerate(fid):
+            ref = paper[name][layer] * 1e-4 if layer < 4 else math.nan
+            rows.append({"model": name, "layer": layer + 1, "fidelity": value,
+                         "paper": ref, "better_than_paper": value <= ref})
+    return pd.DataFrame(rows)
+
+
+# --- driver -------------------------------------------------------------------------------
+
+
+def run_bench(suite_name: str, out: Path, *, seed: int = 0, models: Path | None = None,
+              log=print) -> dict[str, pd.DataFrame]:
+    if suite_name not in SUITES:
+        raise ValueError(f"unknown suite {suite_name!r}; choose from {', '.join(SUITES)}")
+    suite = SUITES[suite_name]
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tables: dict[str, pd.DataFrame] = {}
+    notes: list[str] = []
+    models = models or Path(__file__).resolve().parents[1] / "trained_models"
+    if suite.fidelity:
+        log("fidelity: exported faithful solver vs network")
+        tables["fidelity"] = fidelity(rng, models)
+    if suite.centralized:
+        log("centralized: κ sweep")
+        tables["centralized"], tables["centralized_history"] = centralized(suite, rng)
+        log("distributed: machines and diversity")
+        tables["distributed"], tables["diversity"] = distributed(suite, rng)
+        log("constrained: sketch sizes at equal FLOPs")
+        tables["constrained"] = constrained(suite, rng)
+    if suite.real:
+        log("real data")
+        tables["real"], notes = real_data(suite, rng)
+    for name, table in tables.items():
+        table.to_csv(out / f"{name}.csv", index=False)
+    figures = plots(tables)
+    for name, fig in figures.items():
+        fig.savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")
+    (out / "summary.md").write_text(summary(suite_name, tables, notes))
+    return tables
+
+
+def plots(tables: dict[str, pd.DataFrame]) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = {}
+    hist = tables.get("centralized_history")
+    if hist is not None and len(hist):
+        groups = list(hist.groupby(["n", "kappa"]))
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False)
+        for ax, ((n, kappa), g) in zip(axes[0], groups, strict=True):
+            for solver, s in g.groupby("solver"):
+                ax.loglog(s.iteration, s.error.clip(lower=1e-17), label=solver)
+            ax.set(title=f"n = {n}, κ = {kappa:.0e}", xlabel="iteration",
+                   ylabel="‖x − x_lstsq‖ / ‖x_lstsq‖")
+        axes[0][0].legend(fontsize=7)
+        figs["centralized_error_vs_iteration"] = fig
+    dist = tables.get("distributed")
+    if dist is not None and len(dist):
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        for method, g in dist.groupby("method"):
+            ax.semilogy(g.machines, g.floats_total, "o-", label=method)
+        ax.set(xlabel="machines M", ylabel="floats sent per machine to ε")
+        ax.legend()
+        figs["distributed_communication"] = fig
+    con = tables.get("constrained")
+    if con is not None and len(con):
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        full = con[con.flops == con.groupby("r").flops.transform("max")]
+        ax.semilogy(full.r, full.eagle_error, "o-", label="sketched EAGLE")
+        ax.semilogy(full.r, full.sgd_error, "s-", label="sketched SGD")
+        ax.set(xlabel="sketch size r", ylabel="error at equal FLOPs")
+        ax.legend()
+        figs["constrained_equal_flops"] = fig
+    return figs
+
+
+def summary(suite_name: str, tables: dict[str, pd.DataFrame], notes: list[str]) -> str:
+    lines = [f"# eagle-probe bench: {suite_name}", ""]
+    for name, table in tables.items():
+        if name.endswith("history"):
+            continue
+        lines += [f"## {name}", "", table.to_markdown(index=False, floatfmt=".3g")
+                  if _has_tabulate() else "```\n" + table.to_string(index=False) + "\n```", ""]
+    if notes:
+        lines += ["## notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def _has_tabulate() -> bool:
+    return importlib.util.find_spec("tabulate") is not None
