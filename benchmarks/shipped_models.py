@@ -3,8 +3,8 @@
 Usage: python benchmarks/shipped_models.py [--batch 20000] [--seed 2026] [--json OUT]
 
 Prints, per model, the test MSE against the zero predictor and B A⁺ C, the median and worst prompt,
-and how long each evaluation took. Targets: ≥ 10× below the zero predictor in every regime, ≥ 12× for
-centralized.pt, every prompt finite.
+and how long each evaluation took. Targets: ≥ 10× below the zero predictor in every regime,
+≥ 12× for centralized.pt, every prompt finite.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def main() -> None:
                 "worst_mse": result["worst_mse"],
                 "nonfinite": result["nonfinite_prompts"],
                 "target": target,
-                "meets_target": bool(result["improvement"] >= target
-                                     and result["nonfinite_prompts"] == 0),
+                "meets_target": bool(
+                    result["improvement"] >= target and result["nonfinite_prompts"] == 0
+                ),
                 "eval_s": round(time.perf_counter() - start, 2),
             }
         )

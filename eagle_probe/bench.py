@@ -44,18 +44,49 @@ class Suite:
 
 
 SUITES = {
-    "quick": Suite(kappas=(1e2, 1e4), sizes=(60,), baselines=("lstsq", "cg", "lsmr", "gd",
-                   "newton_schulz"), maxiter=5000, dist_size=60, machines=(1, 3),
-                   dist_eps=1e-6, dist_maxiter=3000, sketch_size=48, sketch_steps=150,
-                   fidelity=True, real=False),
-    "paper": Suite(kappas=(1e2, 1e4, 1e6, 1e8), sizes=(240, 2000), baselines=(
-                   "lstsq", "cg", "lsqr", "lsmr", "gd", "lbfgs", "newton_schulz"),
-                   maxiter=20000, dist_size=1000, machines=(1, 3, 5, 8), dist_eps=1e-6,
-                   dist_maxiter=20000, sketch_size=240, sketch_steps=400, fidelity=True,
-                   real=False),
-    "real": Suite(kappas=(), sizes=(), baselines=("lstsq", "cg", "lsmr"), maxiter=20000,
-                  dist_size=0, machines=(), dist_eps=0, dist_maxiter=0, sketch_size=0,
-                  sketch_steps=0, fidelity=False, real=True, centralized=False),
+    "quick": Suite(
+        kappas=(1e2, 1e4),
+        sizes=(60,),
+        baselines=("lstsq", "cg", "lsmr", "gd", "newton_schulz"),
+        maxiter=5000,
+        dist_size=60,
+        machines=(1, 3),
+        dist_eps=1e-6,
+        dist_maxiter=3000,
+        sketch_size=48,
+        sketch_steps=150,
+        fidelity=True,
+        real=False,
+    ),
+    "paper": Suite(
+        kappas=(1e2, 1e4, 1e6, 1e8),
+        sizes=(240, 2000),
+        baselines=("lstsq", "cg", "lsqr", "lsmr", "gd", "lbfgs", "newton_schulz"),
+        maxiter=20000,
+        dist_size=1000,
+        machines=(1, 3, 5, 8),
+        dist_eps=1e-6,
+        dist_maxiter=20000,
+        sketch_size=240,
+        sketch_steps=400,
+        fidelity=True,
+        real=False,
+    ),
+    "real": Suite(
+        kappas=(),
+        sizes=(),
+        baselines=("lstsq", "cg", "lsmr"),
+        maxiter=20000,
+        dist_size=0,
+        machines=(),
+        dist_eps=0,
+        dist_maxiter=0,
+        sketch_size=0,
+        sketch_steps=0,
+        fidelity=False,
+        real=True,
+        centralized=False,
+    ),
 }
 
 
@@ -68,8 +99,7 @@ def kappa_problem(m: int, n: int, kappa: float, rng: np.random.Generator):
     return A, rng.standard_normal(m)
 
 
-def block_problem(d: int, n: int, rank: int, kappa: float, rng: np.random.Generator,
-                  q: int = 2):
+def block_problem(d: int, n: int, rank: int, kappa: float, rng: np.random.Generator, q: int = 2):
     """Blocks of a rank-`rank` X = [[A, C], [B, D]] whose A has condition number κ."""
     U, _ = np.linalg.qr(rng.standard_normal((d + q, rank)))
     V, _ = np.linalg.qr(rng.standard_normal((n + q, rank)))
@@ -89,20 +119,35 @@ def centralized(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, p
             A, b = kappa_problem(n, n, kappa, rng)
             ref = np.linalg.lstsq(A, b, rcond=None)[0]
             names = ("eagle",) + tuple(
-                s for s in suite.baselines if not (n > 500 and s in ("gd", "lbfgs", "lsqr")))
+                s for s in suite.baselines if not (n > 500 and s in ("gd", "lbfgs", "lsqr"))
+            )
             for name in names:
-                r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
-                                maxiter=None if name in ("eagle", "newton_schulz") else
-                                suite.maxiter, record=n <= 500)
+                r = solvers.run(
+                    name,
+                    A,
+                    b,
+                    reference=ref,
+                    rtol=1e-10,
+                    maxiter=None if name in ("eagle", "newton_schulz") else suite.maxiter,
+                    record=n <= 500,
+                )
                 if n > 500:  # clean timing: rerun without the history callback
-                    r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
-                                    maxiter=None if name in ("eagle", "newton_schulz") else
-                                    suite.maxiter, record=False)
+                    r = solvers.run(
+                        name,
+                        A,
+                        b,
+                        reference=ref,
+                        rtol=1e-10,
+                        maxiter=None if name in ("eagle", "newton_schulz") else suite.maxiter,
+                        record=False,
+                    )
                 rows.append({"n": n, "kappa": kappa} | r.to_dict())
-                hist += [{"n": n, "kappa": kappa, "solver": name, "iteration": i + 1,
-                          "error": e} for i, e in enumerate(r.history)]
+                hist += [
+                    {"n": n, "kappa": kappa, "solver": name, "iteration": i + 1, "error": e}
+                    for i, e in enumerate(r.history)
+                ]
     table = pd.DataFrame(rows)
-    for (n, kappa), group in table.groupby(["n", "kappa"]):
+    for _, group in table.groupby(["n", "kappa"]):
         base = group[group.solver == "lstsq"].seconds
         if len(base):
             table.loc[group.index, "time_vs_lstsq"] = group.seconds / float(base.iloc[0])
@@ -122,24 +167,36 @@ def distributed(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, p
             res = fn(A, B, C, M, ref, eps=suite.dist_eps, maxiter=suite.dist_maxiter)
             res = dict(res)
             res.pop("rho", None)
-            rows.append({"machines": M, "diversity": div, "seconds":
-                         time.perf_counter() - start} | res |
-                        {"floats_total": res["rounds"] * res["floats_per_round"],
-                         "reached": res["error"] <= suite.dist_eps})
+            rows.append(
+                {"machines": M, "diversity": div, "seconds": time.perf_counter() - start}
+                | res
+                | {
+                    "floats_total": res["rounds"] * res["floats_per_round"],
+                    "reached": res["error"] <= suite.dist_eps,
+                }
+            )
     table = pd.DataFrame(rows)
     sweep = []
     M = max(suite.machines)
     for overlap in (1.0, 0.3, 0.1, 0.03, 0.01):
         Ad, Bd, Cd, refd = diverse_problem(d, M, overlap, rng)
-        res = solvers.distributed_eagle(Ad, Bd, Cd, M, refd, eps=suite.dist_eps,
-                                        maxiter=min(2000, suite.dist_maxiter))
-        sweep.append({"machines": M, "overlap": overlap,
-                      "diversity": solvers.diversity_index(Ad, M)} | res)
+        res = solvers.distributed_eagle(
+            Ad, Bd, Cd, M, refd, eps=suite.dist_eps, maxiter=min(2000, suite.dist_maxiter)
+        )
+        sweep.append(
+            {"machines": M, "overlap": overlap, "diversity": solvers.diversity_index(Ad, M)} | res
+        )
     return table, pd.DataFrame(sweep)
 
 
-def diverse_problem(d: int, machines: int, overlap: float, rng: np.random.Generator,
-                    rank: int = 12, per_machine: int = 6):
+def diverse_problem(
+    d: int,
+    machines: int,
+    overlap: float,
+    rng: np.random.Generator,
+    rank: int = 12,
+    per_machine: int = 6,
+):
     """Machines whose column spaces cover a shared `rank`-dim space unevenly.
 
     Machine μ's columns span Q (E_μ + overlap · N_μ): E_μ picks `per_machine` coordinates of its
@@ -165,25 +222,40 @@ def constrained(suite: Suite, rng: np.random.Generator) -> pd.DataFrame:
     rows = []
     for frac in (8, 4, 2, 1):
         r = max(1, n // frac)
-        e_err, e_flops = solvers.sketched_eagle_errors(A, B, C, r, np.random.default_rng(1), ref,
-                                                       steps=suite.sketch_steps)
+        e_err, e_flops = solvers.sketched_eagle_errors(
+            A, B, C, r, np.random.default_rng(1), ref, steps=suite.sketch_steps
+        )
         budget = e_flops * len(e_err)
-        s_steps = int(budget // solvers.sketched_sgd(A, B, C, r, np.random.default_rng(2), ref,
-                                                     steps=1)[1])
-        s_err, s_flops = solvers.sketched_sgd(A, B, C, r, np.random.default_rng(2), ref,
-                                              steps=max(1, s_steps))
+        s_steps = int(
+            budget // solvers.sketched_sgd(A, B, C, r, np.random.default_rng(2), ref, steps=1)[1]
+        )
+        s_err, s_flops = solvers.sketched_sgd(
+            A, B, C, r, np.random.default_rng(2), ref, steps=max(1, s_steps)
+        )
         for frac_budget in (0.25, 0.5, 1.0):
             fl = frac_budget * budget
             e_at = e_err[max(0, min(len(e_err), int(fl // e_flops)) - 1)]
             s_at = s_err[max(0, min(len(s_err), int(fl // s_flops)) - 1)]
-            rows.append({"n": n, "r": r, "flops": fl, "eagle_error": e_at, "sgd_error": s_at,
-                         "ratio_sgd_over_eagle": s_at / max(e_at, 1e-300)})
+            rows.append(
+                {
+                    "n": n,
+                    "r": r,
+                    "flops": fl,
+                    "eagle_error": e_at,
+                    "sgd_error": s_at,
+                    "ratio_sgd_over_eagle": s_at / max(e_at, 1e-300),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def real_data(suite: Suite, rng: np.random.Generator,
-              root: Path | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """SuiteSparse matrices as least-squares problems, an RBF Nyström slice, MovieLens."""
+def real_data(
+    suite: Suite, rng: np.random.Generator, root: Path | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """SuiteSparse matrices as least-squares problems, an RBF Nyström slice, MovieLens.
+
+    b = A x_true with x_true Gaussian; the reference is numpy's lstsq (rcond = max(m, n)·eps),
+    the minimum-norm solution for the singular matrices."""
     import scipy.io
 
     notes = []
@@ -195,15 +267,26 @@ def real_data(suite: Suite, rng: np.random.Generator,
     for path in files:
         A = scipy.io.mmread(path)
         A = np.asarray(A.todense() if hasattr(A, "todense") else A, dtype=np.float64)
-        b = rng.standard_normal(A.shape[0])
+        # A consistent right-hand side: the reference is then sensitive to κ, not κ².
+        b = A @ rng.standard_normal(A.shape[1])
         start = time.perf_counter()
         ref = np.linalg.lstsq(A, b, rcond=None)[0]
         t_ref = time.perf_counter() - start
         for name in ("eagle",) + suite.baselines:
-            r = solvers.run(name, A, b, reference=ref, rtol=1e-10,
-                            maxiter=None if name == "eagle" else suite.maxiter, record=False)
-            rows.append({"matrix": path.stem, "m": A.shape[0], "n": A.shape[1]} | r.to_dict()
-                        | {"reached_1e-8": r.error <= 1e-8, "lstsq_seconds": t_ref})
+            r = solvers.run(
+                name,
+                A,
+                b,
+                reference=ref,
+                rtol=1e-10,
+                maxiter=None if name == "eagle" else suite.maxiter,
+                record=False,
+            )
+            rows.append(
+                {"matrix": path.stem, "m": A.shape[0], "n": A.shape[1]}
+                | r.to_dict()
+                | {"reached_1e-8": r.error <= 1e-8, "lstsq_seconds": t_ref}
+            )
     table = pd.DataFrame(rows)
     nys = nystrom_rbf(rng)
     table = pd.concat([table, nys], ignore_index=True)
@@ -215,17 +298,30 @@ def nystrom_rbf(rng: np.random.Generator, landmarks: int = 240, dim: int = 3) ->
     """Extrapolate an RBF kernel to unseen points from landmarks: EAGLE vs the exact B A⁺ C."""
     pts = rng.standard_normal((landmarks + 4, dim))
     K = np.exp(-np.square(pts[:, None] - pts[None]).sum(-1) / (2 * 1.5**2))
-    A, B, C, D = K[:landmarks, :landmarks], K[landmarks:, :landmarks], K[:landmarks, landmarks:], \
-        K[landmarks:, landmarks:]
+    A, B, C, D = (
+        K[:landmarks, :landmarks],
+        K[landmarks:, :landmarks],
+        K[:landmarks, landmarks:],
+        K[landmarks:, landmarks:],
+    )
     exact = B @ np.linalg.pinv(A, rcond=1e-10) @ C
     start = time.perf_counter()
     est, info, its = eagle.complete(A, B, C, rtol=1e-10, return_info=True)
-    return pd.DataFrame([{
-        "matrix": "nystrom_rbf", "m": landmarks, "n": landmarks, "solver": "eagle",
-        "info": info, "iterations": its, "seconds": time.perf_counter() - start,
-        "error": float(np.linalg.norm(est - exact) / np.linalg.norm(exact)),
-        "error_vs_truth": float(np.linalg.norm(est - D) / np.linalg.norm(D)),
-    }])
+    return pd.DataFrame(
+        [
+            {
+                "matrix": "nystrom_rbf",
+                "m": landmarks,
+                "n": landmarks,
+                "solver": "eagle",
+                "info": info,
+                "iterations": its,
+                "seconds": time.perf_counter() - start,
+                "error": float(np.linalg.norm(est - exact) / np.linalg.norm(exact)),
+                "error_vs_truth": float(np.linalg.norm(est - D) / np.linalg.norm(D)),
+            }
+        ]
+    )
 
 
 def movielens_note() -> str:
@@ -243,8 +339,11 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
     from eagle_probe.capture import capture, probe_batch
     from eagle_probe.extract import extract, structure_of
 
-    paper = {"centralized": (2.36, 5.27, 3.70, 2.16), "distributed": (0.62, 1.40, 1.28, 1.32),
-             "constrained": (0.01, 0.02, 0.13, 0.14)}
+    paper = {
+        "centralized": (2.36, 5.27, 3.70, 2.16),
+        "distributed": (0.62, 1.40, 1.28, 1.32),
+        "constrained": (0.01, 0.02, 0.13, 0.14),
+    }
     rows = []
     for name in ("centralized", "distributed", "constrained"):
         path = models / f"{name}.pt"
@@ -259,16 +358,24 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
         fid = fit.fidelity(held, st, ex.layers.a_step, ex.layers.c_step)
         for layer, value in enumerate(fid):
             ref = paper[name][layer] * 1e-4 if layer < 4 else math.nan
-            rows.append({"model": name, "layer": layer + 1, "fidelity": value,
-                         "paper": ref, "better_than_paper": value <= ref})
+            rows.append(
+                {
+                    "model": name,
+                    "layer": layer + 1,
+                    "fidelity": value,
+                    "paper": ref,
+                    "better_than_paper": value <= ref,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # --- driver -------------------------------------------------------------------------------
 
 
-def run_bench(suite_name: str, out: Path, *, seed: int = 0, models: Path | None = None,
-              log=print) -> dict[str, pd.DataFrame]:
+def run_bench(
+    suite_name: str, out: Path, *, seed: int = 0, models: Path | None = None, log=print
+) -> dict[str, pd.DataFrame]:
     if suite_name not in SUITES:
         raise ValueError(f"unknown suite {suite_name!r}; choose from {', '.join(SUITES)}")
     suite = SUITES[suite_name]
@@ -313,8 +420,11 @@ def plots(tables: dict[str, pd.DataFrame]) -> dict:
         for ax, ((n, kappa), g) in zip(axes[0], groups, strict=True):
             for solver, s in g.groupby("solver"):
                 ax.loglog(s.iteration, s.error.clip(lower=1e-17), label=solver)
-            ax.set(title=f"n = {n}, κ = {kappa:.0e}", xlabel="iteration",
-                   ylabel="‖x − x_lstsq‖ / ‖x_lstsq‖")
+            ax.set(
+                title=f"n = {n}, κ = {kappa:.0e}",
+                xlabel="iteration",
+                ylabel="‖x − x_lstsq‖ / ‖x_lstsq‖",
+            )
         axes[0][0].legend(fontsize=7)
         figs["centralized_error_vs_iteration"] = fig
     dist = tables.get("distributed")
@@ -342,8 +452,14 @@ def summary(suite_name: str, tables: dict[str, pd.DataFrame], notes: list[str]) 
     for name, table in tables.items():
         if name.endswith("history"):
             continue
-        lines += [f"## {name}", "", table.to_markdown(index=False, floatfmt=".3g")
-                  if _has_tabulate() else "```\n" + table.to_string(index=False) + "\n```", ""]
+        lines += [
+            f"## {name}",
+            "",
+            table.to_markdown(index=False, floatfmt=".3g")
+            if _has_tabulate()
+            else "```\n" + table.to_string(index=False) + "\n```",
+            "",
+        ]
     if notes:
         lines += ["## notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)

@@ -88,7 +88,9 @@ def check_probe(prompt: Prompt) -> None:
             raise EagleProbeError(f"probe block {name} contains NaN or Inf")
     norms = torch.linalg.matrix_norm(prompt.A.to(torch.float64))
     if bool((norms == 0).any()):
-        raise EagleProbeError("probe batch holds a prompt whose A block is all zero; nothing to fit")
+        raise EagleProbeError(
+            "probe batch holds a prompt whose A block is all zero; nothing to fit"
+        )
 
 
 @torch.no_grad()
@@ -106,10 +108,11 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
     z0 = prompt.z0()
     b, L, d, n, dp, npr = z0.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
     _, cache = model.run_with_cache(z0)
-    Z = torch.stack([cache["hook_resid_pre"]] +
-                    [cache[f"blocks.{l}.hook_resid_post"] for l in range(L)])  # (L+1, b, T, E)
-    head_out = torch.stack([cache[f"blocks.{l}.attn.hook_head_out"] for l in range(L)])
-    scores = torch.stack([cache[f"blocks.{l}.attn.hook_scores"] for l in range(L)])
+    Z = torch.stack(
+        [cache["hook_resid_pre"]] + [cache[f"blocks.{i}.hook_resid_post"] for i in range(L)]
+    )  # (L+1, b, T, E)
+    head_out = torch.stack([cache[f"blocks.{i}.attn.hook_head_out"] for i in range(L)])
+    scores = torch.stack([cache[f"blocks.{i}.attn.hook_scores"] for i in range(L)])
     scale = model.prompt_scale(z0)[:, 0, 0]  # (b,)
 
     # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
@@ -120,8 +123,8 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
     probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (b, groups, T, E)
     probe[:, :, :d, n:] = basis * scale[:, None, None, None]  # C_prompt = s e_j → C_internal = e_j
     probe = probe.reshape(b * groups, *z0.shape[1:])
-    names = [f"blocks.{l}.hook_resid_post" for l in range(L)]
-    names += [f"blocks.{l}.attn.hook_head_out" for l in range(L)]
+    names = [f"blocks.{i}.hook_resid_post" for i in range(L)]
+    names += [f"blocks.{i}.attn.hook_head_out" for i in range(L)]
     _, pcache = model.run_with_cache(probe, names_filter=lambda name: name in names)
 
     def slot_response(t: torch.Tensor) -> torch.Tensor:
@@ -132,10 +135,10 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
         return t[..., :d]
 
     v = [torch.zeros(b, dp, d, dtype=torch.float64)]
-    v += [slot_response(pcache[f"blocks.{l}.hook_resid_post"][:, d:, n:]) for l in range(L)]
+    v += [slot_response(pcache[f"blocks.{i}.hook_resid_post"][:, d:, n:]) for i in range(L)]
     v = torch.stack(v)  # (L+1, b, d', d)
     v_heads = torch.stack(
-        [slot_response(pcache[f"blocks.{l}.attn.hook_head_out"][:, :, d:, n:]) for l in range(L)]
+        [slot_response(pcache[f"blocks.{i}.attn.hook_head_out"][:, :, d:, n:]) for i in range(L)]
     )  # (L, b, h, d', d)
     x = -v.transpose(-1, -2)  # (L+1, b, d, d')
     dx_heads = -v_heads.transpose(-1, -2)  # (L, b, h, d, d')
@@ -151,7 +154,14 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
         return t.detach().cpu().numpy().astype(np.float64)
 
     return Capture(
-        d=d, n=n, Z=np64(Z), head_out=np64(head_out), scores=np64(scores), scale=np64(scale),
-        x=np64(x), dx_heads=np64(dx_heads), linearity_deviation=np64(deviation),
+        d=d,
+        n=n,
+        Z=np64(Z),
+        head_out=np64(head_out),
+        scores=np64(scores),
+        scale=np64(scale),
+        x=np64(x),
+        dx_heads=np64(dx_heads),
+        linearity_deviation=np64(deviation),
         target=np64(prompt.D),
     )

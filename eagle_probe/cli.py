@@ -76,49 +76,85 @@ def build_parser() -> Parser:
     train.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
     train.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)}")
     train.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
-    train.add_argument("--heads", type=_positive_int, default=None,
-                       help="heads per layer (1; distributed: one per machine)")
-    train.add_argument("--machines", type=_positive_int, default=3,
-                       help="distributed: machines M, must divide n (3)")
-    train.add_argument("--rank", type=_positive_int, default=5,
-                       help="constrained: query/key width r <= n (5)")
+    train.add_argument(
+        "--heads",
+        type=_positive_int,
+        default=None,
+        help="heads per layer (1; distributed: one per machine)",
+    )
+    train.add_argument(
+        "--machines",
+        type=_positive_int,
+        default=3,
+        help="distributed: machines M, must divide n (3)",
+    )
+    train.add_argument(
+        "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
+    )
     train.add_argument("--n", type=_positive_int, default=18, help="columns of A (18)")
     train.add_argument("--d", type=_positive_int, default=18, help="rows of A (18)")
     train.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
     train.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
-    train.add_argument("--task-rank", type=_positive_int, default=10,
-                       help="rank s of the prompt matrices X (10)")
-    train.add_argument("--alpha", type=_finite_float, default=0.7,
-                       help="anisotropy α of the paper distribution (0.7)")
-    train.add_argument("--kappa", type=_finite_float, default=None,
-                       help="prescribe the condition number of A instead")
+    train.add_argument(
+        "--task-rank", type=_positive_int, default=10, help="rank s of the prompt matrices X (10)"
+    )
+    train.add_argument(
+        "--alpha",
+        type=_finite_float,
+        default=0.7,
+        help="anisotropy α of the paper distribution (0.7)",
+    )
+    train.add_argument(
+        "--kappa",
+        type=_finite_float,
+        default=None,
+        help="prescribe the condition number of A instead",
+    )
     train.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
     train.add_argument("--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)}")
     train.add_argument("--readout", default="negate", help=f"one of {', '.join(READOUTS)}")
-    train.add_argument("--normalize", default="spectral",
-                       help=f"one of {', '.join(NORMALIZE)}; divide each prompt by that norm of A "
-                       "(spectral; none is the paper's plain model, unstable to train)")
+    train.add_argument(
+        "--normalize",
+        default="spectral",
+        help=f"one of {', '.join(NORMALIZE)}; divide each prompt by that norm of A "
+        "(spectral; none is the paper's plain model, unstable to train)",
+    )
     train.add_argument("--init", default="normal", help="normal or orthogonal_half")
-    train.add_argument("--init-std", type=_finite_float, default=0.02,
-                       help="std of the random initialisation")
+    train.add_argument(
+        "--init-std", type=_finite_float, default=0.02, help="std of the random initialisation"
+    )
     train.add_argument("--steps", type=_positive_int, default=20_000, help="optimiser steps")
     train.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
     train.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
     train.add_argument("--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)}")
-    train.add_argument("--warmup", type=_finite_float, default=0.1,
-                       help="warm-up fraction for warmup_cosine")
+    train.add_argument(
+        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine"
+    )
     train.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip")
-    train.add_argument("--weight-decay", type=_finite_float, default=0.0,
-                       help="decoupled AdamW weight decay (0: plain Adam, the paper's)")
-    train.add_argument("--clip-qk", type=_finite_float, default=0.0,
-                       help="separate clip for W_Q/W_K gradients (0: off)")
-    train.add_argument("--freeze-values-last", type=_finite_float, default=0.0,
-                       help="fraction of steps at the end with W_V, W_P frozen")
+    train.add_argument(
+        "--weight-decay",
+        type=_finite_float,
+        default=0.0,
+        help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
+    )
+    train.add_argument(
+        "--clip-qk",
+        type=_finite_float,
+        default=0.0,
+        help="separate clip for W_Q/W_K gradients (0: off)",
+    )
+    train.add_argument(
+        "--freeze-values-last",
+        type=_finite_float,
+        default=0.0,
+        help="fraction of steps at the end with W_V, W_P frozen",
+    )
     train.add_argument("--curriculum", action="store_true", help="grow difficulty from α = 1")
     train.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
     train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
-    train.add_argument("--eval-batch", type=_positive_int, default=8192,
-                       help="held-out validation prompts")
+    train.add_argument(
+        "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
+    )
     train.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (0)")
     train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -136,11 +172,11 @@ def build_parser() -> Parser:
     ex = sub.add_parser("extract", help="recover the algorithm a checkpoint runs")
     ex.add_argument("model", help="checkpoint file (.pt)")
     ex.add_argument("--out", default=None, help="write DIR/extraction.json (and more) here")
-    ex.add_argument("--probe-batch", type=_positive_int, default=256,
-                    help="prompts in the probe batch (256)")
+    ex.add_argument(
+        "--probe-batch", type=_positive_int, default=256, help="prompts in the probe batch (256)"
+    )
     ex.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the probe prompts (0)")
-    ex.add_argument("--no-control", action="store_true",
-                    help="skip the untrained-model control")
+    ex.add_argument("--no-control", action="store_true", help="skip the untrained-model control")
     ex.add_argument("--force", action="store_true", help="write into an existing --out")
     ex.set_defaults(func=cmd_extract)
 
@@ -202,26 +238,57 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_output(out, args.force)
     if args.threads:
         torch.set_num_threads(args.threads)
-    task = TaskConfig(task=args.task, n=args.n, d=args.d, n_prime=args.n_prime,
-                      d_prime=args.d_prime, noise=args.noise, rank=args.task_rank,
-                      alpha=args.alpha, kappa=args.kappa)
+    task = TaskConfig(
+        task=args.task,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        noise=args.noise,
+        rank=args.task_rank,
+        alpha=args.alpha,
+        kappa=args.kappa,
+    )
     model_cfg = ModelConfig(
-        regime=args.regime, n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime,
-        n_layers=args.layers, n_heads=args.heads, machines=args.machines, rank=args.rank,
-        token_mask=args.token_mask, readout=args.readout, normalize=args.normalize,
-        init=args.init, init_std=args.init_std,
+        regime=args.regime,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        machines=args.machines,
+        rank=args.rank,
+        token_mask=args.token_mask,
+        readout=args.readout,
+        normalize=args.normalize,
+        init=args.init,
+        init_std=args.init_std,
     )
     train_cfg = TrainConfig(
-        steps=args.steps, batch=args.batch, lr=args.lr, schedule=args.schedule,
-        warmup=args.warmup, clip=args.clip, clip_qk=args.clip_qk, weight_decay=args.weight_decay,
-        freeze_values_last=args.freeze_values_last, curriculum=args.curriculum,
-        skip_spikes=args.skip_spikes, eval_every=args.eval_every, eval_batch=args.eval_batch,
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        clip=args.clip,
+        clip_qk=args.clip_qk,
+        weight_decay=args.weight_decay,
+        freeze_values_last=args.freeze_values_last,
+        curriculum=args.curriculum,
+        skip_spikes=args.skip_spikes,
+        eval_every=args.eval_every,
+        eval_batch=args.eval_batch,
         seed=args.seed,
     )
     argv = " ".join(sys.argv[1:]) if sys.argv else ""
-    provenance = {"command": f"eagle-probe {argv}".strip(), "machine": platform.machine(),
-                  "processor": platform.processor(), "cpus": os.cpu_count(),
-                  "eagle_probe": __version__}
+    provenance = {
+        "command": f"eagle-probe {argv}".strip(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "eagle_probe": __version__,
+    }
 
     def write(model, metrics: dict[str, Any]) -> None:
         checkpoint.save(out, model, task, _jsonable(metrics | provenance))
@@ -231,20 +298,24 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        model, metrics = train(model_cfg, task, train_cfg, progress=not args.no_progress,
-                               on_validate=write)
+        model, metrics = train(
+            model_cfg, task, train_cfg, progress=not args.no_progress, on_validate=write
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     metrics["test"] = evaluate(model, task)
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
-    checkpoint.atomic_write_text(out.with_suffix(".json"),
-                                 json.dumps(_jsonable(summary), indent=2) + "\n")
+    checkpoint.atomic_write_text(
+        out.with_suffix(".json"), json.dumps(_jsonable(summary), indent=2) + "\n"
+    )
     test = metrics["test"]
     status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
-    print(f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
-          f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
-          f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s")
+    print(
+        f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+        f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
+        f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
+    )
     return EXIT_INTERRUPTED if metrics["interrupted"] else 0
 
 
@@ -258,9 +329,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_jsonable(result)))
         return 0
-    print(f"{args.model}: {model.cfg.regime}, {model.cfg.n_layers} layers, "
-          f"{model.cfg.heads} head(s), task {task.task} (n={task.n}, d={task.d}, "
-          f"n'={task.n_prime}, d'={task.d_prime}), {result['prompts']} fresh prompts")
+    print(
+        f"{args.model}: {model.cfg.regime}, {model.cfg.n_layers} layers, "
+        f"{model.cfg.heads} head(s), task {task.task} (n={task.n}, d={task.d}, "
+        f"n'={task.n_prime}, d'={task.d_prime}), {result['prompts']} fresh prompts"
+    )
     rows = [
         ("test MSE", result["mse"]),
         ("zero predictor MSE", result["zero_mse"]),
@@ -271,8 +344,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for name, value in rows:
         print(f"  {name:<22}{value:.3e}")
     print(f"  {'improvement':<22}{result['improvement']:.1f}x below the zero predictor")
-    print(f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
-          f"(largest seen {result['max_norm_a']:.2f})")
+    print(
+        f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
+        f"(largest seen {result['max_norm_a']:.2f})"
+    )
     return 0
 
 
@@ -301,11 +376,19 @@ def cmd_plant(args: argparse.Namespace) -> int:
         raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
     out = Path(args.out)
     _check_output(out, args.force)
-    cfg = ModelConfig(regime="centralized", n=args.n, d=args.d, n_prime=args.n_prime,
-                      d_prime=args.d_prime, n_layers=len(a_steps), n_heads=args.heads,
-                      dtype=args.dtype)
-    task = TaskConfig(n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime,
-                      rank=min(10, args.n, args.d))
+    cfg = ModelConfig(
+        regime="centralized",
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        n_layers=len(a_steps),
+        n_heads=args.heads,
+        dtype=args.dtype,
+    )
+    task = TaskConfig(
+        n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
+    )
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
     checkpoint.save(out, model, task, {"planted": {"a_steps": a_steps, "c_steps": c_steps}})
@@ -339,8 +422,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
     if out is not None:
         _prepare_dir(out, args.force)
     model, task, _ = checkpoint.load(args.model)
-    result = extract(model, task, probe_batch_size=args.probe_batch, seed=args.seed,
-                     control=not args.no_control)
+    result = extract(
+        model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
+    )
     print(render_table(result, str(args.model)))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -364,8 +448,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     tables = run_bench(args.suite, out, seed=args.seed, log=log)
     if args.json:
-        payload = {name: json.loads(t.to_json(orient="records")) for name, t in tables.items()
-                   if not name.endswith("history")}
+        payload = {
+            name: json.loads(t.to_json(orient="records"))
+            for name, t in tables.items()
+            if not name.endswith("history")
+        }
         print(json.dumps(payload))
     else:
         print(f"wrote {out}/summary.md, {len(tables)} CSV tables and plots")
@@ -394,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI is the one place that turns bugs into a line
         if debug:
             raise
-        print(f"eagle-probe: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
-              "for the traceback)", file=sys.stderr)
+        print(
+            f"eagle-probe: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
+            "for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL

@@ -46,10 +46,13 @@ def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
     model = errors["model"]
     if "zero" not in errors:
         finite = torch.isfinite(model)
-        return {"prompts": int(model.numel()), "mse": float(model.mean()),
-                "median_mse": float(model.median()),
-                "worst_mse": float(torch.where(finite, model, math.inf).max()),
-                "nonfinite_prompts": int((~finite).sum())}
+        return {
+            "prompts": int(model.numel()),
+            "mse": float(model.mean()),
+            "median_mse": float(model.median()),
+            "worst_mse": float(torch.where(finite, model, math.inf).max()),
+            "nonfinite_prompts": int((~finite).sum()),
+        }
     finite = torch.isfinite(model)
     mse = float(model.mean())
     zero = float(errors["zero"].mean())

@@ -23,10 +23,14 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     """The text of solver.py for an extraction (the dict of `Extraction.to_json()`)."""
     model = extraction["model"]
     layers = [
-        {"a_step": float(l["a_step"]), "c_step": float(l["c_step"]),
-         "eta": _num(l.get("eta")), "gamma": _num(l.get("gamma")),
-         "fidelity": _num(l.get("fidelity"))}
-        for l in extraction["layers"]
+        {
+            "a_step": float(lay["a_step"]),
+            "c_step": float(lay["c_step"]),
+            "eta": _num(lay.get("eta")),
+            "gamma": _num(lay.get("gamma")),
+            "fidelity": _num(lay.get("fidelity")),
+        }
+        for lay in extraction["layers"]
     ]
     provenance = {
         "source": "eagle-probe extract",
@@ -35,20 +39,22 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "checkpoint_sha256": model.get("sha256"),
         "regime": model["regime"],
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
-        "fidelity_per_layer": [l["fidelity"] for l in layers],
+        "fidelity_per_layer": [lay["fidelity"] for lay in layers],
     }
-    constants = "\n".join([
-        BEGIN,
-        f"PROVENANCE = {pprint.pformat(provenance, width=96, sort_dicts=False)}",
-        "# One entry per layer of the network: EAGLE coefficients in the network's internal units.",
-        f"LAYERS = {pprint.pformat(layers, width=96, sort_dicts=False)}",
-        "# How the network scaled its prompts before the first layer.",
-        f"NORMALIZE = {model['normalize']!r}",
-        f"REGIME = {model['regime']!r}",
-        f"MACHINES = {int(model.get('machines') or 1)}",
-        f"PROJECTORS = {_matrix_list(projectors)}",
-        END,
-    ])
+    constants = "\n".join(
+        [
+            BEGIN,
+            f"PROVENANCE = {pprint.pformat(provenance, width=96, sort_dicts=False)}",
+            "# One entry per layer of the network: EAGLE coefficients, network's internal units.",
+            f"LAYERS = {pprint.pformat(layers, width=96, sort_dicts=False)}",
+            "# How the network scaled its prompts before the first layer.",
+            f"NORMALIZE = {model['normalize']!r}",
+            f"REGIME = {model['regime']!r}",
+            f"MACHINES = {int(model.get('machines') or 1)}",
+            f"PROJECTORS = {_matrix_list(projectors)}",
+            END,
+        ]
+    )
     source = TEMPLATE.read_text()
     start, stop = source.index(BEGIN), source.index(END) + len(END)
     header = _header(provenance)
@@ -56,8 +62,9 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     return header + body
 
 
-def write_solver(path: str | os.PathLike, extraction: dict[str, Any],
-                 projectors: list | None = None) -> Path:
+def write_solver(
+    path: str | os.PathLike, extraction: dict[str, Any], projectors: list | None = None
+) -> Path:
     """Write solver.py atomically; returns its path."""
     path = Path(path)
     atomic_write_text(path, solver_source(extraction, projectors))

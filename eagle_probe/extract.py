@@ -51,51 +51,78 @@ class Extraction:
             terms = self.terms[(self.terms.layer == f.layer) & (self.terms["head"] == head)]
             alpha = ", ".join(f"{a:.3g}" for a in terms.alpha.head(3))
             alpha += ", …" if len(terms) > 3 else ""
-            rows.append({
-                "layer": int(f.layer), "head": "all" if head < 0 else head,
-                "orders": _orders_text(f.orders), "alpha": alpha,
-                "a": layer.a_step if head < 0 else None,
-                "c": layer.c_step if head < 0 else None,
-                "eta": layer.eta if head < 0 else None,
-                "gamma": layer.gamma if head < 0 else None,
-                "R2": f.r2, "share": f.share,
-                "fidelity": layer.fidelity if head < 0 else None,
-                "fid_rel": layer.fidelity_rel if head < 0 else None,
-            })
+            rows.append(
+                {
+                    "layer": int(f.layer),
+                    "head": "all" if head < 0 else head,
+                    "orders": _orders_text(f.orders),
+                    "alpha": alpha,
+                    "a": layer.a_step if head < 0 else None,
+                    "c": layer.c_step if head < 0 else None,
+                    "eta": layer.eta if head < 0 else None,
+                    "gamma": layer.gamma if head < 0 else None,
+                    "R2": f.r2,
+                    "share": f.share,
+                    "fidelity": layer.fidelity if head < 0 else None,
+                    "fid_rel": layer.fidelity_rel if head < 0 else None,
+                }
+            )
         return pd.DataFrame(rows)
 
     def to_json(self) -> dict[str, Any]:
         layers = []
         for _, row in self.layers.iterrows():
-            l = int(row.layer)
-            terms = self.terms[self.terms.layer == l]
-            layers.append({
-                "layer": l,
-                "a_step": row.a_step, "c_step": row.c_step, "eta": row.eta, "gamma": row.gamma,
-                "fidelity": row.fidelity, "fidelity_rel": row.fidelity_rel,
-                "fidelity_blocks": {k: row[f"fidelity_{k}"] for k in "ABCD"},
-                "structure": row.structure,
-                "one_step_residual": row.one_step_residual,
-                "r2": row.r2, "rel_residual": row.rel_residual, "degree": int(row.degree),
-                "orders": [int(p) for p in row.orders],
-                "c_from_C": row.c_from_C, "c_from_D": row.c_from_D,
-                "a_from_A": row.a_from_A, "a_from_B": row.a_from_B,
-                "norm_a_max": row.norm_a_max, "expansion_gap": row.expansion_gap,
-                "linearity_deviation": row.linearity_deviation,
-                "terms": [{"order": int(t.order), "alpha": float(t.alpha), "head": int(t.head)}
-                          for t in terms.itertuples()],
-                "eagle_terms": self.expansion[l],
-                "heads": [
-                    {"head": int(f.head), "orders": [int(p) for p in f.orders], "r2": f.r2,
-                     "share": f.share}
-                    for f in self.fits[(self.fits.layer == l) & (self.fits["head"] >= 0)].itertuples()
-                ],
-                "weights": [
-                    {"head": int(w.head), "W_QK": w.W_QK, "W_VP": w.W_VP}
-                    for w in self.weights[self.weights.layer == l].itertuples()
-                ],
-                "dynamic": self.dynamic[self.dynamic.layer == l].iloc[0].drop("layer").to_dict(),
-            })
+            li = int(row.layer)
+            terms = self.terms[self.terms.layer == li]
+            layers.append(
+                {
+                    "layer": li,
+                    "a_step": row.a_step,
+                    "c_step": row.c_step,
+                    "eta": row.eta,
+                    "gamma": row.gamma,
+                    "fidelity": row.fidelity,
+                    "fidelity_rel": row.fidelity_rel,
+                    "fidelity_blocks": {k: row[f"fidelity_{k}"] for k in "ABCD"},
+                    "structure": row.structure,
+                    "one_step_residual": row.one_step_residual,
+                    "r2": row.r2,
+                    "rel_residual": row.rel_residual,
+                    "degree": int(row.degree),
+                    "orders": [int(p) for p in row.orders],
+                    "c_from_C": row.c_from_C,
+                    "c_from_D": row.c_from_D,
+                    "a_from_A": row.a_from_A,
+                    "a_from_B": row.a_from_B,
+                    "norm_a_max": row.norm_a_max,
+                    "expansion_gap": row.expansion_gap,
+                    "linearity_deviation": row.linearity_deviation,
+                    "terms": [
+                        {"order": int(t.order), "alpha": float(t.alpha), "head": int(t.head)}
+                        for t in terms.itertuples()
+                    ],
+                    "eagle_terms": self.expansion[li],
+                    "heads": [
+                        {
+                            "head": int(f.head),
+                            "orders": [int(p) for p in f.orders],
+                            "r2": f.r2,
+                            "share": f.share,
+                        }
+                        for f in self.fits[
+                            (self.fits.layer == li) & (self.fits["head"] >= 0)
+                        ].itertuples()
+                    ],
+                    "weights": [
+                        {"head": int(w.head), "W_QK": w.W_QK, "W_VP": w.W_VP}
+                        for w in self.weights[self.weights.layer == li].itertuples()
+                    ],
+                    "dynamic": self.dynamic[self.dynamic.layer == li]
+                    .iloc[0]
+                    .drop("layer")
+                    .to_dict(),
+                }
+            )
         out = {
             "schema_version": SCHEMA_VERSION,
             "model": self.info,
@@ -143,8 +170,9 @@ def structure_of(model: LinearTransformer) -> fit.Structure:
     return fit.Structure("centralized")
 
 
-def _summary(cap: Capture, model: LinearTransformer) -> tuple[pd.DataFrame, pd.DataFrame,
-                                                              pd.DataFrame, fit.Structure]:
+def _summary(
+    cap: Capture, model: LinearTransformer
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, fit.Structure]:
     st = structure_of(model)
     eagle = fit.eagle_view(cap, st)
     if st.regime == "distributed":
@@ -202,16 +230,22 @@ def extract(
     test_prompt = sample(task, test_batch, make_generator(seed + 7919), dtype=torch.float64)
     errors = prompt_errors(m64, test_prompt)
     with torch.no_grad():
-        simple_pred = forward_products(m64, torch.from_numpy(sqk), torch.from_numpy(svp),
-                                       test_prompt.z0())
+        simple_pred = forward_products(
+            m64, torch.from_numpy(sqk), torch.from_numpy(svp), test_prompt.z0()
+        )
     simple_mse = float((simple_pred - test_prompt.D).square().mean())
-    test = {"mse": float(errors["model"].mean()), "zero_mse": float(errors["zero"].mean()),
-            "simplified_mse": simple_mse}
+    test = {
+        "mse": float(errors["model"].mean()),
+        "zero_mse": float(errors["zero"].mean()),
+        "simplified_mse": simple_mse,
+    }
     timings["weights"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    symbolic = {"layers": fit.symbolic_layers(eagle.a_step, eagle.c_step),
-                "unrolled": fit.symbolic_unrolled(eagle.a_step, eagle.c_step)}
+    symbolic = {
+        "layers": fit.symbolic_layers(eagle.a_step, eagle.c_step),
+        "unrolled": fit.symbolic_unrolled(eagle.a_step, eagle.c_step),
+    }
     timings["symbolic"] = time.perf_counter() - t0
 
     control_info = None
@@ -223,27 +257,56 @@ def extract(
         control_info = {
             "description": "untrained model of the same configuration, same probe batch",
             "layers": [
-                {"layer": int(r.layer), "a_step": r.a_step, "c_step": r.c_step,
-                 "fidelity": r.fidelity, "fidelity_rel": r.fidelity_rel, "r2": r.r2,
-                 "one_step_residual": r.one_step_residual}
+                {
+                    "layer": int(r.layer),
+                    "a_step": r.a_step,
+                    "c_step": r.c_step,
+                    "fidelity": r.fidelity,
+                    "fidelity_rel": r.fidelity_rel,
+                    "r2": r.r2,
+                    "one_step_residual": r.one_step_residual,
+                }
                 for r in c_eagle.itertuples()
             ],
         }
         timings["control"] = time.perf_counter() - t0
 
     cfg = model.cfg
-    info = {"regime": cfg.regime, "layers": cfg.n_layers, "heads": cfg.heads, "n": cfg.n,
-            "d": cfg.d, "n_prime": cfg.n_prime, "d_prime": cfg.d_prime,
-            "normalize": cfg.normalize, "readout": cfg.readout, "dtype": cfg.dtype,
-            "machines": cfg.machines if cfg.regime == "distributed" else 1,
-            "task": task.to_dict(), "probe_batch": probe_batch_size, "seed": seed,
-            "units": "internal (prompt divided by its norm of A)" if cfg.normalize != "none"
-            else "prompt units"}
-    return Extraction(info=info, layers=eagle, fits=fits, terms=terms, expansion=expansion,
-                      weights=weights, dynamic=dynamic, symbolic=symbolic, test=test,
-                      control=control_info, timings=timings,
-                      projectors=None if structure.projector is None
-                      else [P.tolist() for P in structure.projector])
+    info = {
+        "regime": cfg.regime,
+        "layers": cfg.n_layers,
+        "heads": cfg.heads,
+        "n": cfg.n,
+        "d": cfg.d,
+        "n_prime": cfg.n_prime,
+        "d_prime": cfg.d_prime,
+        "normalize": cfg.normalize,
+        "readout": cfg.readout,
+        "dtype": cfg.dtype,
+        "machines": cfg.machines if cfg.regime == "distributed" else 1,
+        "task": task.to_dict(),
+        "probe_batch": probe_batch_size,
+        "seed": seed,
+        "units": "internal (prompt divided by its norm of A)"
+        if cfg.normalize != "none"
+        else "prompt units",
+    }
+    return Extraction(
+        info=info,
+        layers=eagle,
+        fits=fits,
+        terms=terms,
+        expansion=expansion,
+        weights=weights,
+        dynamic=dynamic,
+        symbolic=symbolic,
+        test=test,
+        control=control_info,
+        timings=timings,
+        projectors=None
+        if structure.projector is None
+        else [P.tolist() for P in structure.projector],
+    )
 
 
 def with_task_sizes(task: TaskConfig, model: LinearTransformer) -> TaskConfig:
@@ -271,11 +334,16 @@ def render_table(result: Extraction, name: str = "model") -> str:
         lines.append(f"  layer {w.layer} head {w.head}: W_QK = {w.W_QK}   W_VP = {w.W_VP}")
     if result.control is not None:
         lines.append("")
-        lines.append("untrained control (same probes): " + "; ".join(
-            f"L{r['layer']} R2 {r['r2']:.2g} fidelity {r['fidelity']:.2g} "
-            f"(rel {r['fidelity_rel']:.2g})"
-            for r in result.control["layers"]))
+        lines.append(
+            "untrained control (same probes): "
+            + "; ".join(
+                f"L{r['layer']} R2 {r['r2']:.2g} fidelity {r['fidelity']:.2g} "
+                f"(rel {r['fidelity_rel']:.2g})"
+                for r in result.control["layers"]
+            )
+        )
     lines.append("")
-    lines.append(result.symbolic["unrolled"][:300] + (" …" if len(
-        result.symbolic["unrolled"]) > 300 else ""))
+    lines.append(
+        result.symbolic["unrolled"][:300] + (" …" if len(result.symbolic["unrolled"]) > 300 else "")
+    )
     return "\n".join(lines)

@@ -4,7 +4,9 @@ Two views, side by side:
 
 (a) The design's polynomial update, in card notation (A_card = Aᵀ, b = Bᵀ, x = wᵀ, G = A Aᵀ):
 
-        x_{l+1} = x_l − Σ_i α_i G^{p_i} A_cardᵀ (b − A_card x_l),    A_cardᵀ(b − A_card x) = A Bᵀ − G x
+        x_{l+1} = x_l − Σ_i α_i G^{p_i} A_cardᵀ (b − A_card x_l),
+
+    with A_cardᵀ(b − A_card x) = A Bᵀ − G x,
 
     fitted per layer and head by least squares in a Chebyshev basis on [0, λ_max(G)] (stable where
     monomials are not), the degree chosen by BIC with a round-off floor, then converted to
@@ -82,8 +84,13 @@ def fit_polynomial(
     y = dx.reshape(-1)
     norm_y = float(np.linalg.norm(y))
     if lam_max <= 0 or norm_y == 0:
-        return PolyFit(np.zeros(1), 0, 1.0 if norm_y == 0 else 0.0, 0.0 if norm_y == 0 else 1.0,
-                       max(lam_max, 0.0))
+        return PolyFit(
+            np.zeros(1),
+            0,
+            1.0 if norm_y == 0 else 0.0,
+            0.0 if norm_y == 0 else 1.0,
+            max(lam_max, 0.0),
+        )
     feats = chebyshev_features(G, r, max_degree, lam_max).reshape(max_degree + 1, -1).T
     scale = np.linalg.norm(feats, axis=0)
     scale[scale == 0] = 1.0
@@ -129,15 +136,31 @@ def polynomial_view(cap: Capture, *, max_degree: int = 16) -> tuple[pd.DataFrame
             fit = fit_polynomial(G, r, dx, max_degree=max_degree)
             share = 1.0 if head < 0 else float(np.sum(dx * dx_layer)) / total if total else 0.0
             orders = fit.orders()
-            rows.append({
-                "layer": layer, "head": head, "degree": fit.degree, "orders": orders,
-                "r2": fit.r2, "rel_residual": fit.rel_residual, "share": share,
-                "lam_max": fit.lam_max,
-            })
-            terms += [{"layer": layer, "head": head, "order": p, "alpha": float(fit.alpha[p]),
-                       "step": float(-fit.alpha[p])} for p in orders]
-    return pd.DataFrame(rows), pd.DataFrame(terms, columns=["layer", "head", "order", "alpha",
-                                                            "step"])
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "degree": fit.degree,
+                    "orders": orders,
+                    "r2": fit.r2,
+                    "rel_residual": fit.rel_residual,
+                    "share": share,
+                    "lam_max": fit.lam_max,
+                }
+            )
+            terms += [
+                {
+                    "layer": layer,
+                    "head": head,
+                    "order": p,
+                    "alpha": float(fit.alpha[p]),
+                    "step": float(-fit.alpha[p]),
+                }
+                for p in orders
+            ]
+    return pd.DataFrame(rows), pd.DataFrame(
+        terms, columns=["layer", "head", "order", "alpha", "step"]
+    )
 
 
 def dynamic_steps(cap: Capture) -> pd.DataFrame:
@@ -159,11 +182,14 @@ def dynamic_steps(cap: Capture) -> pd.DataFrame:
             slope, _ = np.polyfit(np.log(norm[ok]), np.log(np.abs(beta_orig[ok])), 1)
         else:
             slope = float("nan")
-        rows.append({
-            "layer": layer, "step_median": float(np.median(-beta_orig)),
-            "step_cv": float(np.std(beta_orig) / max(abs(np.mean(beta_orig)), 1e-300)),
-            "slope_vs_norm": float(slope),
-        })
+        rows.append(
+            {
+                "layer": layer,
+                "step_median": float(np.median(-beta_orig)),
+                "step_cv": float(np.std(beta_orig) / max(abs(np.mean(beta_orig)), 1e-300)),
+                "slope_vs_norm": float(slope),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -244,17 +270,27 @@ def eagle_view(cap: Capture, st: Structure) -> pd.DataFrame:
         pred = eagle_step(Z, d, n, st, layer, a, c) - Z
         one_step = float(np.linalg.norm(dZ - pred) / max(np.linalg.norm(dZ), 1e-300))
         norm2 = float(np.linalg.norm(Z[:, :d, :n], ord=2, axis=(-2, -1)).max() ** 2)
-        rows.append({
-            "layer": layer, "a_step": a, "c_step": c,
-            "a_from_A": _coef([dA], [FA]), "a_from_B": _coef([dB], [FB]),
-            "c_from_C": _coef([dC], [FC]), "c_from_D": _coef([dD], [FD]),
-            "norm_a_max": math.sqrt(norm2), "eta": a * norm2, "gamma": c * norm2,
-            "one_step_residual": one_step,
-        })
+        rows.append(
+            {
+                "layer": layer,
+                "a_step": a,
+                "c_step": c,
+                "a_from_A": _coef([dA], [FA]),
+                "a_from_B": _coef([dB], [FB]),
+                "c_from_C": _coef([dC], [FC]),
+                "c_from_D": _coef([dD], [FD]),
+                "norm_a_max": math.sqrt(norm2),
+                "eta": a * norm2,
+                "gamma": c * norm2,
+                "one_step_residual": one_step,
+            }
+        )
     fid = fidelity(cap, st, a_steps, c_steps)
     blocks = fidelity_blocks(cap, st, a_steps, c_steps)
-    change = [float(((cap.Z[l + 1] - cap.Z[0]) ** 2 * cap.scale[:, None, None] ** 2).mean())
-              for l in range(cap.layers)]
+    change = [
+        float(((cap.Z[lay + 1] - cap.Z[0]) ** 2 * cap.scale[:, None, None] ** 2).mean())
+        for lay in range(cap.layers)
+    ]
     for row, f, ch, bl in zip(rows, fid, change, blocks, strict=True):
         row["fidelity"] = f
         row.update({f"fidelity_{k}": v for k, v in bl.items()})
@@ -281,8 +317,14 @@ def fidelity_blocks(cap: Capture, st: Structure, a_steps, c_steps) -> list[dict[
     d, n = cap.d, cap.n
     out = []
     for e in _squared_gap(cap, st, a_steps, c_steps):
-        out.append({"A": float(e[:, :d, :n].mean()), "B": float(e[:, d:, :n].mean()),
-                    "C": float(e[:, :d, n:].mean()), "D": float(e[:, d:, n:].mean())})
+        out.append(
+            {
+                "A": float(e[:, :d, :n].mean()),
+                "B": float(e[:, d:, :n].mean()),
+                "C": float(e[:, :d, n:].mean()),
+                "D": float(e[:, d:, n:].mean()),
+            }
+        )
     return out
 
 
@@ -327,8 +369,9 @@ def expansion_gap(fits: pd.DataFrame, cap: Capture, a_steps, c_steps) -> list[fl
 
 def _layer_beta(cap: Capture, layer: int, G: np.ndarray, row) -> np.ndarray:
     r = residual_direction(cap, layer)
-    return fit_polynomial(G, r, cap.x[layer + 1] - cap.x[layer],
-                          max_degree=max(int(row["degree"]), 0)).beta
+    return fit_polynomial(
+        G, r, cap.x[layer + 1] - cap.x[layer], max_degree=max(int(row["degree"]), 0)
+    ).beta
 
 
 # --- (c) weight space -------------------------------------------------------------------------
@@ -363,10 +406,15 @@ def describe(W: np.ndarray, n: int) -> dict:
     if kinds["nq"][0] == "0" and kinds["qn"][0] == "0":
         text = f"diag({kinds['nn'][0]}, {kinds['qq'][0]})"
     else:
-        text = (f"[[{kinds['nn'][0]}, {kinds['nq'][0]}], [{kinds['qn'][0]}, {kinds['qq'][0]}]]")
+        text = f"[[{kinds['nn'][0]}, {kinds['nq'][0]}], [{kinds['qn'][0]}, {kinds['qq'][0]}]]"
     kept = float(np.count_nonzero(S)) / S.size
-    return {"structure": text, "level_nn": kinds["nn"][1], "level_qq": kinds["qq"][1],
-            "kept_fraction": kept, "simple": all(k[1] is not None for k in kinds.values())}
+    return {
+        "structure": text,
+        "level_nn": kinds["nn"][1],
+        "level_qq": kinds["qq"][1],
+        "kept_fraction": kept,
+        "simple": all(k[1] is not None for k in kinds.values()),
+    }
 
 
 def weight_view(qk: np.ndarray, vp: np.ndarray, n: int) -> pd.DataFrame:
@@ -375,14 +423,21 @@ def weight_view(qk: np.ndarray, vp: np.ndarray, n: int) -> pd.DataFrame:
     for layer in range(qk.shape[0]):
         for head in range(qk.shape[1]):
             q, v = describe(qk[layer, head], n), describe(vp[layer, head], n)
-            rows.append({
-                "layer": layer, "head": head,
-                "W_QK": q["structure"], "W_VP": v["structure"],
-                "qk_nn": q["level_nn"], "qk_qq": q["level_qq"],
-                "vp_nn": v["level_nn"], "vp_qq": v["level_qq"],
-                "qk_kept": q["kept_fraction"], "vp_kept": v["kept_fraction"],
-                "simple": q["simple"] and v["simple"],
-            })
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "W_QK": q["structure"],
+                    "W_VP": v["structure"],
+                    "qk_nn": q["level_nn"],
+                    "qk_qq": q["level_qq"],
+                    "vp_nn": v["level_nn"],
+                    "vp_qq": v["level_qq"],
+                    "qk_kept": q["kept_fraction"],
+                    "vp_kept": v["kept_fraction"],
+                    "simple": q["simple"] and v["simple"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -412,12 +467,14 @@ def symbolic_layers(a_steps, c_steps, digits: int = 4) -> list[dict[str, str]]:
     for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
         A, B, C, D = (sp.MatrixSymbol(f"{s}_{layer}", 1, 1) for s in "ABCD")
         a_, c_ = sp.Float(a, digits), sp.Float(c, digits)
-        rows.append({
-            "A": str(A - a_ * A * A.T * A),
-            "B": str(B - a_ * B * A.T * A),
-            "C": str(C - c_ * A * A.T * C),
-            "D": str(D + c_ * B * A.T * C),
-        })
+        rows.append(
+            {
+                "A": str(A - a_ * A * A.T * A),
+                "B": str(B - a_ * B * A.T * A),
+                "C": str(C - c_ * A * A.T * C),
+                "D": str(D + c_ * B * A.T * C),
+            }
+        )
     return rows
 
 
@@ -434,7 +491,9 @@ def symbolic_unrolled(a_steps, c_steps, digits: int = 4) -> str:
         m = sp.expand(m * (1 - a_ * lam * m**2))
     poly = sp.Poly(sp.expand(q), lam)
     terms = sorted(poly.terms())
-    text = " ".join(f"{'+' if float(coef) >= 0 else '-'} {abs(float(coef)):.{digits}g}"
-                    + ("" if k == 0 else f"*lambda**{k}" if k > 1 else "*lambda")
-                    for (k,), coef in terms).lstrip("+ ")
+    text = " ".join(
+        f"{'+' if float(coef) >= 0 else '-'} {abs(float(coef)):.{digits}g}"
+        + ("" if k == 0 else f"*lambda**{k}" if k > 1 else "*lambda")
+        for (k,), coef in terms
+    ).lstrip("+ ")
     return f"D_L = B·Aᵀ·q(A·Aᵀ)·C,  q(lambda) = {text}"

@@ -273,8 +273,9 @@ class LinearTransformer(HookedRootModule):
                 W.copy_(noise * math.sqrt(1e-3))
                 half = max(1, W.shape[-1] // 2)
                 q, _ = torch.linalg.qr(
-                    torch.randn(W.shape[0], W.shape[1], half, generator=generator,
-                                dtype=torch.float64)
+                    torch.randn(
+                        W.shape[0], W.shape[1], half, generator=generator, dtype=torch.float64
+                    )
                 )
                 W[..., :half] = q[..., : W.shape[1], :half] * std
 
@@ -298,8 +299,9 @@ class LinearTransformer(HookedRootModule):
         cfg = self.cfg
         if not isinstance(z0, torch.Tensor) or z0.ndim != 3:
             shape = tuple(z0.shape) if isinstance(z0, torch.Tensor) else type(z0).__name__
-            raise EagleProbeError(f"prompt must have shape (batch, {cfg.tokens}, {cfg.width}), "
-                                  f"got {shape}")
+            raise EagleProbeError(
+                f"prompt must have shape (batch, {cfg.tokens}, {cfg.width}), got {shape}"
+            )
         if tuple(z0.shape[1:]) != (cfg.tokens, cfg.width):
             raise EagleProbeError(
                 f"prompt has shape {tuple(z0.shape)}, but this model takes "

@@ -125,8 +125,11 @@ def _faithful(A, B, C):
     if not LAYERS:
         raise ValueError("this solver carries no recovered layers; use mode='normalized'")
     n = A.shape[1]
-    if REGIME != "centralized" and (n % MACHINES if REGIME == "distributed" else
-                                    PROJECTORS is not None and len(PROJECTORS[0]) != n):
+    if REGIME != "centralized" and (
+        n % MACHINES
+        if REGIME == "distributed"
+        else PROJECTORS is not None and len(PROJECTORS[0]) != n
+    ):
         raise ValueError(f"the faithful {REGIME} solver takes the training size, not n = {n}")
     s = _prompt_scale(A)
     if s == 0.0:
@@ -169,8 +172,9 @@ def schedule(step, eta=None, gamma=None):
     return (THEORY_ETA if eta is None else eta), (THEORY_GAMMA if gamma is None else gamma)
 
 
-def complete(A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None, eta=None, gamma=None,
-             return_info=False):
+def complete(
+    A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None, eta=None, gamma=None, return_info=False
+):
     """Estimate D = B A⁺ C from the visible blocks A (d, n), B (d', n), C (d, n').
 
     Stopping rule (normalized): stop after the first step whose update of D is at most
@@ -218,8 +222,9 @@ def complete(A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None, eta=None, 
     return (D, info, it) if return_info else D
 
 
-def lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None, eta=None,
-          gamma=None):
+def lstsq(
+    A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None, eta=None, gamma=None
+):
     """Least-squares solution of min ‖A x − b‖₂ by EAGLE (minimum-norm when rank deficient).
 
     A (m, n), b (m,) or (m, k). The prompt is [[A, b], [I_n, 0]], so the D block is x = A⁺ b and
@@ -304,8 +309,11 @@ def lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None, e
             x, y, s0 = best[1], np.zeros_like(y), 1.0
             info = 0
             break
-        passed = (res <= atol + rtol * bnorm or grad <= rtol * norm_a * res
-                  or (small_step and res >= prev_res * (1 - 1e-3)))
+        passed = (
+            res <= atol + rtol * bnorm
+            or grad <= rtol * norm_a * res
+            or (small_step and res >= prev_res * (1 - 1e-3))
+        )
         # Convergence is quadratic once A is conditioned: one confirming step past the first
         # pass costs one iteration and buys the digits the residual tests cannot see.
         if passed and confirmed:
@@ -321,8 +329,9 @@ def _split_columns(n, machines):
     return [slice(bounds[i], bounds[i + 1]) for i in range(machines)]
 
 
-def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=None, gamma=None,
-                         callback=None):
+def complete_distributed(
+    A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=None, gamma=None, callback=None
+):
     """Distributed EAGLE: machine μ holds the columns A^μ, B^μ; C and D are replicated.
 
     Each round, machine μ computes its local update γρ_μ B^μ A^μᵀ C (and A^μ A^μᵀ C); the
@@ -342,8 +351,12 @@ def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=Non
     per_round = (A.shape[0] + B.shape[0]) * C.shape[1]
     info, rounds = maxiter, 0
     if float(np.abs(A).max()) == 0.0:
-        return D, {"rounds": 0, "floats_per_machine_round": per_round, "floats_per_machine": 0,
-                   "info": 0}
+        return D, {
+            "rounds": 0,
+            "floats_per_machine_round": per_round,
+            "floats_per_machine": 0,
+            "info": 0,
+        }
     for it in range(1, maxiter + 1):
         rounds = it
         e, g = schedule(it - 1, eta, gamma)
@@ -369,13 +382,18 @@ def complete_distributed(A, B, C, machines, *, rtol=1e-10, maxiter=None, eta=Non
         if np.linalg.norm(dD / machines) <= rtol * np.linalg.norm(D):
             info = 0
             break
-    stats = {"rounds": rounds, "floats_per_machine_round": per_round,
-             "floats_per_machine": rounds * per_round, "info": info}
+    stats = {
+        "rounds": rounds,
+        "floats_per_machine_round": per_round,
+        "floats_per_machine": rounds * per_round,
+        "info": info,
+    }
     return D, stats
 
 
-def complete_sketched(A, B, C, r, rng, *, rtol=1e-10, maxiter=None, eta=None, gamma=None,
-                      callback=None):
+def complete_sketched(
+    A, B, C, r, rng, *, rtol=1e-10, maxiter=None, eta=None, gamma=None, callback=None
+):
     """Sketched EAGLE: a fresh random orthogonal n × r sketch S every step (Ã = A S, B̃ = B S).
 
     rng: a numpy.random.Generator. Returns (D, stats) with iterations and info. callback(D_k) runs

@@ -50,21 +50,34 @@ def _converged(A, b, x, rtol, atol, norm_a) -> bool:
     """The shared stopping test: consistent residual, or least-squares optimality."""
     r = b - A @ x
     res = float(np.linalg.norm(r))
-    return res <= atol + rtol * float(np.linalg.norm(b)) or float(
-        np.linalg.norm(A.T @ r)
-    ) <= rtol * norm_a * res
+    return (
+        res <= atol + rtol * float(np.linalg.norm(b))
+        or float(np.linalg.norm(A.T @ r)) <= rtol * norm_a * res
+    )
 
 
 def solve_eagle(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
     """EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `solver_template.lstsq`."""
-    return eagle.lstsq(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, callback=callback,
-                       eta=eagle.THEORY_ETA, gamma=eagle.THEORY_GAMMA)
+    return eagle.lstsq(
+        A,
+        b,
+        x0,
+        rtol=rtol,
+        atol=atol,
+        maxiter=maxiter,
+        callback=callback,
+        eta=eagle.THEORY_ETA,
+        gamma=eagle.THEORY_GAMMA,
+    )
 
 
 def solve_lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
-    """LAPACK gelsd (SVD); one 'iteration'. x0 is ignored (the answer does not depend on it)."""
+    """LAPACK gelsd (SVD) with numpy's cutoff rcond = max(m, n)·eps; one 'iteration'.
+
+    x0 is ignored (the answer does not depend on it)."""
     A, b, _ = _prepare(A, b, x0)
-    x = scipy.linalg.lstsq(A, b, lapack_driver="gelsd", check_finite=False)[0]
+    cond = max(A.shape) * np.finfo(np.float64).eps
+    x = scipy.linalg.lstsq(A, b, cond=cond, lapack_driver="gelsd", check_finite=False)[0]
     if callback is not None:
         callback(x.copy())
     return x, 0
@@ -76,15 +89,26 @@ def _scipy_counted(method):
         maxiter = 20 * A.shape[1] if maxiter is None else maxiter
         op = spla.aslinearoperator(A)
         if method == "cg":
-            AtA = spla.LinearOperator((A.shape[1],) * 2, matvec=lambda v: A.T @ (A @ v),
-                                      dtype=np.float64)
+            AtA = spla.LinearOperator(
+                (A.shape[1],) * 2, matvec=lambda v: A.T @ (A @ v), dtype=np.float64
+            )
             rhs = A.T @ b
-            x, info = spla.cg(AtA, rhs, x0=x, rtol=rtol, atol=atol, maxiter=maxiter,
-                              callback=(lambda xk: callback(xk.copy())) if callback else None)
+            x, info = spla.cg(
+                AtA,
+                rhs,
+                x0=x,
+                rtol=rtol,
+                atol=atol,
+                maxiter=maxiter,
+                callback=(lambda xk: callback(xk.copy())) if callback else None,
+            )
             return x, (0 if info == 0 else maxiter if info > 0 else -1)
         fn = spla.lsqr if method == "lsqr" else spla.lsmr
-        out = fn(op, b, atol=rtol, btol=rtol, maxiter=maxiter, x0=x) if method == "lsmr" else \
-            fn(op, b, atol=rtol, btol=rtol, iter_lim=maxiter, x0=x)
+        out = (
+            fn(op, b, atol=rtol, btol=rtol, maxiter=maxiter, x0=x)
+            if method == "lsmr"
+            else fn(op, b, atol=rtol, btol=rtol, iter_lim=maxiter, x0=x)
+        )
         x, istop, itn = out[0], out[1], out[2]
         solve.last_iterations = int(itn)  # scipy's lsqr/lsmr take no per-iteration callback
         if callback is not None:
@@ -92,7 +116,9 @@ def _scipy_counted(method):
         return x, (0 if istop in (1, 2, 4, 5) else itn if istop == 7 else -1)
 
     solve.__name__ = f"solve_{method}"
-    solve.__doc__ = f"scipy.sparse.linalg {method} ({'on the normal equations' if method == 'cg' else 'on A'})."
+    solve.__doc__ = (
+        f"scipy.sparse.linalg {method} ({'on the normal equations' if method == 'cg' else 'on A'})."
+    )
     return solve
 
 
@@ -109,7 +135,7 @@ def solve_gd(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None
     if norm_a == 0:
         return np.zeros_like(x), 0
     step = 1.0 / norm_a**2
-    for it in range(1, maxiter + 1):
+    for _ in range(maxiter):
         x = x + step * (A.T @ (b - A @ x))
         if callback is not None:
             callback(x.copy())
@@ -131,10 +157,17 @@ def solve_lbfgs(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=N
         return 0.5 * float(r @ r), A.T @ r
 
     res = scipy.optimize.minimize(
-        fun, x, jac=True, method="L-BFGS-B",
+        fun,
+        x,
+        jac=True,
+        method="L-BFGS-B",
         callback=(lambda xk: callback(np.array(xk, copy=True))) if callback else None,
-        options={"maxiter": maxiter, "gtol": rtol * norm_a * max(np.linalg.norm(b), 1e-300),
-                 "ftol": 0.0, "maxcor": 20},
+        options={
+            "maxiter": maxiter,
+            "gtol": rtol * norm_a * max(np.linalg.norm(b), 1e-300),
+            "ftol": 0.0,
+            "maxcor": 20,
+        },
     )
     x = res.x
     ok = res.success or _converged(A, b, x, max(rtol, 1e-13), atol, norm_a)
@@ -151,7 +184,7 @@ def solve_newton_schulz(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, ca
     r0 = b - A @ x
     X = A.T / norm_a**2
     prev = X @ r0
-    for it in range(1, maxiter + 1):
+    for _ in range(maxiter):
         X = 2 * X - X @ (A @ X)
         xk = x + X @ r0
         if callback is not None:
@@ -213,8 +246,14 @@ class Run:
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"solver": self.name, "info": self.info, "iterations": self.iterations,
-                "seconds": self.seconds, "flops": self.flops, "error": self.error} | self.extra
+        return {
+            "solver": self.name,
+            "info": self.info,
+            "iterations": self.iterations,
+            "seconds": self.seconds,
+            "flops": self.flops,
+            "error": self.error,
+        } | self.extra
 
 
 def run(name: str, A, b, *, reference=None, rtol=1e-10, maxiter=None, record=True) -> Run:
@@ -239,10 +278,20 @@ def run(name: str, A, b, *, reference=None, rtol=1e-10, maxiter=None, record=Tru
     seconds = time.perf_counter() - start
     m, n = np.shape(A)
     iterations = fn.last_iterations or max(count[0], 1)
-    error = (float(np.linalg.norm(x - reference)) / max(ref_norm, 1e-300)
-             if reference is not None else math.nan)
-    return Run(name, int(info), iterations, seconds,
-               iterations * flops_per_iteration(name, m, n), error, history)
+    error = (
+        float(np.linalg.norm(x - reference)) / max(ref_norm, 1e-300)
+        if reference is not None
+        else math.nan
+    )
+    return Run(
+        name,
+        int(info),
+        iterations,
+        seconds,
+        iterations * flops_per_iteration(name, m, n),
+        error,
+        history,
+    )
 
 
 # --- distributed regime: the columns of the block prompt's A are split over M machines -------
@@ -275,12 +324,15 @@ def distributed_eagle(A, B, C, machines, reference, *, eps=1e-8, maxiter=500):
 
     per_round = (A.shape[0] + B.shape[0]) * C.shape[1]
     try:
-        eagle.complete_distributed(A, B, C, machines, rtol=0.0, maxiter=maxiter,
-                                   callback=callback)
+        eagle.complete_distributed(A, B, C, machines, rtol=0.0, maxiter=maxiter, callback=callback)
     except Reached:
         pass
-    return {"method": "eagle", "rounds": len(errors), "error": errors[-1],
-            "floats_per_round": per_round}
+    return {
+        "method": "eagle",
+        "rounds": len(errors),
+        "error": errors[-1],
+        "floats_per_round": per_round,
+    }
 
 
 def distributed_gd(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000):
@@ -290,14 +342,18 @@ def distributed_gd(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000):
     step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
     error = _rel(w @ C, reference)
     rounds = 0
-    for rounds in range(1, maxiter + 1):
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
         grad = sum((w @ Am - Bm) @ Am.T for Am, Bm in zip(As, Bs, strict=True))
         w = w - step * grad
         error = _rel(w @ C, reference)
         if error <= eps:
             break
-    return {"method": "distributed_gd", "rounds": rounds, "error": error,
-            "floats_per_round": w.size}
+    return {
+        "method": "distributed_gd",
+        "rounds": rounds,
+        "error": error,
+        "floats_per_round": w.size,
+    }
 
 
 def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
@@ -314,7 +370,7 @@ def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
     us = [np.zeros_like(w) for w in ws]
     z = np.zeros_like(ws[0])
     error, rounds = _rel(z @ C, reference), 0
-    for rounds in range(1, maxiter + 1):
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
         for mu, L in enumerate(factors):
             target = rhs[mu] + rho * (z - us[mu])  # w (A Aᵀ + ρ I) = target
             ws[mu] = scipy.linalg.cho_solve((L, True), target.T).T
@@ -324,8 +380,13 @@ def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
         error = _rel(z @ C, reference)
         if error <= eps:
             break
-    return {"method": "admm", "rounds": rounds, "error": error, "floats_per_round": z.size,
-            "rho": rho}
+    return {
+        "method": "admm",
+        "rounds": rounds,
+        "error": error,
+        "floats_per_round": z.size,
+        "rho": rho,
+    }
 
 
 def diversity_index(A, machines) -> float:
@@ -364,11 +425,26 @@ def sketched_sgd(A, B, C, r, rng, reference, *, steps, lr=1.0):
 def sketched_eagle_errors(A, B, C, r, rng, reference, *, steps):
     """Sketched EAGLE: error after each step (fresh sketch per step) and the FLOPs per step."""
     errors: list[float] = []
-    eagle.complete_sketched(A, B, C, r, rng, rtol=0.0, maxiter=steps,
-                            eta=eagle.THEORY_ETA, gamma=eagle.THEORY_GAMMA,
-                            callback=lambda D: errors.append(_rel(D, reference)))
+    eagle.complete_sketched(
+        A,
+        B,
+        C,
+        r,
+        rng,
+        rtol=0.0,
+        maxiter=steps,
+        eta=eagle.THEORY_ETA,
+        gamma=eagle.THEORY_GAMMA,
+        callback=lambda D: errors.append(_rel(D, reference)),
+    )
     n = A.shape[1]
     d, dp, q = A.shape[0], B.shape[0], C.shape[1]
-    flops = (2.0 * n * r * (d + dp) + 2 * n * r * r + 2.0 * d * r * r + 4.0 * (d + dp) * r * q
-             + 2.0 * (d + dp) * r * r + 2.0 * (d + dp) * r * n)
+    flops = (
+        2.0 * n * r * (d + dp)
+        + 2 * n * r * r
+        + 2.0 * d * r * r
+        + 4.0 * (d + dp) * r * q
+        + 2.0 * (d + dp) * r * r
+        + 2.0 * (d + dp) * r * n
+    )
     return errors, flops

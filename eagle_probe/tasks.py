@@ -14,7 +14,7 @@ their responses and each column of C is a query. In the card notation A_card = A
 b = Bᵀ (n, d'), x = wᵀ (d, d') with D = w C, so A_cardᵀ A_card = A Aᵀ.
 
 Generators (registry `TASKS`):
-  paper          X = R1 R2ᵀ / √s, rows of R1, R2 i.i.d. N(0, diag(α^i)), i = 0..s-1 (the paper's data)
+  paper          X = R1 R2ᵀ / √s, rows of R1, R2 i.i.d. N(0, diag(α^i)), i = 0..s-1 (paper)
   least_squares  samples x ~ N(0, diag(α^i)), responses W x (+ noise), queries from the same law
   nystrom        a real kernel (RBF or polynomial) on sampled points: landmark block, cross blocks,
                  unseen slice
@@ -140,7 +140,9 @@ def check_blocks(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Ten
     blocks = {"A": A, "B": B, "C": C} | ({} if D is None else {"D": D})
     for name, block in blocks.items():
         if not isinstance(block, torch.Tensor):
-            raise EagleProbeError(f"block {name} must be a torch.Tensor, got {type(block).__name__}")
+            raise EagleProbeError(
+                f"block {name} must be a torch.Tensor, got {type(block).__name__}"
+            )
         if block.ndim != 3:
             raise EagleProbeError(
                 f"block {name} must have shape (batch, rows, cols), got {tuple(block.shape)}"

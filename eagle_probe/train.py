@@ -1,8 +1,9 @@
 """Training: Adam on the MSE of the D block, fresh prompts every step.
 
 Defaults follow the paper (lr 1e-3 constant, batch 1024, 20,000 steps, gradient-norm clip 0.1).
-Options from the seed text: linear warm-up then cosine decay, freezing W_V/W_P at the end, a separate
-clip for the query/key gradients, orthogonal-half initialisation (a model option), a curriculum.
+Options from the seed text: linear warm-up then cosine decay, freezing W_V/W_P at the end, a
+separate clip for the query/key gradients, orthogonal-half initialisation (a model option), a
+curriculum.
 
 Loss spikes. A model with constant steps is stable only for prompts whose ‖A‖₂ is below a threshold
 its steps set; a batch holding a rarer, larger A produces a spike. Every step whose loss exceeds

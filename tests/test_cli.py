@@ -6,8 +6,27 @@ import pytest
 
 from eagle_probe.cli import main
 
-TINY = ["--n", "6", "--d", "6", "--task-rank", "3", "--layers", "2", "--steps", "30", "--batch", "64",
-        "--eval-every", "10", "--eval-batch", "256", "--no-progress", "--init-std", "0.05"]
+TINY = [
+    "--n",
+    "6",
+    "--d",
+    "6",
+    "--task-rank",
+    "3",
+    "--layers",
+    "2",
+    "--steps",
+    "30",
+    "--batch",
+    "64",
+    "--eval-every",
+    "10",
+    "--eval-batch",
+    "256",
+    "--no-progress",
+    "--init-std",
+    "0.05",
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +94,11 @@ def test_foreign_checkpoint(tmp_path, capsys):
 
 
 def test_python_dash_m_works_like_the_command():
-    result = subprocess.run([sys.executable, "-m", "eagle_probe", "evaluate", "nope.pt"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "eagle_probe", "evaluate", "nope.pt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "eagle-probe: error: checkpoint nope.pt does not exist"

@@ -31,8 +31,9 @@ def test_schema_doc_lists_every_layer_field(tmp_path):
     cfg = ModelConfig(n=6, d=5, n_layers=2, dtype="float64")
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, [0.05, 0.04], [0.1, 0.09]))
-    data = extract(model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16,
-                   test_batch=32).to_json()
+    data = extract(
+        model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, test_batch=32
+    ).to_json()
     text = (ROOT / "docs" / "extraction-schema.md").read_text()
     documented = set(re.findall(r"`([A-Za-z_0-9]+)`", text))
     assert set(data) <= documented

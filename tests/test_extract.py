@@ -15,8 +15,9 @@ from eagle_probe.tasks import Prompt, TaskConfig
 
 
 def planted(a, c, *, heads=1, dtype="float64", n=8, d=6, n_prime=2, d_prime=2):
-    cfg = ModelConfig(n=n, d=d, n_prime=n_prime, d_prime=d_prime, n_layers=len(a),
-                      n_heads=heads, dtype=dtype)
+    cfg = ModelConfig(
+        n=n, d=d, n_prime=n_prime, d_prime=d_prime, n_layers=len(a), n_heads=heads, dtype=dtype
+    )
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
     task = TaskConfig(n=n, d=d, n_prime=n_prime, d_prime=d_prime, rank=min(4, n, d))
@@ -115,16 +116,37 @@ def test_weight_structure_and_simplified_model():
 
 def test_degenerate_probe_is_refused():
     model, _ = planted([0.05], [0.09])
-    zero = Prompt(torch.zeros(2, 6, 8), torch.ones(2, 2, 8), torch.ones(2, 6, 2),
-                  torch.zeros(2, 2, 2))
+    zero = Prompt(
+        torch.zeros(2, 6, 8), torch.ones(2, 2, 8), torch.ones(2, 6, 2), torch.zeros(2, 2, 2)
+    )
     with pytest.raises(EagleProbeError, match="all zero"):
         capture(model, zero)
 
 
 def test_cli_plant_then_extract(tmp_path, capsys):
     ckpt = tmp_path / "planted.pt"
-    assert main(["plant", "--n", "8", "--d", "6", "--a-steps", "0.05,0.04", "--c-steps",
-                 "0.09,0.08", "--heads", "2", "--dtype", "float64", "-o", str(ckpt)]) == 0
+    assert (
+        main(
+            [
+                "plant",
+                "--n",
+                "8",
+                "--d",
+                "6",
+                "--a-steps",
+                "0.05,0.04",
+                "--c-steps",
+                "0.09,0.08",
+                "--heads",
+                "2",
+                "--dtype",
+                "float64",
+                "-o",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "ex"
     assert main(["extract", str(ckpt), "--out", str(out), "--probe-batch", "32"]) == 0
     printed = capsys.readouterr().out
@@ -132,7 +154,7 @@ def test_cli_plant_then_extract(tmp_path, capsys):
     data = json.loads((out / "extraction.json").read_text())
     assert data["model"]["sha256"] == checkpoint.sha256(ckpt)
     layers = data["layers"]
-    assert [round(l["a_step"], 10) for l in layers] == [0.05, 0.04]
+    assert [round(lay["a_step"], 10) for lay in layers] == [0.05, 0.04]
     for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "r2", "terms"):
         assert key in layers[0]
     assert layers[0]["terms"][0] == {"order": 0, "alpha": pytest.approx(-0.09), "head": -1}
@@ -147,8 +169,10 @@ def test_cli_plant_then_extract(tmp_path, capsys):
         (["plant", "--a-steps", "0.1,0.2", "--c-steps", "0.1", "-o", "p.pt"], "has 2 values"),
         (["plant", "--a-steps", "x", "--c-steps", "0.1", "-o", "p.pt"], "comma-separated"),
         (["plant", "--a-steps", "0.1", "--c-steps", "nan", "-o", "p.pt"], "finite"),
-        (["plant", "--a-steps", "0.1", "--c-steps", "0.1", "--dtype", "int8", "-o", "p.pt"],
-         "unknown dtype"),
+        (
+            ["plant", "--a-steps", "0.1", "--c-steps", "0.1", "--dtype", "int8", "-o", "p.pt"],
+            "unknown dtype",
+        ),
     ],
 )
 def test_plant_user_errors(argv, match, capsys, tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ def _prompt(cfg: ModelConfig, batch: int = 3, seed: int = 1):
 def numpy_eagle(A, B, C, a_steps, c_steps):
     """Algorithm 1 of the paper with S = I, written out independently in NumPy."""
     D = np.zeros((B.shape[0], B.shape[1], C.shape[2]))
-    for a, c in zip(a_steps, c_steps):
+    for a, c in zip(a_steps, c_steps, strict=True):
         At = np.swapaxes(A, -1, -2)
         gram = At @ A
         A, B, C, D = A - a * A @ gram, B - a * B @ gram, C - c * A @ At @ C, D + c * B @ At @ C

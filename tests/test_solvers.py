@@ -125,8 +125,7 @@ def test_block_completion_modes_and_regimes():
 
 
 def test_registry_names():
-    assert set(SOLVERS) >= {"eagle", "lstsq", "cg", "lsqr", "lsmr", "gd", "lbfgs",
-                            "newton_schulz"}
+    assert set(SOLVERS) >= {"eagle", "lstsq", "cg", "lsqr", "lsmr", "gd", "lbfgs", "newton_schulz"}
 
 
 def test_template_imports_only_numpy(tmp_path):

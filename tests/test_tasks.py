@@ -89,7 +89,12 @@ def test_bad_task_configs_are_rejected(kwargs, match):
 
 
 def test_prompt_rejects_inconsistent_blocks():
-    A, B, C, D = torch.zeros(2, 3, 4), torch.zeros(2, 1, 4), torch.zeros(2, 3, 2), torch.zeros(2, 1, 3)
+    A, B, C, D = (
+        torch.zeros(2, 3, 4),
+        torch.zeros(2, 1, 4),
+        torch.zeros(2, 3, 2),
+        torch.zeros(2, 1, 3),
+    )
     with pytest.raises(ValueError, match="block D"):
         Prompt(A, B, C, D)
 

@@ -10,24 +10,34 @@ import pytest
 from eagle_probe import checkpoint
 from eagle_probe.evaluate import evaluate
 from eagle_probe.model import LinearTransformer, ModelConfig
-from eagle_probe.tasks import make_generator
-from eagle_probe.tasks import TaskConfig
+from eagle_probe.tasks import TaskConfig, make_generator
 from eagle_probe.train import TrainConfig, lr_factor, train
 
 TASK = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
 
 
 def _cfg(**kwargs) -> ModelConfig:
-    return ModelConfig(**({"n": 6, "d": 6, "n_prime": 1, "d_prime": 1, "n_layers": 2,
-                           "normalize": "spectral"} | kwargs))
+    return ModelConfig(
+        **(
+            {"n": 6, "d": 6, "n_prime": 1, "d_prime": 1, "n_layers": 2, "normalize": "spectral"}
+            | kwargs
+        )
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("regime", ["centralized", "distributed", "constrained"])
 def test_tiny_training_beats_the_zero_predictor(regime):
     cfg = _cfg(regime=regime, machines=2, rank=3, init_std=0.2)
-    run = TrainConfig(steps=300, batch=128, lr=1e-2, schedule="warmup_cosine", eval_every=100,
-                      eval_batch=512, seed=1)
+    run = TrainConfig(
+        steps=300,
+        batch=128,
+        lr=1e-2,
+        schedule="warmup_cosine",
+        eval_every=100,
+        eval_batch=512,
+        seed=1,
+    )
     model, metrics = train(cfg, TASK, run, progress=False)
     result = evaluate(model, TASK, batch=2000, seed=3)
     untrained = evaluate(LinearTransformer(cfg, make_generator(1)), TASK, batch=2000, seed=3)
@@ -45,8 +55,15 @@ def test_same_seed_same_model():
 
 
 def test_value_freezing_and_curriculum_run():
-    run = TrainConfig(steps=40, batch=32, eval_every=20, eval_batch=64, freeze_values_last=0.5,
-                      curriculum=True, clip_qk=0.05)
+    run = TrainConfig(
+        steps=40,
+        batch=32,
+        eval_every=20,
+        eval_batch=64,
+        freeze_values_last=0.5,
+        curriculum=True,
+        clip_qk=0.05,
+    )
     model, metrics = train(_cfg(), TASK, run, progress=False)
     assert metrics["steps_done"] == 40
 
@@ -64,8 +81,10 @@ def test_size_mismatch_between_model_and_task():
         train(_cfg(n=4), TASK, TrainConfig(steps=1), progress=False)
 
 
-@pytest.mark.parametrize("kwargs", [{"steps": 0}, {"lr": -1.0}, {"schedule": "step"},
-                                    {"warmup": 1.5}, {"spike_factor": 0.5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"steps": 0}, {"lr": -1.0}, {"schedule": "step"}, {"warmup": 1.5}, {"spike_factor": 0.5}],
+)
 def test_bad_train_configs(kwargs):
     with pytest.raises(ValueError):
         TrainConfig(**kwargs)
@@ -75,11 +94,40 @@ def test_bad_train_configs(kwargs):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_training_leaves_a_complete_checkpoint(tmp_path, sig):
     out = tmp_path / "run.pt"
-    cmd = [sys.executable, "-m", "eagle_probe", "train", "--regime", "centralized", "--n", "6",
-           "--d", "6", "--task-rank", "3", "--layers", "2", "--steps", "100000", "--batch", "64",
-           "--eval-every", "20", "--eval-batch", "128", "--no-progress", "-o", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ | {"OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "eagle_probe",
+        "train",
+        "--regime",
+        "centralized",
+        "--n",
+        "6",
+        "--d",
+        "6",
+        "--task-rank",
+        "3",
+        "--layers",
+        "2",
+        "--steps",
+        "100000",
+        "--batch",
+        "64",
+        "--eval-every",
+        "20",
+        "--eval-batch",
+        "128",
+        "--no-progress",
+        "-o",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 90
     while not out.exists() and time.time() < deadline:
         time.sleep(0.2)
