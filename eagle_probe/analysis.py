@@ -53,10 +53,19 @@ def head_ablation(
 
 
 def greedy_pruning(
-    model: LinearTransformer, task: TaskConfig, *, batch: int = 2048, seed: int = 3
+    model: LinearTransformer,
+    task: TaskConfig,
+    *,
+    batch: int = 2048,
+    seed: int = 3,
+    candidates: int = 2,
 ) -> pd.DataFrame:
     """Remove heads one at a time, always the one whose removal hurts least, until one head per
-    layer is left. One row per step with the test MSE."""
+    layer is left. One row per step with the test MSE (no retraining).
+
+    Each step tries, in every layer, the `candidates` remaining heads whose single-head ablation
+    is cheapest (every head when candidates >= heads)."""
+    order = head_ablation(model, task, batch=batch, seed=seed).sort_values("mse")
     prompt = sample(task, batch, make_generator(seed), dtype=torch.float64)
     L, H = model.cfg.n_layers, model.cfg.heads
     removed: dict[int, list[int]] = {layer: [] for layer in range(L)}
@@ -75,9 +84,9 @@ def greedy_pruning(
         for layer in range(L):
             if len(removed[layer]) >= H - 1:
                 continue
-            for head in range(H):
-                if head in removed[layer]:
-                    continue
+            layer_order = order[order.layer == layer]["head"]
+            ranked = [int(h) for h in layer_order if h not in removed[layer]]
+            for head in ranked[:candidates]:
                 trial = {k: list(v) for k, v in removed.items()}
                 trial[layer].append(head)
                 mse = _mse(model, prompt, hooks(trial))
@@ -88,6 +97,38 @@ def greedy_pruning(
         step += 1
         rows.append(
             {"step": step, "heads_left": L * H - step, "removed": f"L{layer}H{head}", "mse": mse}
+        )
+    return pd.DataFrame(rows)
+
+
+def pruning_by_ablation(
+    model: LinearTransformer, task: TaskConfig, *, batch: int = 2048, seed: int = 3
+) -> pd.DataFrame:
+    """Prune heads in the order of their single-head ablation cost (cheapest first), keeping at
+    least one head per layer, down to one head per layer. One row per step with the test MSE of
+    the pruned model (no retraining)."""
+    prompt = sample(task, batch, make_generator(seed), dtype=torch.float64)
+    L, H = model.cfg.n_layers, model.cfg.heads
+    costs = head_ablation(model, task, batch=batch, seed=seed).sort_values("mse")
+    removed: dict[int, list[int]] = {layer: [] for layer in range(L)}
+    rows = [{"step": 0, "heads_left": L * H, "removed": None, "mse": _mse(model, prompt)}]
+    for row in costs.itertuples():
+        layer, head = int(row.layer), int(row.head)
+        if len(removed[layer]) >= H - 1:
+            continue
+        removed[layer].append(head)
+        hooks = [
+            (f"blocks.{lay}.attn.hook_head_out", _ablate(heads))
+            for lay, heads in removed.items()
+            if heads
+        ]
+        rows.append(
+            {
+                "step": len(rows),
+                "heads_left": L * H - len(rows),
+                "removed": f"L{layer}H{head}",
+                "mse": _mse(model, prompt, hooks),
+            }
         )
     return pd.DataFrame(rows)
 

@@ -216,13 +216,23 @@ class Attention(nn.Module):
         return self.W_Q * m, self.W_K * m
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # z: (b, T, E)
+        b, T, E = z.shape
         W_Q, W_K = self.effective_qk()
-        q = self.hook_q(torch.einsum("bte,hek->bhtk", z, W_Q))  # (b, h, T, qk)
-        k = self.hook_k(torch.einsum("bte,hek->bhtk", z, W_K))  # (b, h, T, qk)
-        v = self.hook_v(torch.einsum("bte,hev->bhtv", z, self.W_V))  # (b, h, T, vp)
+        h, qk, vp = W_Q.shape[0], W_Q.shape[-1], self.W_V.shape[-1]
+        flat = z.reshape(b * T, E)  # all heads in one GEMM each: (bT, E) @ (E, h·k)
+
+        def per_head(W: torch.Tensor, width: int) -> torch.Tensor:
+            out = flat @ W.permute(1, 0, 2).reshape(E, h * width)  # (bT, h·width)
+            return out.view(b, T, h, width).transpose(1, 2)  # (b, h, T, width)
+
+        q = self.hook_q(per_head(W_Q, qk))  # (b, h, T, qk)
+        k = self.hook_k(per_head(W_K, qk))  # (b, h, T, qk)
+        v = self.hook_v(per_head(self.W_V, vp))  # (b, h, T, vp)
         scores = self.hook_scores((q @ k.transpose(-1, -2)) * self.mask)  # (b, h, T, T)
         mixed = scores @ v  # (b, h, T, vp)
-        head_out = self.hook_head_out(torch.einsum("bhtv,hev->bhte", mixed, self.W_P))
+        # project each head back to the stream: (h, bT, vp) @ (h, vp, E)
+        out = mixed.transpose(0, 1).reshape(h, b * T, vp) @ self.W_P.transpose(1, 2)
+        head_out = self.hook_head_out(out.view(h, b, T, E).transpose(0, 1))  # (b, h, T, E)
         return head_out.sum(dim=1)  # (b, T, E)
 
 

@@ -1,0 +1,37 @@
+"""The analysis notebooks run from the shipped checkpoints and are committed with outputs."""
+
+import json
+
+import nbformat
+import pytest
+from conftest import ROOT
+from nbclient import NotebookClient
+
+NOTEBOOKS = ["head_specialization", "solver_vs_network", "reproduce_paper"]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_with_outputs_and_small(name):
+    path = ROOT / "analyses" / f"{name}.ipynb"
+    assert path.stat().st_size < 2_000_000
+    nb = json.loads(path.read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+    assert outputs and not any(o["output_type"] == "error" for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs), "figures are committed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_executes(name, tmp_path):
+    nb = nbformat.read(ROOT / "analyses" / f"{name}.ipynb", as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "analyses")}},
+    )
+    client.execute()
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
+    assert not errors
