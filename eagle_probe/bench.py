@@ -118,7 +118,7 @@ def centralized(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, p
         for kappa in suite.kappas:
             A, b = kappa_problem(n, n, kappa, rng)
             ref = np.linalg.lstsq(A, b, rcond=None)[0]
-            names = ("eagle",) + tuple(
+            names = ("eagle", "eagle_fast") + tuple(
                 s for s in suite.baselines if not (n > 500 and s in ("gd", "lbfgs", "lsqr"))
             )
             for name in names:
