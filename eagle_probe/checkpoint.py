@@ -13,7 +13,6 @@ import math
 import os
 import pickle
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +123,7 @@ def read(path: str | os.PathLike) -> dict[str, Any]:
             f"checkpoint {path} was refused: it holds objects other than tensors and plain "
             f"values ({first[:120]})"
         ) from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to parse means an unreadable file
         raise CheckpointError(
             f"checkpoint {path} is not a readable torch file (truncated or corrupt?)"
         ) from exc
