@@ -123,7 +123,12 @@ def build_parser() -> Parser:
     train.add_argument(
         "--init-std", type=_finite_float, default=0.02, help="std of the random initialisation"
     )
-    train.add_argument("--steps", type=_positive_int, default=20_000, help="optimiser steps")
+    train.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=None,
+        help="optimiser steps (20000; with --resume: the checkpoint's)",
+    )
     train.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
     train.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
     train.add_argument("--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)}")
@@ -159,6 +164,11 @@ def build_parser() -> Parser:
     train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument("--force", action="store_true", help="overwrite an existing output")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run stored in --out (its configs; --steps may extend)",
+    )
     train.add_argument("-o", "--out", required=True, help="checkpoint to write (model.pt)")
     train.set_defaults(func=cmd_train)
 
@@ -229,15 +239,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from eagle_probe import checkpoint
-    from eagle_probe.evaluate import evaluate
     from eagle_probe.model import ModelConfig
     from eagle_probe.tasks import TaskConfig
-    from eagle_probe.train import TrainConfig, train
+    from eagle_probe.train import TrainConfig
 
     out = Path(args.out)
-    _check_output(out, args.force)
+    resume = None
+    if args.resume:
+        if not out.is_file():
+            raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
+        model, task, previous = checkpoint.load(out)
+        if "train_config" not in previous:
+            raise EagleProbeError(f"{out} holds no training record to resume from")
+        fields = dict(previous["train_config"])
+        if args.steps is not None:
+            fields["steps"] = args.steps
+        train_cfg = TrainConfig.from_dict(fields)
+        model_cfg = model.cfg
+        resume = (model.state_dict(), previous)
+    else:
+        _check_output(out, args.force)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if resume is not None:
+        return _run_training(args, out, model_cfg, task, train_cfg, resume)
     task = TaskConfig(
         task=args.task,
         n=args.n,
@@ -281,6 +306,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_batch=args.eval_batch,
         seed=args.seed,
     )
+    return _run_training(args, out, model_cfg, task, train_cfg, None)
+
+
+def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
+    from eagle_probe import checkpoint
+    from eagle_probe.evaluate import evaluate
+    from eagle_probe.train import train
+
     argv = " ".join(sys.argv[1:]) if sys.argv else ""
     provenance = {
         "command": f"eagle-probe {argv}".strip(),
@@ -299,7 +332,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         model, metrics = train(
-            model_cfg, task, train_cfg, progress=not args.no_progress, on_validate=write
+            model_cfg,
+            task,
+            train_cfg,
+            progress=not args.no_progress,
+            on_validate=write,
+            resume=resume,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

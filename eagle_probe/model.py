@@ -317,6 +317,8 @@ class LinearTransformer(HookedRootModule):
                 f"prompt has shape {tuple(z0.shape)}, but this model takes "
                 f"(batch, d + d' = {cfg.tokens}, n + n' = {cfg.width})"
             )
+        if not bool(torch.isfinite(z0).all()):
+            raise EagleProbeError("prompt contains NaN or Inf entries")
 
     def prompt_scale(self, z0: torch.Tensor) -> torch.Tensor:
         """Per-prompt scale the prompt is divided by before the layers: (b, 1, 1)."""

@@ -108,8 +108,13 @@ def train(
     *,
     progress: bool = True,
     on_validate: Callable[[LinearTransformer, dict[str, Any]], None] | None = None,
+    resume: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None,
 ) -> tuple[LinearTransformer, dict[str, Any]]:
     """Train a fresh model; return it (best validated weights if `keep_best`) and its metrics.
+
+    `resume=(state_dict, metrics)` continues a run from a checkpoint: its weights (the best
+    validated ones), its step count, history and spike log; the optimiser state starts afresh
+    and the training prompts come from a new stream (seeded by the seed and the step reached).
 
     `on_validate(model_with_best_weights, metrics)` runs after every validation, e.g. to write a
     checkpoint, so an interrupted run keeps its progress. KeyboardInterrupt stops training early:
@@ -123,9 +128,18 @@ def train(
         )
     init_seed, data_seed, val_seed = _seeds(cfg.seed)
     model = LinearTransformer(model_cfg, generator=make_generator(init_seed))
+    start_step = 0
+    if resume is not None:
+        model.load_state_dict(resume[0])
+        start_step = int(resume[1].get("steps_done", 0))
+        if not 0 <= start_step < cfg.steps:
+            raise ValueError(
+                f"the checkpoint has done {start_step} of {cfg.steps} steps; pass a larger "
+                "--steps to continue it"
+            )
     model.train()
     dtype = model_cfg.torch_dtype
-    data_gen = make_generator(data_seed)
+    data_gen = make_generator(data_seed + 7919 * start_step)
     val_prompts = sample(task, cfg.eval_batch, make_generator(val_seed), dtype=torch.float64)
     curriculum = (
         Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
@@ -141,14 +155,20 @@ def train(
     value_params = [p for n, p in model.named_parameters() if n.endswith(("W_V", "W_P"))]
     freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
 
-    history: list[dict[str, Any]] = []
-    spikes: list[dict[str, Any]] = []
+    previous = resume[1] if resume is not None else {}
+    history: list[dict[str, Any]] = list(previous.get("history", []))
+    spikes: list[dict[str, Any]] = list(previous.get("spikes", []))
     recent = collections.deque(maxlen=200)
-    best = {"val_mse": math.inf, "step": 0, "state": copy.deepcopy(model.state_dict())}
+    best_val = previous.get("best_val_mse")
+    best = {
+        "val_mse": best_val if best_val is not None else math.inf,
+        "step": previous.get("best_step", 0),
+        "state": copy.deepcopy(model.state_dict()),
+    }
     window_loss, window_steps, skipped = 0.0, 0, 0
     start = time.perf_counter()
     interrupted = False
-    step = 0
+    step = start_step
 
     def validate(step: int) -> dict[str, Any]:
         model.eval()
@@ -170,13 +190,14 @@ def train(
         return row
 
     def _metrics() -> dict[str, Any]:
-        steps_done = step if interrupted else step + 1
+        steps_done = step if interrupted or step >= cfg.steps else step + 1
         elapsed = time.perf_counter() - start
         return {
             "train_config": cfg.to_dict(),
             "steps_done": steps_done,
             "wall_seconds": elapsed,
-            "seconds_per_step": elapsed / max(1, steps_done),
+            "seconds_per_step": elapsed / max(1, steps_done - start_step),
+            "resumed_from_step": start_step,
             "best_step": best["step"],
             "best_val_mse": best["val_mse"] if math.isfinite(best["val_mse"]) else None,
             "skipped_steps": skipped,
@@ -187,9 +208,16 @@ def train(
             "threads": torch.get_num_threads(),
         }
 
-    bar = tqdm(total=cfg.steps, disable=not progress, desc="train", unit="step", smoothing=0.05)
+    bar = tqdm(
+        total=cfg.steps,
+        initial=start_step,
+        disable=not progress,
+        desc="train",
+        unit="step",
+        smoothing=0.05,
+    )
     try:
-        for step in range(cfg.steps):
+        for step in range(start_step, cfg.steps):
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr * lr_factor(cfg, step)
             if step == freeze_at and cfg.freeze_values_last > 0:

@@ -102,3 +102,43 @@ def test_python_dash_m_works_like_the_command():
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "eagle-probe: error: checkpoint nope.pt does not exist"
+
+
+def test_resume_continues_a_run(tmp_path):
+    out = tmp_path / "r.pt"
+    assert main(["train", "--regime", "centralized", *TINY, "-o", str(out)]) == 0
+    first = json.loads(out.with_suffix(".json").read_text())
+    assert first["steps_done"] == 30
+    assert (
+        main(
+            [
+                "train",
+                "--regime",
+                "centralized",
+                "--resume",
+                "--steps",
+                "50",
+                "--no-progress",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    second = json.loads(out.with_suffix(".json").read_text())
+    assert second["steps_done"] == 50 and second["resumed_from_step"] == 30
+    from eagle_probe import checkpoint
+
+    _, _, metrics = checkpoint.load(out)
+    assert [r["step"] for r in metrics["history"]][-1] == 50
+
+
+def test_resume_refuses_a_finished_or_missing_run(tmp_path, capsys):
+    out = tmp_path / "r.pt"
+    assert main(["train", "--regime", "centralized", "--resume", "-o", str(out)]) == 2
+    assert "needs an existing checkpoint" in capsys.readouterr().err
+    assert main(["train", "--regime", "centralized", *TINY, "-o", str(out)]) == 0
+    assert (
+        main(["train", "--regime", "centralized", "--resume", "--no-progress", "-o", str(out)]) == 2
+    )
+    assert "pass a larger --steps" in capsys.readouterr().err

@@ -238,3 +238,30 @@ def test_internal_errors_exit_1_and_debug_shows_the_traceback(monkeypatch, capsy
     assert "internal error" in err and "kaboom" in err and "Traceback" not in err
     with pytest.raises(RuntimeError, match="kaboom"):
         main(["--debug", "evaluate", str(path)])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_model_refuses_non_finite_prompts(value):
+    model = LinearTransformer(SMALL, generator=make_generator(0))
+    z0 = torch.zeros(2, SMALL.tokens, SMALL.width)
+    z0[1, 0, 0] = value
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        model(z0)
+
+
+@pytest.mark.parametrize("kappa", [1e12, 1e14])
+def test_solver_on_extreme_condition_numbers_never_returns_silent_garbage(kappa):
+    import numpy as np
+
+    from eagle_probe import solver_template as eagle
+
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    V, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    A = (U * np.logspace(0, -np.log10(kappa), 40)) @ V.T
+    b = A @ rng.standard_normal(40)
+    x, info = eagle.lstsq(A, b)
+    assert info <= 0
+    if info == 0:
+        assert np.all(np.isfinite(x))
+        assert np.linalg.norm(A @ x - b) <= 1e-6 * np.linalg.norm(b)
