@@ -156,6 +156,12 @@ def build_parser() -> Parser:
     )
     train.add_argument("--curriculum", action="store_true", help="grow difficulty from α = 1")
     train.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
+    train.add_argument(
+        "--data-shards",
+        type=_positive_int,
+        default=1,
+        help="draw each batch as this many seeded chunks (a multiple of the torchrun processes)",
+    )
     train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
     train.add_argument(
         "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
@@ -302,6 +308,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         freeze_values_last=args.freeze_values_last,
         curriculum=args.curriculum,
         skip_spikes=args.skip_spikes,
+        data_shards=args.data_shards,
         eval_every=args.eval_every,
         eval_batch=args.eval_batch,
         seed=args.seed,
@@ -341,6 +348,11 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if metrics.get("processes", 1) > 1:
+        import torch.distributed as tdist
+
+        if tdist.get_rank() != 0:
+            return 0  # rank 0 writes the checkpoint and reports
     metrics["test"] = evaluate(model, task)
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance

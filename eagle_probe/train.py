@@ -55,11 +55,12 @@ class TrainConfig:
     eval_batch: int = 8192  # size of the fixed held-out validation set
     keep_best: bool = True  # return the weights with the best validation MSE
     seed: int = 0  # seeds initialisation, training prompts and the validation set
+    data_shards: int = 1  # the batch is drawn as this many chunks, each from its own stream
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
-        for name in ("steps", "batch", "eval_every", "eval_batch"):
+        for name in ("steps", "batch", "eval_every", "eval_batch", "data_shards"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -73,6 +74,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.spike_factor > 1.0:
             raise ValueError(f"spike_factor must be > 1, got {self.spike_factor!r}")
+        if self.batch % self.data_shards:
+            raise ValueError(
+                f"data_shards={self.data_shards} must divide the batch of {self.batch} prompts"
+            )
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         Curriculum(start=self.curriculum_start, until=self.curriculum_until)
@@ -94,6 +99,31 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
         return (step + 1) / warm
     t = (step - warm) / max(1, cfg.steps - warm)
     return cfg.final_lr_ratio + (1 - cfg.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _process_group() -> tuple[int, int]:
+    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
+    import os
+
+    import torch.distributed as tdist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    if not tdist.is_initialized():
+        tdist.init_process_group("gloo")
+    return tdist.get_rank(), tdist.get_world_size()
+
+
+def _global_mean(value: float, world: int) -> float:
+    """The loss averaged over all processes (every rank then takes the same decisions)."""
+    if world == 1:
+        return value
+    import torch.distributed as tdist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    tdist.all_reduce(t)
+    return float(t) / world
 
 
 def _seeds(seed: int) -> tuple[int, int, int]:
@@ -139,7 +169,28 @@ def train(
             )
     model.train()
     dtype = model_cfg.torch_dtype
-    data_gen = make_generator(data_seed + 7919 * start_step)
+    rank, world = _process_group()
+    if cfg.data_shards % world:
+        raise ValueError(
+            f"{world} processes need data_shards to be a multiple of {world} "
+            f"(got {cfg.data_shards}); pass --data-shards {world}"
+        )
+    # Shard j of every batch comes from its own stream, so a run on `world` processes that each
+    # draw their own shards sees exactly the prompts of a one-process run with the same shards.
+    offset = 7919 * start_step
+    if cfg.data_shards == 1:
+        streams = [make_generator(data_seed + offset)]
+    else:
+        streams = [
+            make_generator(1_000_003 * (data_seed + 1) + 101 * shard + offset)
+            for shard in range(rank, cfg.data_shards, world)
+        ]
+    shard_batch = cfg.batch // cfg.data_shards
+    net = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model)
     val_prompts = sample(task, cfg.eval_batch, make_generator(val_seed), dtype=torch.float64)
     curriculum = (
         Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
@@ -205,6 +256,7 @@ def train(
             "spike_count": len(spikes),
             "history": history,
             "torch": str(torch.__version__),
+            "processes": world,
             "threads": torch.get_num_threads(),
         }
 
@@ -225,15 +277,19 @@ def train(
                     p.requires_grad_(False)
                     p.grad = None
             step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
-            prompt = sample(step_task, cfg.batch, data_gen, dtype=dtype)
-            pred = model(prompt.z0())
-            loss = (pred - prompt.D).square().mean()
-            value = float(loss.detach())
+            parts = [sample(step_task, shard_batch, g, dtype=dtype) for g in streams]
+            z0 = torch.cat([p.z0() for p in parts])
+            target = torch.cat([p.D for p in parts])
+            pred = net(z0)
+            loss = (pred - target).square().mean()
+            value = _global_mean(float(loss.detach()), world)
 
             median = sorted(recent)[len(recent) // 2] if len(recent) >= 20 else math.inf
             is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
             if is_spike:
-                norm = torch.linalg.matrix_norm(prompt.A.detach().double(), ord=2)
+                norm = torch.linalg.matrix_norm(
+                    torch.cat([p.A for p in parts]).detach().double(), ord=2
+                )
                 spikes.append(
                     {
                         "step": step,
@@ -246,6 +302,9 @@ def train(
                 )
             if is_spike and (cfg.skip_spikes or not math.isfinite(value)):
                 skipped += 1
+                if world > 1:  # DDP needs the backward pass it prepared for; drop its result
+                    loss.backward()
+                    optimizer.zero_grad(set_to_none=True)
             else:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -264,7 +323,7 @@ def train(
                 row = validate(step + 1)
                 window_loss, window_steps = 0.0, 0
                 bar.set_postfix(loss=f"{row['train_loss']:.2e}", val=f"{row['val_mse']:.2e}")
-                if on_validate is not None:
+                if on_validate is not None and rank == 0:
                     on_validate(_with_state(model, best["state"]), _metrics())
             bar.update(1)
     except KeyboardInterrupt:

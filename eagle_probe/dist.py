@@ -1,0 +1,224 @@
+"""The distributed regime on real worker processes (torch.distributed: gloo on CPU).
+
+Machine μ (rank μ) holds only its column block A^μ, B^μ of the prompt; C and D are replicated.
+Each round every rank computes its local updates of C and D and one `all_reduce` sums them, so a
+rank sends (d + d')·n' floats per round. Distributed gradient descent and consensus ADMM run on
+the same process group for comparison. `run_local(world_size, fn, *args)` starts `world_size`
+local processes on the loopback interface, runs fn(rank, world_size, *args) in each and returns
+the results in rank order.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import torch
+import torch.distributed as tdist
+import torch.multiprocessing as mp
+
+from eagle_probe import solver_template as eagle
+
+FLOAT_BYTES = 8  # float64
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, fn, args, queue) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        queue.put((rank, fn(rank, world, *args)))
+    finally:
+        tdist.destroy_process_group()
+
+
+def run_local(world_size: int, fn, *args, timeout: float = 600.0) -> list[Any]:
+    """Run fn(rank, world_size, *args) on `world_size` local gloo processes; results by rank.
+
+    `fn` must be importable (a module-level function)."""
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(r, world_size, port, fn, args, queue))
+        for r in range(world_size)
+    ]
+    # One BLAS thread per worker: the children read these when they import NumPy, and several
+    # multithreaded workers spinning on one small machine slow every collective to a crawl.
+    threads = {k: os.environ.get(k) for k in _THREAD_VARS}
+    os.environ.update({k: "1" for k in _THREAD_VARS})
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in threads.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"distributed run did not finish in {timeout:.0f} s")
+            try:
+                rank, value = queue.get(timeout=min(remaining, 1.0))
+                results[rank] = value
+            except Exception:  # noqa: BLE001 - queue.Empty: check for dead workers
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"worker exited with code {dead[0].exitcode}") from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return [results[r] for r in range(world_size)]
+
+
+def _allreduce(x: np.ndarray, stats: dict) -> np.ndarray:
+    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
+    tdist.all_reduce(t)
+    stats["bytes_sent"] += t.numel() * FLOAT_BYTES
+    stats["messages"] += 1
+    return t.numpy()
+
+
+def eagle_worker(
+    rank: int,
+    world: int,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray,
+    rtol: float = 1e-10,
+    maxiter: int = 500,
+    eta: float | None = None,
+    gamma: float | None = None,
+) -> dict:
+    """Distributed EAGLE on this rank's column block; the same arithmetic as
+    `solver_template.complete_distributed` with the machine sum done by all_reduce."""
+    parts = eagle._split_columns(A.shape[1], world)
+    Am, Bm = A[:, parts[rank]].copy(), B[:, parts[rank]].copy()
+    C = C.copy()
+    D = np.zeros((B.shape[0], C.shape[1]))
+    stats = {"bytes_sent": 0, "messages": 0}
+    info, rounds = maxiter, 0
+    start = time.perf_counter()
+    for it in range(1, maxiter + 1):
+        rounds = it
+        e, g = eagle.schedule(it - 1, eta, gamma)
+        K = Am.T @ Am
+        lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else eagle._top_eig(K)[0]
+        dC = np.zeros_like(C)
+        dD = np.zeros_like(D)
+        if lam > 0.0:
+            AtC = Am.T @ C
+            dC = -g / lam * (Am @ AtC)
+            dD = g / lam * (Bm @ AtC)
+            Am, Bm = Am - e / lam * (Am @ K), Bm - e / lam * (Bm @ K)
+        both = _allreduce(np.concatenate([dC, dD], axis=0), stats)  # one message a round
+        C = C + both[: C.shape[0]] / world
+        step = both[C.shape[0] :] / world
+        D = D + step
+        if not np.all(np.isfinite(D)):
+            info = -2
+            break
+        if np.linalg.norm(step) <= rtol * np.linalg.norm(D):
+            info = 0
+            break
+    return {
+        "D": D,
+        "rounds": rounds,
+        "info": info,
+        "seconds": time.perf_counter() - start,
+        "bytes_per_round": stats["bytes_sent"] / max(rounds, 1),
+        **stats,
+    }
+
+
+def gd_worker(
+    rank: int,
+    world: int,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray,
+    reference: np.ndarray,
+    eps: float = 1e-8,
+    maxiter: int = 20000,
+) -> dict:
+    """Distributed gradient descent on w (d' × d), step 1/‖A‖₂² (computed once, up front)."""
+    parts = eagle._split_columns(A.shape[1], world)
+    Am, Bm = A[:, parts[rank]], B[:, parts[rank]]
+    stats = {"bytes_sent": 0, "messages": 0}
+    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
+    w = np.zeros((B.shape[0], A.shape[0]))
+    rounds, err = 0, math.inf
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
+        grad = _allreduce((w @ Am - Bm) @ Am.T, stats)
+        w = w - step * grad
+        err = float(np.linalg.norm(w @ C - reference) / np.linalg.norm(reference))
+        if err <= eps:
+            break
+    return {
+        "rounds": rounds,
+        "error": err,
+        "bytes_per_round": stats["bytes_sent"] / rounds,
+        **stats,
+    }
+
+
+def admm_worker(
+    rank: int,
+    world: int,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray,
+    reference: np.ndarray,
+    eps: float = 1e-8,
+    maxiter: int = 20000,
+    rho: float | None = None,
+) -> dict:
+    """Consensus ADMM on w; one all_reduce of w_μ + u_μ per round."""
+    parts = eagle._split_columns(A.shape[1], world)
+    Am, Bm = A[:, parts[rank]], B[:, parts[rank]]
+    d = A.shape[0]
+    rho = eagle._spectral_norm(A) ** 2 / world if rho is None else rho
+    factor = scipy.linalg.cho_factor(Am @ Am.T + rho * np.eye(d))
+    rhs = Bm @ Am.T
+    stats = {"bytes_sent": 0, "messages": 0}
+    w = np.zeros((B.shape[0], d))
+    u = np.zeros_like(w)
+    z = np.zeros_like(w)
+    rounds, err = 0, math.inf
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
+        target = rhs + rho * (z - u)
+        w = scipy.linalg.cho_solve(factor, target.T).T
+        z = _allreduce(w + u, stats) / world
+        u = u + w - z
+        err = float(np.linalg.norm(z @ C - reference) / np.linalg.norm(reference))
+        if err <= eps:
+            break
+    return {
+        "rounds": rounds,
+        "error": err,
+        "bytes_per_round": stats["bytes_sent"] / rounds,
+        **stats,
+    }
