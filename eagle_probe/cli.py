@@ -209,6 +209,20 @@ def build_parser() -> Parser:
     pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
     pl.set_defaults(func=cmd_plant)
 
+    sw = sub.add_parser("sweep", help="train and extract a grid of seeds x regimes in parallel")
+    sw.add_argument(
+        "--regimes", default="centralized,distributed,constrained", help="comma-separated regimes"
+    )
+    sw.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, or a count like 10")
+    sw.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
+    sw.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
+    sw.add_argument(
+        "--parallel", type=_positive_int, default=None, help="runs at a time (the CPU count)"
+    )
+    sw.add_argument("--out", default="sweep-out", help="directory for checkpoints and sweep.csv")
+    sw.add_argument("--force", action="store_true", help="write into an existing --out")
+    sw.set_defaults(func=cmd_sweep)
+
     be = sub.add_parser("bench", help="benchmark the recovered solver against classical ones")
     be.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
     be.add_argument("--out", default="bench-out", help="directory for CSV, PNG and summary.md")
@@ -485,6 +499,36 @@ def cmd_extract(args: argparse.Namespace) -> int:
         checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
         write_solver(out / "solver.py", payload, result.projectors)
         print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from eagle_probe.model import REGIMES
+    from eagle_probe.sweep import run_sweep, spread
+
+    regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
+    for r in regimes:
+        if r not in REGIMES:
+            raise EagleProbeError(f"unknown regime {r!r}; choose from {', '.join(REGIMES)}")
+    text = args.seeds.strip()
+    try:
+        seeds = list(range(int(text))) if text.isdigit() else [int(s) for s in text.split(",")]
+    except ValueError:
+        raise EagleProbeError(
+            f"--seeds must be a count or comma-separated integers, got {text!r}"
+        ) from None
+    if not seeds or not regimes or any(s < 0 for s in seeds):
+        raise EagleProbeError("give at least one regime and non-negative seeds")
+    out = Path(args.out)
+    _prepare_dir(out, args.force)
+    table = run_sweep(
+        regimes, seeds, out, steps=args.steps, batch=args.batch, parallel=args.parallel
+    )
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.precision", 3):
+        print(spread(table).to_string())
+    print(f"wrote {out / 'sweep.csv'}")
     return 0
 
 

@@ -1,0 +1,135 @@
+"""Sweeps: a grid of seeds × regimes trained as parallel processes, then extracted.
+
+Each run is `python -m eagle_probe train …` in its own process (so a crash stays contained and
+the CPU count sets the parallelism); afterwards every checkpoint is evaluated and extracted and
+the results are collected into one pandas table with a row per (regime, seed, layer).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from eagle_probe.errors import EagleProbeError
+
+
+@dataclass(frozen=True)
+class Run:
+    regime: str
+    seed: int
+    path: Path
+
+
+def _command(run: Run, steps: int, batch: int, extra: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "eagle_probe",
+        "train",
+        "--regime",
+        run.regime,
+        "--seed",
+        str(run.seed),
+        "--steps",
+        str(steps),
+        "--batch",
+        str(batch),
+        "--schedule",
+        "warmup_cosine",
+        "--eval-every",
+        str(max(1, steps // 4)),
+        "--eval-batch",
+        "2048",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--force",
+        *extra,
+        "-o",
+        str(run.path),
+    ]
+
+
+def run_sweep(
+    regimes: list[str],
+    seeds: list[int],
+    out: Path,
+    *,
+    steps: int,
+    batch: int,
+    parallel: int | None = None,
+    extra: list[str] | None = None,
+    log=print,
+) -> pd.DataFrame:
+    """Train every (regime, seed), `parallel` at a time, then extract; returns the table."""
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import extract
+
+    out.mkdir(parents=True, exist_ok=True)
+    runs = [Run(r, s, out / f"{r}_seed{s}.pt") for r in regimes for s in seeds]
+    parallel = parallel or max(1, os.cpu_count() or 1)
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+
+    def train(run: Run) -> tuple[Run, int, float, str]:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            _command(run, steps, batch, extra or []), capture_output=True, text=True, env=env
+        )
+        tail = (proc.stderr.strip().splitlines() or [""])[-1]
+        return run, proc.returncode, time.perf_counter() - start, tail
+
+    rows = []
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for run, code, seconds, tail in pool.map(train, runs):
+            log(f"{run.regime} seed {run.seed}: exit {code} in {seconds:.0f} s")
+            if code != 0:
+                rows.append(
+                    {
+                        "regime": run.regime,
+                        "seed": run.seed,
+                        "layer": None,
+                        "status": f"failed: {tail}",
+                    }
+                )
+                continue
+            model, task, metrics = checkpoint.load(run.path)
+            ex = extract(
+                model, task, probe_batch_size=128, seed=run.seed, control=False, test_batch=1024
+            )
+            test = metrics.get("test", {})
+            for layer in ex.layers.itertuples():
+                rows.append(
+                    {
+                        "regime": run.regime,
+                        "seed": run.seed,
+                        "layer": layer.layer,
+                        "status": "ok",
+                        "train_seconds": seconds,
+                        "improvement": test.get("improvement"),
+                        "mse": test.get("mse"),
+                        "eta": layer.eta,
+                        "gamma": layer.gamma,
+                        "fidelity": layer.fidelity,
+                        "r2": layer.r2,
+                    }
+                )
+    if not rows:
+        raise EagleProbeError("the sweep produced no runs")
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "sweep.csv", index=False)
+    return table
+
+
+def spread(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation across seeds of η, γ, fidelity and R², per regime and layer."""
+    ok = table[table.status == "ok"]
+    return ok.groupby(["regime", "layer"])[["improvement", "eta", "gamma", "fidelity", "r2"]].agg(
+        ["mean", "std"]
+    )
