@@ -35,17 +35,21 @@ def main() -> None:
     gap = max(float(np.abs(r["D"] - D_sim).max()) for r in res) / float(np.abs(D_sim).max())
     err = float(np.linalg.norm(res[0]["D"] - ref) / np.linalg.norm(ref))
     print(f"d = n = {args.n}, {args.world} processes")
-    print(f"EAGLE: {res[0]['rounds']} rounds (simulation {sim['rounds']}, {sim_s:.2f} s), "
-          f"error {err:.1e}, {res[0]['bytes_per_round']:.0f} bytes per rank per round "
-          f"(= {res[0]['bytes_per_round'] / 8:.0f} floats; (d + d')·n' = "
-          f"{(A.shape[0] + B.shape[0]) * C.shape[1]}), wall {wall:.2f} s incl. start-up, "
-          f"max gap to the simulation {gap:.1e}")
+    print(
+        f"EAGLE: {res[0]['rounds']} rounds (simulation {sim['rounds']}, {sim_s:.2f} s), "
+        f"error {err:.1e}, {res[0]['bytes_per_round']:.0f} bytes per rank per round "
+        f"(= {res[0]['bytes_per_round'] / 8:.0f} floats; (d + d')·n' = "
+        f"{(A.shape[0] + B.shape[0]) * C.shape[1]}), wall {wall:.2f} s incl. start-up, "
+        f"max gap to the simulation {gap:.1e}"
+    )
     for name, fn in (("distributed GD", dist.gd_worker), ("ADMM", dist.admm_worker)):
         start = time.perf_counter()
         r = dist.run_local(args.world, fn, A, B, C, ref, args.eps, args.maxiter)[0]
-        print(f"{name}: {r['rounds']} rounds to {r['error']:.1e} (target {args.eps:.0e}), "
-              f"{r['bytes_per_round']:.0f} bytes per rank per round, total "
-              f"{r['bytes_sent'] / 1e6:.2f} MB per rank, wall {time.perf_counter() - start:.1f} s")
+        print(
+            f"{name}: {r['rounds']} rounds to {r['error']:.1e} (target {args.eps:.0e}), "
+            f"{r['bytes_per_round']:.0f} bytes per rank per round, total "
+            f"{r['bytes_sent'] / 1e6:.2f} MB per rank, wall {time.perf_counter() - start:.1f} s"
+        )
     print(f"EAGLE total per rank: {res[0]['bytes_sent'] / 1e6:.4f} MB")
 
 
