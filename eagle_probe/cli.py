@@ -91,8 +91,9 @@ def build_parser() -> Parser:
     train.add_argument(
         "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
     )
-    train.add_argument("--n", type=_positive_int, default=18, help="columns of A (18)")
-    train.add_argument("--d", type=_positive_int, default=18, help="rows of A (18)")
+    # --columns/--rows: aliases that torchrun's own option parser does not mistake for its own
+    train.add_argument("--n", "--columns", type=_positive_int, default=18, help="columns of A (18)")
+    train.add_argument("--d", "--rows", type=_positive_int, default=18, help="rows of A (18)")
     train.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
     train.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
     train.add_argument(
