@@ -45,3 +45,13 @@ def test_unknown_suite_is_a_user_error(tmp_path, capsys):
 def test_suites_are_parameter_grids():
     assert SUITES["paper"].sizes == (240, 2000) and SUITES["paper"].kappas[-1] == 1e8
     assert json.dumps(list(SUITES))
+
+
+def test_movielens_completion_when_the_files_are_present():
+    from eagle_probe.bench import movielens, movielens_file, movielens_note
+
+    if movielens_file() is None:
+        assert "skipped" in movielens_note()
+        pytest.skip("recbole (MovieLens-100K files) not installed")
+    table = movielens().set_index("method")
+    assert table.loc["EAGLE, 3 steps", "rmse"] < table.loc["mean rating", "rmse"]
