@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from eagle_probe.errors import CheckpointError
@@ -188,6 +189,15 @@ def load(path: str | os.PathLike) -> tuple[LinearTransformer, TaskConfig, dict[s
     return model, task_cfg, metrics
 
 
-def finite_or_none(value: float) -> float | None:
-    """JSON-safe float: NaN and ±Inf become None."""
-    return float(value) if math.isfinite(value) else None
+def jsonable(value: Any) -> Any:
+    """`value` for JSON: containers recursed (keys as strings), NumPy scalars as Python numbers,
+    NaN and ±Inf as None."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

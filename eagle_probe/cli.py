@@ -234,16 +234,6 @@ def build_parser() -> Parser:
     return parser
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _check_output(path: Path, force: bool) -> None:
     if path.is_dir():
         raise EagleProbeError(f"output {path} is a directory; give a file name like {path}/m.pt")
@@ -346,7 +336,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
     }
 
     def write(model, metrics: dict[str, Any]) -> None:
-        checkpoint.save(out, model, task, _jsonable(metrics | provenance))
+        checkpoint.save(out, model, task, checkpoint.jsonable(metrics | provenance))
 
     def on_sigterm(signum, frame) -> NoReturn:
         raise KeyboardInterrupt
@@ -372,7 +362,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
     checkpoint.atomic_write_text(
-        out.with_suffix(".json"), json.dumps(_jsonable(summary), indent=2) + "\n"
+        out.with_suffix(".json"), json.dumps(checkpoint.jsonable(summary), indent=2) + "\n"
     )
     test = metrics["test"]
     status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
@@ -392,7 +382,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result = evaluate(model, task, batch=args.batch, seed=args.seed)
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
     if args.json:
-        print(json.dumps(_jsonable(result)))
+        print(json.dumps(checkpoint.jsonable(result)))
         return 0
     print(
         f"{args.model}: {model.cfg.regime}, {model.cfg.n_layers} layers, "

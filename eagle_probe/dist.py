@@ -102,6 +102,12 @@ def _allreduce(x: np.ndarray, stats: dict) -> np.ndarray:
     return t.numpy()
 
 
+def _local_blocks(A: np.ndarray, B: np.ndarray, rank: int, world: int):
+    """This rank's own columns A^μ, B^μ (copies)."""
+    part = eagle._split_columns(A.shape[1], world)[rank]
+    return A[:, part].copy(), B[:, part].copy()
+
+
 def eagle_worker(
     rank: int,
     world: int,
@@ -115,8 +121,7 @@ def eagle_worker(
 ) -> dict:
     """Distributed EAGLE on this rank's column block; the same arithmetic as
     `solver_template.complete_distributed` with the machine sum done by all_reduce."""
-    parts = eagle._split_columns(A.shape[1], world)
-    Am, Bm = A[:, parts[rank]].copy(), B[:, parts[rank]].copy()
+    Am, Bm = _local_blocks(A, B, rank, world)
     C = C.copy()
     D = np.zeros((B.shape[0], C.shape[1]))
     stats = {"bytes_sent": 0, "messages": 0}
@@ -125,15 +130,7 @@ def eagle_worker(
     for it in range(1, maxiter + 1):
         rounds = it
         e, g = eagle.schedule(it - 1, eta, gamma)
-        K = Am.T @ Am
-        lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else eagle._top_eig(K)[0]
-        dC = np.zeros_like(C)
-        dD = np.zeros_like(D)
-        if lam > 0.0:
-            AtC = Am.T @ C
-            dC = -g / lam * (Am @ AtC)
-            dD = g / lam * (Bm @ AtC)
-            Am, Bm = Am - e / lam * (Am @ K), Bm - e / lam * (Bm @ K)
+        dC, dD, Am, Bm = eagle._local_round(Am, Bm, C, e, g)
         both = _allreduce(np.concatenate([dC, dD], axis=0), stats)  # one message a round
         C = C + both[: C.shape[0]] / world
         step = both[C.shape[0] :] / world
@@ -165,8 +162,7 @@ def gd_worker(
     maxiter: int = 20000,
 ) -> dict:
     """Distributed gradient descent on w (d' × d), step 1/‖A‖₂² (computed once, up front)."""
-    parts = eagle._split_columns(A.shape[1], world)
-    Am, Bm = A[:, parts[rank]], B[:, parts[rank]]
+    Am, Bm = _local_blocks(A, B, rank, world)
     stats = {"bytes_sent": 0, "messages": 0}
     step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
     w = np.zeros((B.shape[0], A.shape[0]))
@@ -197,8 +193,7 @@ def admm_worker(
     rho: float | None = None,
 ) -> dict:
     """Consensus ADMM on w; one all_reduce of w_μ + u_μ per round."""
-    parts = eagle._split_columns(A.shape[1], world)
-    Am, Bm = A[:, parts[rank]], B[:, parts[rank]]
+    Am, Bm = _local_blocks(A, B, rank, world)
     d = A.shape[0]
     rho = eagle._spectral_norm(A) ** 2 / world if rho is None else rho
     factor = scipy.linalg.cho_factor(Am @ Am.T + rho * np.eye(d))

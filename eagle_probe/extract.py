@@ -6,9 +6,8 @@
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 
 from eagle_probe import fit
 from eagle_probe.capture import Capture, capture, float64_copy, probe_batch
+from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.evaluate import prompt_errors
 from eagle_probe.model import LinearTransformer, forward_products
@@ -132,7 +132,7 @@ class Extraction:
             "control": self.control,
             "timings": self.timings,
         }
-        return _clean(out)
+        return jsonable(out)
 
 
 def _orders_text(orders) -> str:
@@ -140,18 +140,6 @@ def _orders_text(orders) -> str:
     if len(orders) > 6:
         return f"{orders[0]}..{orders[-1]}"
     return "{" + ",".join(str(p) for p in orders) + "}"
-
-
-def _clean(value):
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def structure_of(model: LinearTransformer) -> fit.Structure:
@@ -307,12 +295,6 @@ def extract(
         if structure.projector is None
         else [P.tolist() for P in structure.projector],
     )
-
-
-def with_task_sizes(task: TaskConfig, model: LinearTransformer) -> TaskConfig:
-    """`task` resized to the model's prompt sizes."""
-    cfg = model.cfg
-    return replace(task, n=cfg.n, d=cfg.d, n_prime=cfg.n_prime, d_prime=cfg.d_prime)
 
 
 def render_table(result: Extraction, name: str = "model") -> str:

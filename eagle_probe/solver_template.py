@@ -161,6 +161,37 @@ def _growth(eta):
     return -math.log(max(1.0 - eta, 1e-12)) if eta < 1.0 else math.inf
 
 
+def _normalized_gram(A, B, v):
+    """Scale A and B together so that ‖A‖₂ = 1 (ρ = 1); returns (A, B, K = AᵀA, v) or None when
+    ‖A‖₂ is zero or not finite. v warm-starts the power iteration."""
+    K = A.T @ A
+    lam, v = _top_eig(K, v)
+    if not math.isfinite(lam) or lam <= 0.0:
+        return None
+    s = math.sqrt(lam)
+    return A / s, B / s, K / lam, v
+
+
+def _eagle_update(A, B, C, K, e, g):
+    """One EAGLE step with ρ = 1 (K = AᵀA): the new A, B, C and the increment of D."""
+    AtC = A.T @ C
+    dD = g * (B @ AtC)
+    return A - e * (A @ K), B - e * (B @ K), C - g * (A @ AtC), dD
+
+
+def _local_round(Am, Bm, C, e, g):
+    """One machine's share of a distributed EAGLE round on its own columns Am, Bm:
+    (dC, dD, Am, Bm), with ρ_μ = ‖A^μ‖₂⁻² from its local Gram matrix (zero updates when A^μ = 0)."""
+    K = Am.T @ Am
+    lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else _top_eig(K)[0]
+    if lam <= 0.0:
+        return np.zeros_like(C), np.zeros((Bm.shape[0], C.shape[1])), Am, Bm
+    AtC = Am.T @ C
+    dC = -g / lam * (Am @ AtC)
+    dD = g / lam * (Bm @ AtC)
+    return dC, dD, Am - e / lam * (Am @ K), Bm - e / lam * (Bm @ K)
+
+
 def schedule(step, eta=None, gamma=None):
     """(η, γ) of `step`: the recovered per-layer values, then the theory's 1/3 and 1."""
     if eta is not None and gamma is not None:
@@ -196,22 +227,17 @@ def complete(
     v, info, it = None, maxiter, 0
     growth, limit = 0.0, _resolution_limit(A.shape)
     for it in range(1, maxiter + 1):
-        K = A.T @ A
-        lam, v = _top_eig(K, v)
-        if not math.isfinite(lam) or lam <= 0.0:
+        normalized = _normalized_gram(A, B, v)
+        if normalized is None:
             info = -1
             break
-        s = math.sqrt(lam)
-        A, B, K = A / s, B / s, K / lam
+        A, B, K, v = normalized
         e, g = schedule(it - 1, eta, gamma)
         growth += _growth(e)
         if growth > limit:
             info = 0
             break
-        AtC = A.T @ C
-        dD = g * (B @ AtC)
-        C = C - g * (A @ AtC)
-        A, B = A - e * (A @ K), B - e * (B @ K)
+        A, B, C, dD = _eagle_update(A, B, C, K, e, g)
         D = D + dD
         if not np.all(np.isfinite(D)):
             info = -2
@@ -274,22 +300,17 @@ def lstsq(
     growth, limit = 0.0, _resolution_limit(A.shape)
     best = (math.inf, x)
     for it in range(1, maxiter + 1):
-        K = Al.T @ Al
-        lam, v = _top_eig(K, v)
-        if not math.isfinite(lam) or lam <= 0.0:
+        normalized = _normalized_gram(Al, M, v)
+        if normalized is None:
             info = -1
             break
-        s = math.sqrt(lam)
-        Al, M, K = Al / s, M / s, K / lam
+        Al, M, K, v = normalized
         e, g = schedule(it - 1, eta, gamma)
         growth += _growth(e)
         if growth > limit:  # only noise below rcond is left to resolve: stop, like an rcond
             info = 0
             break
-        AtC = Al.T @ C
-        step = g * (M @ AtC)
-        C = C - g * (Al @ AtC)
-        Al, M = Al - e * (Al @ K), M - e * (M @ K)
+        Al, M, C, step = _eagle_update(Al, M, C, K, e, g)
         y = y + step
         if not (np.all(np.isfinite(y)) and np.all(np.isfinite(Al))):
             info = -2
@@ -362,15 +383,9 @@ def complete_distributed(
         dC = np.zeros_like(C)
         dD = np.zeros_like(D)
         for mu in range(machines):
-            Am, Bm = As[mu], Bs[mu]
-            K = Am.T @ Am
-            lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else _top_eig(K)[0]
-            if lam <= 0.0:
-                continue
-            AtC = Am.T @ C
-            dC -= g / lam * (Am @ AtC)
-            dD += g / lam * (Bm @ AtC)
-            As[mu], Bs[mu] = Am - e / lam * (Am @ K), Bm - e / lam * (Bm @ K)
+            dC_mu, dD_mu, As[mu], Bs[mu] = _local_round(As[mu], Bs[mu], C, e, g)
+            dC += dC_mu
+            dD += dD_mu
         C = C + dC / machines
         D = D + dD / machines
         if callback is not None:
