@@ -43,6 +43,7 @@ class Context:
     vp: np.ndarray  # (L, h, E, E)  W_VP per layer and head, float64
     geometry: Geometry  # the regime's shape
     held_out: HeldOut  # prompts the views score on
+    tuning: HeldOut  # other fresh prompts, for views that tune parameters (optimum)
     network_pred: np.ndarray  # (b, d', n')  the network's predictions on `held_out`
     control: Context | None = None  # the same for an untrained model of the same configuration
     results: dict[str, ViewResult] = field(default_factory=dict)  # views that ran before
@@ -69,6 +70,7 @@ class ViewResult:
     json: dict[str, Any]  # goes under views[name] in extraction.json (data only)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # for people and notebooks
     warnings: list[str] = field(default_factory=list)  # one line each, printed and in JSON
+    extra: dict[str, Any] = field(default_factory=dict)  # arrays for later views and figures
 
 
 View = Callable[[Context], ViewResult]

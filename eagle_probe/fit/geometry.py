@@ -91,7 +91,11 @@ class Geometry:
 
     def gram(self, A: np.ndarray, layer: int) -> np.ndarray:
         """AᵀA as the regime's A/B update sees it: (b, n, n)."""
-        K = A.swapaxes(-1, -2) @ A
+        return self.gram_map(A.swapaxes(-1, -2) @ A, layer)
+
+    def gram_map(self, K: np.ndarray, layer: int) -> np.ndarray:
+        """The linear map from AᵀA to the regime's Gram (…, n, n): P K P with the sketch
+        projector P, K restricted to the machines' diagonal blocks, or K itself."""
         if self.reading == "constrained" and self.projector is not None:
             P = self.projector[layer]
             return P @ K @ P

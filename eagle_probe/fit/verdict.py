@@ -1,0 +1,171 @@
+"""The verdict: per layer a label from stated thresholds, per model one paragraph.
+
+A layer is
+- "EAGLE" when one EAGLE step reproduces it (relative one-step gap ≤ EAGLE_GAP) and the untrained
+  control is clearly worse (its relative gap ≥ CONTROL_FACTOR × the layer's);
+- "EAGLE-like" when the gap is ≤ LIKE_GAP, or projecting the layer's weights onto the EAGLE family
+  costs ≤ PROJECTION_COST of the network's MSE, again with the control clearly worse;
+- "not EAGLE" otherwise.
+The model is "not EAGLE" whatever its layers when it is not clearly better than the zero predictor
+(MSE above ZERO_FRACTION of the zero predictor's) or than its untrained control.
+"""
+
+from __future__ import annotations
+
+import math
+
+from eagle_probe.fit.base import Context, ViewResult, register
+
+EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
+LIKE_GAP = 0.1
+PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto the family
+CONTROL_FACTOR = 3.0  # the untrained control's relative gap must be at least this many times larger
+ZERO_FRACTION = (
+    0.5  # a model above this fraction of the zero predictor's MSE does not solve the task
+)
+BLOCK_NAMES = {"A": "A", "B": "B", "C": "C", "D": "D"}
+
+THRESHOLDS = {
+    "eagle_gap": EAGLE_GAP,
+    "like_gap": LIKE_GAP,
+    "projection_cost": PROJECTION_COST,
+    "control_factor": CONTROL_FACTOR,
+    "zero_fraction": ZERO_FRACTION,
+}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def layer_labels(ctx: Context) -> list[dict]:
+    fid = ctx.results["fidelity"].json["layers"]
+    proj = ctx.results.get("projection")
+    net = ctx.network_mse
+    ctrl = None
+    if ctx.control is not None and "fidelity" in ctx.control.results:
+        ctrl = ctx.control.results["fidelity"].json["layers"]
+    out = []
+    for layer, f in enumerate(fid):
+        gap = f["one_step"]["relative"]
+        cost = float("nan")
+        if proj is not None and net > 0:
+            cost = proj.json["layers"][layer]["mse"] / net - 1.0
+        control_gap = ctrl[layer]["one_step"]["relative"] if ctrl is not None else float("nan")
+        separated = not math.isfinite(control_gap) or control_gap >= CONTROL_FACTOR * gap
+        if gap <= EAGLE_GAP and separated:
+            label = "EAGLE"
+        elif separated and (gap <= LIKE_GAP or (math.isfinite(cost) and cost <= PROJECTION_COST)):
+            label = "EAGLE-like"
+        else:
+            label = "not EAGLE"
+        blocks = f["one_step"]["relative_blocks"]
+        off = [k for k, v in blocks.items() if math.isfinite(v) and v > LIKE_GAP]
+        out.append(
+            {
+                "layer": layer,
+                "label": label,
+                "one_step_relative": gap,
+                "projection_cost": cost,
+                "control_relative": control_gap,
+                "departing_blocks": off,
+            }
+        )
+    return out
+
+
+def model_text(ctx: Context, layers: list[dict], label: str) -> str:
+    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+    parts = [
+        f"{geo.regime} model, {geo.layers} layers × {geo.heads} head(s); held-out MSE {_fmt(net)} "
+        f"({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
+    ]
+    if net > ZERO_FRACTION * zero:
+        parts.append(
+            "It does not solve the task (not clearly better than predicting zero), so no algorithm "
+            "is claimed for it."
+        )
+    proj = ctx.results.get("projection")
+    if proj is not None:
+        pm = proj.json["projected_mse"]
+        parts.append(
+            f"Projecting every layer's weights onto the {geo.regime} EAGLE family gives MSE "
+            f"{_fmt(pm)} ({(pm / net - 1) * 100:+.1f}% against the network)."
+            if net > 0 and math.isfinite(pm)
+            else f"Projecting every layer onto the EAGLE family gives MSE {_fmt(pm)}."
+        )
+    for lay in layers:
+        where = ""
+        if lay["departing_blocks"]:
+            where = f"; departs in block(s) {', '.join(lay['departing_blocks'])}"
+        parts.append(
+            f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+            f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
+            f", projecting it costs {lay['projection_cost'] * 100:+.1f}%{where})."
+            if math.isfinite(lay["projection_cost"])
+            else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+            f"{_fmt(lay['one_step_relative'])}{where})."
+        )
+    opt = ctx.results.get("optimum")
+    if opt is not None and net > 0:
+        o = opt.json
+        parts.append(
+            f"The best EAGLE with the same number of steps (fitted to the truth, relative gradient "
+            f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+            f"({o['optimal_mse'] / net:.2f}× the network's MSE); the EAGLE closest to the network "
+            f"reaches {_fmt(o['distilled_mse'])}."
+        )
+    terms = ctx.results.get("terms")
+    if terms is not None:
+        extra = sorted(
+            {
+                t["name"]
+                for lay in terms.json.get("layers", [])
+                for t in lay.get("terms", [])
+                if t["name"] not in ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
+            }
+        )
+        if extra:
+            parts.append(f"Terms beyond EAGLE's four: {', '.join(extra)}.")
+        else:
+            parts.append("Term discovery finds EAGLE's four terms and nothing else.")
+    parts.append(f"Verdict: {label}.")
+    return " ".join(parts)
+
+
+@register("verdict")
+def verdict_view(ctx: Context) -> ViewResult:
+    layers = layer_labels(ctx)
+    net, zero = ctx.network_mse, ctx.zero_mse
+    warnings = []
+    labels = {lay["label"] for lay in layers}
+    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
+        label = "not EAGLE"
+        warnings.append(
+            f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
+            f"{_fmt(zero)}): its fits describe no working algorithm"
+        )
+    elif labels == {"EAGLE"}:
+        label = "EAGLE"
+    elif labels <= {"EAGLE", "EAGLE-like"}:
+        label = "EAGLE-like"
+    else:
+        proj = ctx.results.get("projection")
+        close = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * net
+        label = "EAGLE-like" if close and "EAGLE" in labels else "not EAGLE"
+    if ctx.control is not None and "fidelity" in ctx.control.results:
+        ctrl = [c["one_step"]["relative"] for c in ctx.control.results["fidelity"].json["layers"]]
+        mine = [lay["one_step_relative"] for lay in layers]
+        if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
+            label = "not EAGLE"
+            warnings.append("no layer fits EAGLE clearly better than the untrained control does")
+    return ViewResult(
+        "verdict",
+        {
+            "thresholds": THRESHOLDS,
+            "layers": layers,
+            "model": {"label": label, "text": model_text(ctx, layers, label)},
+        },
+        {},
+        warnings,
+    )
