@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from eagle_probe import fit
 from eagle_probe.capture import capture, float64_copy, probe_batch
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
@@ -64,7 +65,7 @@ def build_context(
     probe_batch_size: int = 256,
     seed: int = 0,
     test_batch: int = 4096,
-    tuning_batch: int = 2048,
+    tuning_batch: int = 1024,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
 ) -> Context:
@@ -93,11 +94,11 @@ def build_context(
 
 def run_views(ctx: Context, names, timings: dict[str, float] | None = None) -> None:
     """Run the named views in registry order, storing each result in `ctx.results`."""
-    for name, view in VIEWS.items():
+    for name in fit.ORDER:
         if name not in names:
             continue
         t0 = time.perf_counter()
-        ctx.results[name] = view(ctx)
+        ctx.results[name] = VIEWS[name](ctx)
         if timings is not None:
             timings[name] = time.perf_counter() - t0
 
@@ -266,7 +267,7 @@ def extract(
     seed: int = 0,
     control: bool = True,
     test_batch: int = 4096,
-    tuning_batch: int = 2048,
+    tuning_batch: int = 1024,
     views: tuple[str, ...] | None = None,
 ) -> Extraction:
     """Run the whole pipeline on `model` with fresh probes of `task`."""

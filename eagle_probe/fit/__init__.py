@@ -1,38 +1,37 @@
 """Views of what a network computes, one module each, behind one contract (`fit.base`).
 
-Importing the package registers the views in run order: eagle, fidelity, projection, weights,
-attribution, optimum, polynomial, terms (where present), symbolic, verdict.
+Importing the package registers every view; `ORDER` is the order `extract` runs them in (a view
+may read the results of the views before it).
 """
 
-import importlib
-
-from eagle_probe.fit import (  # noqa: F401  (registration order is run order)
+from eagle_probe.fit import (  # noqa: F401  (importing a view module registers it)
     attribution,
     eagle,
     fidelity,
     optimum,
     polynomial,
     projection,
+    symbolic,
+    terms,
+    verdict,
     weights,
-)
-from eagle_probe.fit._legacy import (  # noqa: F401
-    PolyFit,
-    Structure,
-    eagle_expansion,
-    eagle_view,
-    fit_polynomial,
-    polynomial_view,
-)
-from eagle_probe.fit._legacy import (
-    fidelity as fidelity_per_layer,
 )
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, register  # noqa: F401
 from eagle_probe.fit.geometry import Geometry  # noqa: F401
+from eagle_probe.fit.polynomial import PolyFit, eagle_expansion, fit_polynomial  # noqa: F401
 
-try:
-    importlib.import_module("eagle_probe.fit.terms")
-except ModuleNotFoundError as exc:  # the terms view ships in its own module
-    if exc.name != "eagle_probe.fit.terms":
-        raise
-
-from eagle_probe.fit import symbolic, verdict  # noqa: E402,F401
+ORDER = (
+    "eagle",
+    "fidelity",
+    "projection",
+    "weights",
+    "attribution",
+    "optimum",
+    "polynomial",
+    "terms",
+    "symbolic",
+    "verdict",
+)
+missing = set(VIEWS) ^ set(ORDER)
+if missing:
+    raise ImportError(f"views registered and ORDER disagree: {sorted(missing)}")
