@@ -25,7 +25,7 @@ from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult
 from eagle_probe.fit.eagle import choose_reading
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import LinearTransformer
-from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 SCHEMA_VERSION = 2
 CONTROL_VIEWS = ("eagle", "fidelity", "projection", "polynomial")  # run on the untrained control
@@ -68,12 +68,13 @@ def build_context(
     tuning_batch: int = 1024,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
+    probes: Prompt | None = None,
 ) -> Context:
-    """Everything the views read, for one model."""
+    """Everything the views read, for one model. `probes` replaces the fresh probe batch."""
     if probe_batch_size < 2:
         raise EagleProbeError(f"probe batch must hold at least 2 prompts, got {probe_batch_size}")
     m64 = float64_copy(model)
-    cap = capture(m64, probe_batch(task, probe_batch_size, seed))
+    cap = capture(m64, probes if probes is not None else probe_batch(task, probe_batch_size, seed))
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
     geometry = choose_reading(cap, geometry_of(m64, qk))
