@@ -164,6 +164,11 @@ class Extraction:
         return self.views["polynomial"].tables["terms"]
 
     @property
+    def weights(self) -> pd.DataFrame:
+        """Structure of W_QK and W_VP per layer and head (sparsified)."""
+        return self.views["weights"].tables["weights"]
+
+    @property
     def test(self) -> dict[str, float]:
         out = dict(self.network)
         if "weights" in self.views:

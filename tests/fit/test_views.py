@@ -14,9 +14,7 @@ A_STEPS, C_STEPS = [0.9, 0.6, 0.4], [1.1, 0.8, 0.5]
 
 
 def planted(a=A_STEPS, c=C_STEPS, *, heads=1, normalize="spectral", dtype="float64", n=8, d=6):
-    cfg = ModelConfig(
-        n=n, d=d, n_layers=len(a), n_heads=heads, dtype=dtype, normalize=normalize
-    )
+    cfg = ModelConfig(n=n, d=d, n_layers=len(a), n_heads=heads, dtype=dtype, normalize=normalize)
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
     task = TaskConfig(n=n, d=d, rank=min(4, n, d))
