@@ -67,7 +67,7 @@ display(first.round(4))"""),
 display(plots.weight_heatmaps(model, 0))
 display(plots.weight_heatmaps(model, 2))
 display(ex.weights[["layer", "head", "W_QK", "W_VP"]].head(8))"""),
-    ("md", "## Ablating one head at a time (run_with_hooks on `hook_head_out`)"),
+    ("md", "## Ablating one head at a time (run_with_hooks on `hook_result`)"),
     ("code", """\
 ablation = head_ablation(model, task, batch=1024)
 display(ablation.pivot(index="layer", columns="head", values="mse_ratio").round(2))"""),
