@@ -160,8 +160,9 @@ def build_parser() -> Parser:
     train.add_argument(
         "--data-shards",
         type=_positive_int,
-        default=1,
-        help="draw each batch as this many seeded chunks (a multiple of the torchrun processes)",
+        default=None,
+        help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
+        "(default: one per process, so 1 without torchrun)",
     )
     train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
     train.add_argument(
