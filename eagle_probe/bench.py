@@ -23,7 +23,15 @@ import pandas as pd
 from eagle_probe import solver_template as eagle
 from eagle_probe import solvers
 
-DEFAULT_SUITESPARSE = Path(__file__).resolve().parents[2] / "shared" / "data" / "suitesparse"
+# The eight SuiteSparse (HB group) matrices ship as package data; see that folder's README.md for
+# their provenance and LICENSE.md for their licence (CC BY 4.0).
+DEFAULT_SUITESPARSE = Path(__file__).resolve().parent / "data" / "suitesparse"
+
+
+def suitesparse_dir(root: Path | None = None) -> Path:
+    """Where `real` reads its .mtx files: $EAGLE_PROBE_SUITESPARSE, else `root`, else the
+    matrices shipped with the package."""
+    return Path(os.environ.get("EAGLE_PROBE_SUITESPARSE") or root or DEFAULT_SUITESPARSE)
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ def real_data(
     import scipy.io
 
     notes = []
-    root = Path(os.environ.get("EAGLE_PROBE_SUITESPARSE", root or DEFAULT_SUITESPARSE))
+    root = suitesparse_dir(root)
     rows = []
     files = sorted(root.glob("*.mtx")) if root.is_dir() else []
     if not files:

@@ -1,6 +1,9 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from eagle_probe.bench import SUITES, run_bench
 from eagle_probe.cli import main
@@ -55,3 +58,49 @@ def test_movielens_completion_when_the_files_are_present():
         pytest.skip("recbole (MovieLens-100K files) not installed")
     table = movielens().set_index("method")
     assert table.loc["EAGLE, 3 steps", "rmse"] < table.loc["mean rating", "rmse"]
+
+
+def test_suitesparse_matrices_ship_inside_the_package(monkeypatch):
+    """The eight matrices are package data, match the sha256 in their README, and are found
+    without any environment variable; $EAGLE_PROBE_SUITESPARSE still overrides."""
+    import hashlib
+
+    from eagle_probe import bench
+
+    monkeypatch.delenv("EAGLE_PROBE_SUITESPARSE", raising=False)
+    root = bench.suitesparse_dir()
+    assert root == Path(bench.__file__).parent / "data" / "suitesparse"
+    readme = (root / "README.md").read_text()
+    listed = dict(re.findall(r"^\| (\S+\.mtx) \|.*\| ([0-9a-f]{64}) \|$", readme, re.M))
+    files = sorted(root.glob("*.mtx"))
+    assert len(files) == 8 and sorted(listed) == [f.name for f in files]
+    for path in files:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == listed[path.name], path.name
+    assert "CC BY 4.0" in (root / "LICENSE.md").read_text()
+    monkeypatch.setenv("EAGLE_PROBE_SUITESPARSE", "/elsewhere")
+    assert bench.suitesparse_dir() == Path("/elsewhere")
+
+
+def test_package_data_and_licence_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)  # an SPDX expression, not a table
+    data = project["tool"]["setuptools"]["package-data"]["eagle_probe"]
+    assert "data/suitesparse/*.mtx" in data and "data/suitesparse/*.md" in data
+
+
+def test_nothing_refers_to_a_folder_outside_the_repository():
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = re.compile(r"\.\./shared|parents?(\[\d\])? / \"shared\"")
+    offenders = [
+        name
+        for name in tracked
+        if name != "tests/test_bench.py"
+        and (ROOT / name).is_file()
+        and outside.search((ROOT / name).read_text(errors="ignore"))
+    ]
+    assert offenders == []
