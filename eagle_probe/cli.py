@@ -303,7 +303,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         init_std=args.init_std,
     )
     train_cfg = TrainConfig(
-        steps=args.steps,
+        steps=TrainConfig.steps if args.steps is None else args.steps,
         batch=args.batch,
         lr=args.lr,
         schedule=args.schedule,
@@ -440,6 +440,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
         d_prime=args.d_prime,
         n_layers=len(a_steps),
         n_heads=args.heads,
+        normalize="none",  # the planted steps act on the prompt itself
         dtype=args.dtype,
     )
     task = TaskConfig(

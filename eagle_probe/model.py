@@ -77,7 +77,9 @@ class ModelConfig:
     mask_density: float = 0.5  # sparse: probability that a visible entry of M is kept
     mask_seed: int = 0  # sparse: seed of the fixed random mask
     readout: str = "negate"  # one of READOUTS: prediction = scale · D slot, scale -1 by default
-    normalize: str = "none"  # one of NORMALIZE: divide the prompt by this norm of A, rescale D
+    # one of NORMALIZE: divide the prompt by this norm of A (hook_scale), rescale D; "none" is the
+    # paper's plain model, which is unstable to train
+    normalize: str = "spectral"
     init: str = "normal"  # one of INITS
     init_std: float = 0.02  # standard deviation of the normal part of the initialisation
     dtype: str = "float32"  # parameter dtype, one of DTYPES
@@ -407,7 +409,8 @@ def eagle_weights(
     """A state dict whose layer l runs one EAGLE step with A-step a_l and C-step c_l.
 
     Centralized layout: W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') (BRIEF §3). With h heads
-    each head carries 1/h of the value, so the summed update is the same.
+    each head carries 1/h of the value, so the summed update is the same. The steps act in the
+    model's internal units: only with `normalize="none"` do they act on the prompt itself.
     """
     if cfg.regime != "centralized" or cfg.qk < cfg.n or cfg.vp < cfg.width:
         raise EagleProbeError("EAGLE weights can be planted only in a centralized model")
