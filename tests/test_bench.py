@@ -104,3 +104,66 @@ def test_nothing_refers_to_a_folder_outside_the_repository():
         and outside.search((ROOT / name).read_text(errors="ignore"))
     ]
     assert offenders == []
+
+
+def _synthetic_tables():
+    import pandas as pd
+
+    hist = pd.DataFrame(
+        [
+            {"n": 8, "kappa": k, "solver": s, "iteration": i, "error": 10.0**-i}
+            for k in (1e2, 1e4)
+            for s in ("cg", "eagle")
+            for i in range(1, 6)
+        ]
+        + [{"n": 8, "kappa": k, "solver": "lsmr", "iteration": 1, "error": 1.0} for k in (1e2, 1e4)]
+    )
+    final = pd.DataFrame(
+        [
+            {"n": 8, "kappa": k, "solver": s, "info": 0, "iterations": it, "error": e}
+            for k in (1e2, 1e4)
+            for s, it, e in (
+                ("cg", 5, 1e-5),
+                ("eagle", 5, 1e-5),
+                ("lsmr", 7, 1e-6),
+                ("lstsq", 1, 0),
+            )
+        ]
+    )
+    fidelity = pd.DataFrame(
+        {
+            "model": ["centralized", "centralized"],
+            "layer": [1, 2],
+            "fidelity": [1e-5, 1e-3],
+            "paper": [2e-4, 5e-4],
+            "better_than_paper": [True, False],
+        }
+    )
+    return {"fidelity": fidelity, "centralized": final, "centralized_history": hist}
+
+
+def test_error_figure_labels_only_visible_curves_and_one_y_label():
+    from eagle_probe.bench import plots
+
+    fig = plots(_synthetic_tables())["centralized_error_vs_iteration"]
+    left, right = fig.axes
+    assert left.get_ylabel() and not right.get_ylabel()  # shared y axis, labelled once
+    labels = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            visible = len(line.get_xdata()) >= 2 or line.get_marker() not in ("None", "", None)
+            assert visible, line.get_label()
+            labels.append(line.get_label())
+    assert {"cg", "eagle"} <= set(labels)
+    assert any(label.startswith("lsmr") for label in labels)
+    assert any(label.startswith("lstsq (direct") for label in labels)
+
+
+def test_summary_explains_verdicts_and_links_figures():
+    from eagle_probe.bench import summary
+
+    text = summary("quick", _synthetic_tables(), [])
+    assert "`better_than_paper`: True in 1 of 2 rows." in text
+    assert "- `better_than_paper`: verdict: True when `fidelity` ≤ `paper`" in text
+    assert "](centralized_error_vs_iteration.png)" in text
+    assert "`info`: 0 (converged) in 8 of 8 rows." in text
