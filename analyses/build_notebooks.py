@@ -32,20 +32,14 @@ pd.set_option("display.precision", 3)"""
 NOTEBOOKS: dict[str, list[tuple[str, str]]] = {}
 
 NOTEBOOKS["head_specialization"] = [
-    (
-        "md",
-        """\
+    ("md", """\
 # Head specialization in the 8-head centralized model
 
 Questions: which orders and step sizes does each head carry, how much of each layer's update does
 each head contribute, can the model be pruned to one head per layer (the paper says pruning 8 → 1
 changes little), and do different heads serve different problem types (the seed text's
-"algorithm routing")? Model: `trained_models/centralized_8head.pt`.""",
-    ),
-    (
-        "code",
-        SETUP
-        + """
+"algorithm routing")? Model: `trained_models/centralized_8head.pt`."""),
+    ("code", SETUP + """
 from eagle_probe import checkpoint, plots
 from eagle_probe.analysis import (greedy_pruning, head_ablation, head_shares_by_problem,
                                   pruning_by_ablation, routing_score)
@@ -53,50 +47,32 @@ from eagle_probe.extract import extract
 
 model, task, _ = checkpoint.load("trained_models/centralized_8head.pt")
 ex = extract(model, task, probe_batch_size=128, control=False, test_batch=512)
-print(f"test MSE {ex.test['mse']:.2e}, zero predictor {ex.test['zero_mse']:.2e}")""",
-    ),
-    (
-        "md",
-        """\
+print(f"test MSE {ex.test['mse']:.2e}, zero predictor {ex.test['zero_mse']:.2e}")"""),
+    ("md", """\
 ## Per-head design-form fits
 
 Per layer (`head = -1`) and per head: the orders p_i recovered in
 x_{t+1} = x_t − Σ α_i (AᵀA)^{p_i} Aᵀ(b − A x_t), the uncentred R², and the head's share
-⟨Δx_h, Δx⟩/‖Δx‖² of its layer's update.""",
-    ),
-    (
-        "code",
-        """\
+⟨Δx_h, Δx⟩/‖Δx‖² of its layer's update."""),
+    ("code", """\
 fits = ex.fits.copy()
 fits["orders"] = fits.orders.map(lambda o: "{" + ",".join(map(str, o)) + "}" if len(o) < 6 else f"{o[0]}..{o[-1]}")
 display(fits[["layer", "head", "degree", "orders", "r2", "share"]].pivot_table(
     index="head", columns="layer", values="share").round(3))
 first = ex.terms[ex.terms.order == 0].pivot_table(index="head", columns="layer", values="alpha")
 print("order-0 coefficient α_0 per head (design sign: descent is α < 0)")
-display(first.round(4))""",
-    ),
+display(first.round(4))"""),
     ("md", "## W_QK and W_VP per head"),
-    (
-        "code",
-        """\
+    ("code", """\
 display(plots.weight_heatmaps(model, 0))
 display(plots.weight_heatmaps(model, 2))
-display(ex.weights[["layer", "head", "W_QK", "W_VP"]].head(8))""",
-    ),
-    ("md", "## Ablating one head at a time (run_with_hooks on `hook_head_out`)"),
-    (
-        "code",
-        """\
+display(ex.weights[["layer", "head", "W_QK", "W_VP"]].head(8))"""),
+    ("md", "## Ablating one head at a time (run_with_hooks on `hook_result`)"),
+    ("code", """\
 ablation = head_ablation(model, task, batch=1024)
-display(ablation.pivot(index="layer", columns="head", values="mse_ratio").round(2))""",
-    ),
-    (
-        "md",
-        "## Pruning down to one head per layer (greedy: always the head whose removal hurts least; no retraining)",
-    ),
-    (
-        "code",
-        """\
+display(ablation.pivot(index="layer", columns="head", values="mse_ratio").round(2))"""),
+    ("md", "## Pruning down to one head per layer (greedy: always the head whose removal hurts least; no retraining)"),
+    ("code", """\
 pruning = greedy_pruning(model, task, batch=512)
 display(pruning.iloc[[0, 8, 16, 20, 24, 25, 26, 27, 28]])
 naive = pruning_by_ablation(model, task, batch=512)
@@ -106,23 +82,17 @@ display(plots.pruning_curve(pruning, zero_mse=ex.test["zero_mse"]))
 full, single = pruning.mse.iloc[0], pruning.mse.iloc[-1]
 two = pruning[pruning.heads_left == 2 * model.cfg.n_layers].mse.iloc[0]
 print(f"8 heads per layer: MSE {full:.2e}; 2 per layer: {two:.2e} ({two / full:.1f}x); "
-      f"1 per layer: {single:.2e} ({single / full:.0f}x; zero predictor {ex.test['zero_mse']:.2e})")""",
-    ),
+      f"1 per layer: {single:.2e} ({single / full:.0f}x; zero predictor {ex.test['zero_mse']:.2e})")"""),
     ("md", "## Do heads specialise by problem type?"),
-    (
-        "code",
-        """\
+    ("code", """\
 shares = head_shares_by_problem(model, task, batch=96)
 display(shares.groupby("problem")[["mse", "zero_mse"]].first())
 display(plots.head_shares(shares))
 routing = routing_score(shares)
 display(routing)
 print("largest change of any head's share between problem types:",
-      f"{routing.max_share_change.max():.2f}")""",
-    ),
-    (
-        "md",
-        """\
+      f"{routing.max_share_change.max():.2f}")"""),
+    ("md", """\
 ## Verdicts
 
 - **Orders and steps per head**: within a layer the heads carry the same kind of update (same
@@ -134,25 +104,18 @@ print("largest change of any head's share between problem types:",
   first EAGLE step between them, and no single one carries a stable step on its own.
 - **Algorithm routing**: the heads' shares move by at most the printed amount between the paper
   distribution, scalar prediction, Nyström kernels and low-rank completion — the same heads carry
-  every problem type. The seed text's routing claim is refuted for this model.""",
-    ),
+  every problem type. The seed text's routing claim is refuted for this model."""),
 ]
 
 NOTEBOOKS["solver_vs_network"] = [
-    (
-        "md",
-        """\
+    ("md", """\
 # The exported solver against the network and against classical solvers
 
 The centralized model is extracted, exported to a standalone NumPy `solver.py`, and compared:
 layer by layer with the network (paper Table 1 metric, held-out prompts), at sizes and depths the
 network cannot take, and against CG, gradient descent and LAPACK lstsq. The untrained model of
-the same configuration is the control.""",
-    ),
-    (
-        "code",
-        SETUP
-        + """
+the same configuration is the control."""),
+    ("code", SETUP + """
 import importlib.util, tempfile
 from pathlib import Path
 from eagle_probe import checkpoint, fit, plots, solvers
@@ -169,12 +132,9 @@ ex = extract(model, task)
 path = write_solver(Path(tempfile.mkdtemp()) / "solver.py", ex.to_json())
 spec = importlib.util.spec_from_file_location("solver", path)
 solver = importlib.util.module_from_spec(spec); spec.loader.exec_module(solver)
-display(ex.table())""",
-    ),
+display(ex.table())"""),
     ("md", "## Layer by layer on held-out prompts (trained vs untrained)"),
-    (
-        "code",
-        """\
+    ("code", """\
 held = build_context(model, task, probes=probe_batch(task, 512, seed=11), test_batch=8,
                      tuning_batch=8)
 fid = fidelity_table(held, ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy())
@@ -187,12 +147,9 @@ table = pd.DataFrame({"layer (0-based)": range(4),
                       "relative one-step, untrained": [c["one_step"]["relative"] for c in control],
                       "verdict": ex.layers.label})
 display(table)
-print(ex.verdict["text"])""",
-    ),
+print(ex.verdict["text"])"""),
     ("md", "## Final predictions: network, faithful export, normalized export"),
-    (
-        "code",
-        """\
+    ("code", """\
 p = sample(task, 400, make_generator(21), dtype=torch.float64)
 with torch.no_grad():
     net = model(p.z0().float()).double().numpy()
@@ -202,12 +159,9 @@ normalized = np.stack([solver.complete(A[i], B[i], C[i]) for i in range(400)])
 rel = lambda x, y: np.linalg.norm(x - y) / np.linalg.norm(y)
 print(f"faithful vs network: relative gap {rel(faithful, net):.3f}")
 print(f"test MSE: network {((net - D)**2).mean():.2e}, faithful {((faithful - D)**2).mean():.2e}, "
-      f"normalized {((normalized - D)**2).mean():.2e}")""",
-    ),
+      f"normalized {((normalized - D)**2).mean():.2e}")"""),
     ("md", "## Past the trained size and depth: n = d = 240 and 1000"),
-    (
-        "code",
-        """\
+    ("code", """\
 rows = []
 rng = np.random.default_rng(0)
 for n in (240, 1000):
@@ -215,12 +169,9 @@ for n in (240, 1000):
     A, B, C, D = Xb[:n, :n], Xb[n:, :n], Xb[:n, n:], Xb[n:, n:]
     est, info, its = solver.complete(A, B, C, return_info=True)
     rows.append({"n = d": n, "iterations": its, "info": info, "relative error": rel(est, D)})
-display(pd.DataFrame(rows))""",
-    ),
+display(pd.DataFrame(rows))"""),
     ("md", "## Error against iterations and time: EAGLE vs CG, GD, lstsq (n = 240, κ = 1e4)"),
-    (
-        "code",
-        """\
+    ("code", """\
 A, b = kappa_problem(240, 240, 1e4, np.random.default_rng(1))
 ref = np.linalg.lstsq(A, b, rcond=None)[0]
 runs, hist = [], []
@@ -234,11 +185,8 @@ runs.append({"solver": "exported normalized", "info": info, "error": rel(x, ref)
 display(pd.DataFrame(runs))
 hist = pd.DataFrame(hist)
 display(plots.error_curves(hist, "iteration"))
-display(plots.error_curves(hist, "seconds"))""",
-    ),
-    (
-        "md",
-        """\
+display(plots.error_curves(hist, "seconds"))"""),
+    ("md", """\
 ## Reading
 
 In weight space the network is EAGLE: projecting every layer onto the EAGLE family leaves its
@@ -249,24 +197,17 @@ from the activation-fitted constants, therefore differs from the network by seve
 the normalized export, which keeps iterating with per-problem ρ, solves the problem exactly at any
 size. Against CG, EAGLE needs hundreds of
 times fewer iterations at κ = 1e4, each a dense matrix product instead of a matrix-vector
-product.""",
-    ),
+product."""),
 ]
 
 NOTEBOOKS["reproduce_paper"] = [
-    (
-        "md",
-        """\
+    ("md", """\
 # Reproducing the paper's claims
 
 For the three shipped regimes: Table 1 (fidelity per layer), the weight structure, η_l and γ_l,
 the κ sweep, the distributed diversity sweep, and a closing table of claims with our measurement
-and a verdict computed from it.""",
-    ),
-    (
-        "code",
-        SETUP
-        + """
+and a verdict computed from it."""),
+    ("code", SETUP + """
 from eagle_probe import bench, checkpoint, plots, solvers
 from eagle_probe.analysis import sketch_spectrum
 from eagle_probe.extract import extract
@@ -274,12 +215,9 @@ from eagle_probe.extract import extract
 rng = np.random.default_rng(0)
 table1 = bench.fidelity(rng, __import__("pathlib").Path("trained_models"))
 display(table1)
-display(plots.fidelity_bars(table1))""",
-    ),
+display(plots.fidelity_bars(table1))"""),
     ("md", "## Weight structure"),
-    (
-        "code",
-        """\
+    ("code", """\
 extractions = {}
 for name in ("centralized", "distributed", "constrained"):
     m, t, _ = checkpoint.load(f"trained_models/{name}.pt")
@@ -288,20 +226,14 @@ m, ex = extractions["centralized"]
 display(plots.weight_heatmaps(m, 0))
 display(ex.weights[["layer", "head", "W_QK", "W_VP"]])
 mc, _ = extractions["constrained"]
-display(plots.sketch_spectra(sketch_spectrum(mc)))""",
-    ),
+display(plots.sketch_spectra(sketch_spectrum(mc)))"""),
     ("md", "## η_l and γ_l per layer (paper: η ≈ 1, γ ≈ 1.9)"),
-    (
-        "code",
-        """\
+    ("code", """\
 eg = pd.concat([e.layers[["layer", "eta", "gamma", "a_step", "c_step"]].assign(model=n)
                 for n, (_, e) in extractions.items()])
-display(eg.pivot(index="layer", columns="model", values=["eta", "gamma"]).round(3))""",
-    ),
+display(eg.pivot(index="layer", columns="model", values=["eta", "gamma"]).round(3))"""),
     ("md", "## κ sweep: EAGLE vs CG iterations (n = d = 240)"),
-    (
-        "code",
-        """\
+    ("code", """\
 rows = []
 for kappa in (1e2, 1e4, 1e6, 1e8):
     A, b = bench.kappa_problem(240, 240, kappa, rng)
@@ -312,21 +244,15 @@ for kappa in (1e2, 1e4, 1e6, 1e8):
                  "cg_iterations": c.iterations, "cg_error": c.error,
                  "ratio": c.iterations / e.iterations})
 kappa_sweep = pd.DataFrame(rows)
-display(kappa_sweep)""",
-    ),
+display(kappa_sweep)"""),
     ("md", "## Distributed: rounds against machines and against the diversity index"),
-    (
-        "code",
-        """\
+    ("code", """\
 suite = bench.SUITES["quick"]
 dist, diversity = bench.distributed(suite, rng)
 display(dist)
-display(diversity)""",
-    ),
+display(diversity)"""),
     ("md", "## Claims"),
-    (
-        "code",
-        """\
+    ("code", """\
 c_fid = table1[table1.model == "centralized"]
 k4 = kappa_sweep.set_index("kappa").loc[1e4]
 eagle_rounds = dist[dist.method == "eagle"].rounds
@@ -361,29 +287,21 @@ claims = [
      "confirmed" if diversity.sort_values("diversity").rounds.iloc[0]
      > diversity.sort_values("diversity").rounds.iloc[-1] else "refuted"),
 ]
-display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measurement", "verdict"]))""",
-    ),
+display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measurement", "verdict"]))"""),
 ]
 
 
 def build(name: str) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     for kind, source in NOTEBOOKS[name]:
-        cell = (
-            nbformat.v4.new_markdown_cell(source)
-            if kind == "md"
-            else nbformat.v4.new_code_cell(source)
-        )
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else \
+            nbformat.v4.new_code_cell(source)
         nb.cells.append(cell)
     start = time.perf_counter()
-    NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}
-    ).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(HERE)}}).execute()
     path = HERE / f"{name}.ipynb"
     nbformat.write(nb, path)
     print(f"{path.name}: {time.perf_counter() - start:.0f} s, {path.stat().st_size / 1e6:.2f} MB")

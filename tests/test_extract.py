@@ -16,7 +16,14 @@ from eagle_probe.tasks import Prompt, TaskConfig
 
 def planted(a, c, *, heads=1, dtype="float64", n=8, d=6, n_prime=2, d_prime=2):
     cfg = ModelConfig(
-        n=n, d=d, n_prime=n_prime, d_prime=d_prime, n_layers=len(a), n_heads=heads, dtype=dtype
+        n=n,
+        d=d,
+        n_prime=n_prime,
+        d_prime=d_prime,
+        n_layers=len(a),
+        n_heads=heads,
+        normalize="none",  # the planted steps act on the prompt itself
+        dtype=dtype,
     )
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
