@@ -228,9 +228,24 @@ def test_schema_doc_lists_every_layer_field(tmp_path):
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, [0.05, 0.04], [0.1, 0.09]))
     data = extract(
-        model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, test_batch=32
+        model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, test_batch=32, tuning_batch=32
     ).to_json()
     text = (ROOT / "docs" / "extraction-schema.md").read_text()
     documented = set(re.findall(r"`([A-Za-z_0-9]+)`", text))
     assert set(data) <= documented
     assert set(data["layers"][0]) <= documented
+
+    def keys(obj):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from keys(v)
+
+    views = data["views"]
+    for name, view in views.items():
+        assert f"`views.{name}`" in text, name
+        missing = set(keys(view)) - documented
+        assert not missing, f"views.{name}: {sorted(missing)} not in docs/extraction-schema.md"
