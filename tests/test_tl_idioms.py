@@ -93,3 +93,14 @@ def test_qk_and_ov_factored_matrices(run):
     assert eig.shape == (cfg.n_layers, cfg.heads, cfg.qk)
     u, s, v = model.OV.svd()
     assert s.shape == (cfg.n_layers, cfg.heads, cfg.vp)
+
+
+def test_stack_head_results_when_the_config_names_its_heads(run):
+    model, _, cache, _ = run
+    cfg = model.cfg
+    if cfg.n_heads is None:
+        pytest.skip("stack_head_results labels heads by cfg.n_heads")
+    stack = cache.stack_head_results()  # (L·h, b, T, E): every head of every layer
+    assert stack.shape == (cfg.n_layers * cfg.heads, 8, cfg.tokens, cfg.width)
+    total = stack.sum(0) + cache["hook_embed"]
+    torch.testing.assert_close(total, cache["resid_post", -1])
