@@ -28,7 +28,7 @@ from eagle_probe.model import LinearTransformer
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 SCHEMA_VERSION = 2
-CONTROL_VIEWS = ("eagle", "fidelity", "projection", "polynomial")  # run on the untrained control
+CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
 
 
 def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
