@@ -114,6 +114,8 @@ class Extraction:
     network: dict[str, float]  # held-out MSE of the network and of the zero predictor
     geometry: Geometry
     timings: dict[str, float] = field(default_factory=dict)
+    held_out: HeldOut | None = field(default=None, repr=False)  # the prompts the MSEs are on
+    network_pred: np.ndarray | None = field(default=None, repr=False)  # (b, d', n') on them
 
     # --- tables for people ------------------------------------------------------------------
 
@@ -342,4 +344,6 @@ def extract(
         network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
         geometry=ctx.geometry,
         timings=timings,
+        held_out=ctx.held_out,
+        network_pred=ctx.network_pred,
     )
