@@ -29,8 +29,8 @@ PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto th
 CONTROL_FACTOR = 2.0
 LIKE_PROJECTION_COST = 1.0  # the EAGLE-family model stays within 2× of the network's MSE
 USED_BLOCK = 2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
-# a model above this fraction of the zero predictor's MSE does not solve the task
-ZERO_FRACTION = 0.5
+# a model above this fraction of the zero predictor's MSE is no better than predicting zero
+ZERO_FRACTION = 0.8
 
 THRESHOLDS = {
     "eagle_gap": EAGLE_GAP,
