@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 
 
 @dataclass
@@ -71,7 +71,7 @@ class NormalProblem:
         levels = [c for c in (levels or [len(groups)]) if c > 0]
         if sum(levels) != len(groups):
             raise ValueError(f"levels {levels} do not cover {len(groups)} groups")
-        cols = [sum(sizes[a:b]) for a, b in zip(np.cumsum([0] + levels[:-1]), np.cumsum(levels))]
+        cols = [sum(sizes[a:b]) for a, b in zip(np.cumsum([0] + levels[:-1]), np.cumsum(levels), strict=False)]
         G, b = self.gram(groups), self.rhs(groups)
         theta = _solve_levels(G, b, cols, exact)
         rr = max(self.yy - 2.0 * theta @ b + theta @ G @ theta, 0.0)
@@ -128,7 +128,7 @@ def drop_costs(problem: NormalProblem, groups: Sequence[int]) -> tuple[float, li
     rss = max(problem.yy - float(theta @ b), 0.0)
     offsets = np.cumsum([0] + [problem.sizes[g] for g in groups])
     without = []
-    for lo, hi in zip(offsets[:-1], offsets[1:]):
+    for lo, hi in zip(offsets[:-1], offsets[1:], strict=False):
         unit = np.zeros((len(b), hi - lo))
         unit[lo:hi] = np.eye(hi - lo)
         block = solve(unit)[lo:hi]  # (G⁻¹)_gg
@@ -232,15 +232,27 @@ def refit_qr(
     return np.where(live, x / np.where(live, norms, 1.0), 0.0)
 
 
+def _lstsq(Phi: np.ndarray, y: np.ndarray, rcond: float) -> np.ndarray:
+    """Householder QR when Φ has full column rank (fast for tall designs), else LAPACK's
+    minimum-norm SVD solver."""
+    if Phi.shape[1] == 0:
+        return np.zeros(0)
+    Q, R = np.linalg.qr(Phi)
+    diag = np.abs(np.diag(R))
+    if diag.min() > rcond * 1e3 * max(diag.max(), 1e-300):
+        return solve_triangular(R, Q.T @ y)
+    return np.linalg.lstsq(Phi, y, rcond=rcond)[0]
+
+
 def _lstsq_levels(Phi: np.ndarray, y: np.ndarray, cols: list[int], rcond: float) -> np.ndarray:
     k = cols[0]
     if len(cols) == 1:
-        return np.linalg.lstsq(Phi, y, rcond=rcond)[0]
+        return _lstsq(Phi, y, rcond)
     U, sv, _ = np.linalg.svd(Phi[:, :k], full_matrices=False)
     U = U[:, sv > rcond * max(sv.max(initial=0.0), 1e-300)]
     rest = Phi[:, k:] - U @ (U.T @ Phi[:, k:])
     x2 = _lstsq_levels(rest, y - U @ (U.T @ y), cols[1:], rcond)
-    x1 = np.linalg.lstsq(Phi[:, :k], y - Phi[:, k:] @ x2, rcond=rcond)[0]
+    x1 = _lstsq(Phi[:, :k], y - Phi[:, k:] @ x2, rcond)
     return np.concatenate([x1, x2])
 
 
@@ -290,7 +302,8 @@ def forward_groups(
     """A forward path over groups (stepwise sparse regression run forwards).
 
     From the support `start`, each step scores
-    the `screen` candidates that explain most of the residual alone (`NormalProblem.alone`) by the
+    the `screen` candidates that explain most of the residual alone (`NormalProblem.alone`) by
+    the
     exact drop of the residual when each joins the support (`NormalProblem.gain`) and adds the smallest candidate that achieves at least `parsimony` of
     the best candidate's log-reduction of the residual (so a large family that contains a small
     one wins only by a clear margin). The path stops when the relative residual is ≤ `tol`, when

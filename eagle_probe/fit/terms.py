@@ -43,6 +43,7 @@ class TermsConfig:
     max_matrix: int = 3  # at most this many matrix families per target block
     identifiable: float = 0.5  # a matrix family enters only if its unknowns per column are ≤
     # this × the probe rows it is fitted on (unknowns ≤ this × observations for W1 families)
+    max_features: int = 256  # and only if its per-column design has at most this many features
     bags: int = 12  # stability selection: number of random halves of the probe prompts
     bag_fraction: float = 0.5  # prompts per bag, as a fraction
     stable: float = 0.5  # keep a term chosen in at least this fraction of the bags
@@ -53,7 +54,7 @@ class TermsConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0.0 <= value < np.inf):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        for name in ("max_matrix", "bags"):
+        for name in ("max_matrix", "bags", "max_features"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
@@ -86,7 +87,10 @@ def _candidates(X: str, g: Geometry, prompts: int, cfg: TermsConfig) -> list[lib
     out = []
     for term in lib.library((X,)):
         rows = prompts * _rows(term, g)
-        if term.free in ("W2", "both") and term.shared_features(g) > cfg.identifiable * rows:
+        features = term.shared_features(g)
+        if term.free in ("W2", "both") and features > min(
+            cfg.identifiable * rows, cfg.max_features
+        ):
             continue
         if term.free == "W1" and term.size(g) > cfg.identifiable * rows * kx:
             continue
@@ -178,33 +182,48 @@ def bag_terms(
     g: Geometry,
     cfg: TermsConfig,
     prompts: int,
-    matrices: list[lib.Term],
+    parts: dict[str, np.ndarray],
 ) -> list[str]:
-    """The terms one bag includes for target X: STLSQ reruns the scalar stage; where the bag's
-    scalar terms do not explain ΔX, each matrix family of the all-prompt path (`matrices`)
-    counts as included when the bag passes the path's entry test on it (dropping it from the
-    bag's refitted support raises the residual by more than the factor `min_gain`)."""
-    scalars_all = [t for t in _candidates(X, g, prompts, cfg) if t.free == "none"]
-    terms = scalars_all + matrices
-    problem = _problem(terms, f, y, g)
+    """The terms one bag (factors f, update y of its prompts) includes for target X.
+
+    Scalar terms: STLSQ reruns on the bag. Matrix families: where the bag's scalar terms do not
+    explain ΔX, each family of the all-prompt support counts as included when, on the bag's
+    prompts, dropping its contribution (`parts`: name -> contribution with the all-prompt
+    coefficients, on the bag's prompts) raises the residual of the all-prompt fit by more than
+    the factor `min_gain` (the path's entry test, without refitting per bag).
+    """
+    scalars = [t for t in _candidates(X, g, prompts, cfg) if t.free == "none"]
+    problem = _problem(scalars, f, y, g)
     if problem.yy <= 0.0:
         return []
-    support, _ = sparse.stlsq(problem, list(range(len(scalars_all))), cfg.threshold)
-    names = [terms[i].name for i in support]
+    support, _ = sparse.stlsq(problem, list(range(len(scalars))), cfg.threshold)
+    names = [scalars[i].name for i in support]
     _, scalar_res = problem.fit(support)
+    matrices = [n for n in parts if lib.parse(n).free != "none"]
     if scalar_res <= cfg.explain or not matrices:
         return names
-    mats = list(range(len(scalars_all), len(terms)))
-    nested = {terms[i].scalar_name for i in mats}
-    base = [i for i in support if terms[i].name not in nested]
-    res, without = sparse.drop_costs(problem, base + mats)
-    kept = base + [
+    r = y - sum(parts.values())
+    res = float(np.linalg.norm(r))
+    kept = [n for n in matrices if res <= float(np.linalg.norm(r + parts[n])) * (1 - cfg.min_gain)]
+    nested = {lib.parse(n).scalar_name for n in kept}
+    return [n for n in names if n not in nested] + kept
+
+
+def _prune(
+    support: list[lib.Term], coefs: list[np.ndarray], f: lib.Factors, y: np.ndarray, g, cfg
+) -> tuple[list[lib.Term], list[np.ndarray]]:
+    """Drop terms whose contribution is below `threshold` × ‖ΔX‖ and refit (STLSQ's last step
+    on the final support)."""
+    norm = float(np.linalg.norm(y))
+    keep = [
         i
-        for i, w in zip(mats, without[len(base) :], strict=True)
-        if res <= w * (1.0 - cfg.min_gain)
+        for i, (t, c) in enumerate(zip(support, coefs, strict=True))
+        if float(np.linalg.norm(lib.apply(t, c, f))) >= cfg.threshold * norm
     ]
-    kept, _ = sparse.stlsq(problem, kept, cfg.threshold)
-    return [terms[i].name for i in kept]
+    if len(keep) == len(support):
+        return support, coefs
+    support = [support[i] for i in keep]
+    return support, refit(support, f, y, g)
 
 
 def refit(
@@ -221,7 +240,7 @@ def refit(
     if sum(sizes) <= exact_limit:
         design = np.concatenate([lib.design(t, f, g) for t in support], axis=1)
         counts = np.cumsum([0] + levels)
-        cols = [sum(sizes[a:b]) for a, b in zip(counts[:-1], counts[1:])]
+        cols = [sum(sizes[a:b]) for a, b in zip(counts[:-1], counts[1:], strict=False)]
         coefs = sparse.split(sparse.refit_qr(design, y, cols), sizes)
     else:
         coefs, _ = _problem(support, f, y, g).fit(range(len(support)), levels, exact=True)
@@ -246,20 +265,27 @@ def discover_layer(
         y = _target(Z_out, X, g) - _target(Z_in, X, g)
         yy = float(np.sum(y * y))
         chosen = select(X, f, y, g, cfg, b)
-        if subsets:
-            picks = [
-                bag_terms(X, f.subset(idx), y[idx], g, cfg, b, chosen.matrices) for idx in subsets
-            ]
-            names = {n for p in picks for n in p}
-            freq = sparse.inclusion_frequency(picks, sorted(names))
-        else:
-            freq = {t.name: 1.0 for t in chosen.terms}
-        order = [t.name for t in lib.library((X,)) if t.free == "none"]
-        order += [t.name for t in chosen.matrices]
-        kept = [lib.parse(n) for n in order if freq.get(n, 0.0) >= cfg.stable]
-        nested = {t.scalar_name for t in kept if t.free != "none"}
-        support = [t for t in kept if t.name not in nested]
+        support = chosen.terms
         coefs = refit(support, f, y, g)
+        if subsets:
+            parts = {t.name: lib.apply(t, c, f) for t, c in zip(support, coefs, strict=True)}
+            picks = [
+                bag_terms(
+                    X, f.subset(idx), y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()}
+                )
+                for idx in subsets
+            ]
+            freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
+            order = [t.name for t in lib.library((X,)) if t.free == "none"]
+            order += [t.name for t in chosen.matrices]
+            kept = [lib.parse(n) for n in order if freq.get(n, 0.0) >= cfg.stable]
+            nested = {t.scalar_name for t in kept if t.free != "none"}
+            kept = [t for t in kept if t.name not in nested]
+            if [t.name for t in kept] != [t.name for t in support]:
+                support, coefs = kept, refit(kept, f, y, g)
+        else:
+            freq = {t.name: 1.0 for t in support}
+        support, coefs = _prune(support, coefs, f, y, g, cfg)
         fit = np.zeros_like(y)
         for t, c in zip(support, coefs, strict=True):
             part = lib.apply(t, c, f)
