@@ -71,7 +71,8 @@ class NormalProblem:
         levels = [c for c in (levels or [len(groups)]) if c > 0]
         if sum(levels) != len(groups):
             raise ValueError(f"levels {levels} do not cover {len(groups)} groups")
-        cols = [sum(sizes[a:b]) for a, b in zip(np.cumsum([0] + levels[:-1]), np.cumsum(levels), strict=False)]
+        edges = np.cumsum([0] + levels)
+        cols = [sum(sizes[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
         G, b = self.gram(groups), self.rhs(groups)
         theta = _solve_levels(G, b, cols, exact)
         rr = max(self.yy - 2.0 * theta @ b + theta @ G @ theta, 0.0)
@@ -138,16 +139,23 @@ def drop_costs(problem: NormalProblem, groups: Sequence[int]) -> tuple[float, li
     return float(np.sqrt(rss / problem.yy)), without
 
 
-def _solve_levels(G: np.ndarray, b: np.ndarray, cols: list[int], exact: bool) -> np.ndarray:
+def _solve_levels(
+    G: np.ndarray, b: np.ndarray, cols: list[int], exact: bool, reference: np.ndarray | None = None
+) -> np.ndarray:
     """Solve G θ = b level by level (`NormalProblem.fit`): the first level's columns first, the
     rest on their Schur complement, recursively."""
     k = cols[0]
+    if reference is None:
+        reference = np.diag(G)
     if len(cols) == 1:
-        return psd_solver(G, exact=exact)(b)
+        return psd_solver(G, exact=exact, reference=reference)(b)
     G11, G12, G22 = G[:k, :k], G[:k, k:], G[k:, k:]
-    X = psd_solver(G11, exact=exact)(np.concatenate([b[:k, None], G12], axis=1))
+    X = psd_solver(G11, exact=exact, reference=reference[:k])(
+        np.concatenate([b[:k, None], G12], axis=1)
+    )
     schur = G22 - G12.T @ X[:, 1:]
-    theta2 = _solve_levels(0.5 * (schur + schur.T), b[k:] - G12.T @ X[:, 0], cols[1:], exact)
+    rest = b[k:] - G12.T @ X[:, 0]
+    theta2 = _solve_levels(0.5 * (schur + schur.T), rest, cols[1:], exact, reference[k:])
     return np.concatenate([X[:, 0] - X[:, 1:] @ theta2, theta2])
 
 
@@ -160,15 +168,16 @@ def solve_normal(G: np.ndarray, b: np.ndarray, rcond: float = 1e-13) -> np.ndarr
     """Minimum-norm solution of G θ = b (b: (p,) or (p, k)) for a symmetric positive
     semi-definite G (float64).
 
-    The system is equilibrated by its diagonal, then solved through an eigendecomposition,
-    discarding directions below `rcond` × the largest eigenvalue (the unidentifiable ones: a
-    matrix coefficient acting on the null space of a rank-deficient block).
+    The system is equilibrated by its diagonal (every column of the design scaled to unit norm),
+    then solved through an eigendecomposition, discarding directions below `rcond` × the largest
+    eigenvalue (the unidentifiable ones: a matrix coefficient acting on the null space of a
+    rank-deficient block); the solution has minimum norm in those scaled coordinates.
     """
     return psd_solver(G, rcond, exact=True)(b)
 
 
 def psd_solver(
-    G: np.ndarray, rcond: float = 1e-13, exact: bool = False
+    G: np.ndarray, rcond: float = 1e-13, exact: bool = False, reference: np.ndarray | None = None
 ) -> Callable[[np.ndarray], np.ndarray]:
     """A solver b ↦ θ for G θ = b with G symmetric positive semi-definite, factored once.
 
@@ -176,10 +185,15 @@ def psd_solver(
     `rcond` × the largest eigenvalue dropped). Otherwise a Cholesky factorisation of the
     equilibrated G + `ridge` I with ridge = 1e-12 (several times faster; unidentifiable
     directions are damped to nearly zero instead of cut), falling back to the exact route.
+    `reference`: diagonal the columns had before a projection (a Schur complement); a column
+    left with less than 1e-12 of it is taken as lying in the projected span and gets 0.
     """
     G = np.asarray(G, dtype=np.float64)
-    d = np.sqrt(np.clip(np.diag(G), 0.0, None))
+    diag = np.clip(np.diag(G), 0.0, None)
+    d = np.sqrt(diag)
     live = d > 0.0
+    if reference is not None:
+        live &= diag > 1e-12 * np.asarray(reference)
     s = np.zeros_like(d)
     s[live] = 1.0 / d[live]
     Gs = G[np.ix_(live, live)] * s[live][:, None] * s[live][None, :]
@@ -301,14 +315,13 @@ def forward_groups(
 ) -> tuple[list[int], list[float]]:
     """A forward path over groups (stepwise sparse regression run forwards).
 
-    From the support `start`, each step scores
-    the `screen` candidates that explain most of the residual alone (`NormalProblem.alone`) by
-    the
-    exact drop of the residual when each joins the support (`NormalProblem.gain`) and adds the smallest candidate that achieves at least `parsimony` of
-    the best candidate's log-reduction of the residual (so a large family that contains a small
-    one wins only by a clear margin). The path stops when the relative residual is ≤ `tol`, when
-    the step lowers it by less than the factor `min_gain`, or after `max_groups` additions.
-    Returns (support, relative residual after each step, start first).
+    From the support `start`, each step takes the `screen` candidates that explain most of the
+    residual alone (`NormalProblem.alone`), scores them by the exact drop of the residual when
+    each joins the support (`NormalProblem.gain`), and adds the smallest one that achieves at
+    least `parsimony` of the best log-reduction of the residual (so a large family that contains
+    a small one wins only by a clear margin). The path stops when the relative residual is
+    ≤ `tol`, when the step lowers it by less than the factor `min_gain`, or after `max_groups`
+    additions. Returns (support, relative residual after each step, start first).
     """
     support = list(start)
     coefs, res = problem.fit(support)

@@ -1,4 +1,5 @@
-"""Contexts for the fit views' tests: a model through the capture, as the extraction builds it."""
+"""Contexts for the fit views' tests and benchmarks: a model through the capture, as the extraction
+builds it (probe capture, products, geometry, held-out prompts)."""
 
 from __future__ import annotations
 
