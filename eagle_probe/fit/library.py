@@ -174,6 +174,18 @@ def check_mask(geometry: Geometry) -> None:
         )
 
 
+_PATHS: dict[tuple, list] = {}
+
+
+def _einsum(spec: str, *ops: np.ndarray) -> np.ndarray:
+    """np.einsum with its contraction order found once per (spec, shapes) and reused."""
+    key = (spec, *(op.shape for op in ops))
+    path = _PATHS.get(key)
+    if path is None:
+        path = _PATHS.setdefault(key, np.einsum_path(spec, *ops, optimize="greedy")[0])
+    return np.einsum(spec, *ops, optimize=path)
+
+
 # --- per-prompt factors --------------------------------------------------------------------------
 
 
@@ -215,7 +227,7 @@ def apply(term: Term, coef: np.ndarray | float, f: Factors) -> np.ndarray:
         return (P @ G) @ coef
     kp, kq, kr = P.shape[-1], G.shape[-2], G.shape[-1]
     K = coef.reshape(kp, kq, kr, -1)
-    return np.einsum("bik,blm,klmj->bij", P, G, K, optimize=True)
+    return _einsum("bik,blm,klmj->bij", P, G, K)
 
 
 def design(term: Term, f: Factors, geometry: Geometry) -> np.ndarray:
@@ -233,9 +245,9 @@ def design(term: Term, f: Factors, geometry: Geometry) -> np.ndarray:
 def rhs(term: Term, f: Factors, y: np.ndarray) -> np.ndarray:
     """Φᵀ y for a target-shaped y (b, rows, kX): (size,)."""
     P, G = f.blocks[term.P], f.G[(term.Q, term.R)]
-    T = np.einsum("bik,bij->bkj", P, y, optimize=True)  # (b, kP, kX)
+    T = _einsum("bik,bij->bkj", P, y)  # (b, kP, kX)
     spec = {"none": "bkj,bkj->", "W1": "bkj,blj->kl", "W2": "bkj,bkm->mj", "both": "bkj,blm->klmj"}
-    return np.atleast_1d(np.einsum(spec[term.free], T, G, optimize=True)).reshape(-1)
+    return np.atleast_1d(_einsum(spec[term.free], T, G)).reshape(-1)
 
 
 _ORDER = {"none": 0, "W1": 1, "W2": 2, "both": 3}
@@ -265,8 +277,8 @@ def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
         return gram(t2, t1, f, geometry).T
     spec, eye = _GRAM[(t1.free, t2.free)]
     P1, P2 = f.blocks[t1.P], f.blocks[t2.P]
-    S = np.einsum("bik,biK->bkK", P1, P2, optimize=True)  # (b, kP1, kP2)
-    H = np.einsum(spec, S, f.G[(t1.Q, t1.R)], f.G[(t2.Q, t2.R)], optimize=True)
+    S = _einsum("bik,biK->bkK", P1, P2)  # (b, kP1, kP2)
+    H = _einsum(spec, S, f.G[(t1.Q, t1.R)], f.G[(t2.Q, t2.R)])
     if eye:
         kx = {"a": geometry.n, "c": geometry.n_prime}[KIND[t1.target]]
         h1, h2 = t1.size(geometry) // kx, t2.size(geometry) // kx
@@ -281,7 +293,7 @@ def shared_gram(term: Term, f: Factors) -> np.ndarray:
         raise ValueError(f"{term.name} has no shared per-column design")
     spec, _ = _GRAM[(term.free, term.free)]
     P, G = f.blocks[term.P], f.G[(term.Q, term.R)]
-    S = np.einsum("bik,biK->bkK", P, P, optimize=True)
-    H = np.einsum(spec, S, G, G, optimize=True)
+    S = _einsum("bik,biK->bkK", P, P)
+    H = _einsum(spec, S, G, G)
     m = int(np.sqrt(H.size))
     return H.reshape(m, m)
