@@ -2,18 +2,23 @@
 
 The exported file is `solver_template.py` with its constants block replaced by the extraction's
 numbers and a provenance header. It imports only NumPy.
+
+Every value taken from the extraction (the checkpoint's file name above all, which may hold any
+character) is written as data: Python literals by `repr`/`pprint`, header comments as JSON
+(`ensure_ascii`, so no line break or other control character survives), never pasted text.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pprint
 from pathlib import Path
 from typing import Any
 
 from eagle_probe import __version__
-from eagle_probe.checkpoint import atomic_write_text
+from eagle_probe.files import atomic_write_text
 
 TEMPLATE = Path(__file__).with_name("solver_template.py")
 BEGIN, END = "# --- BEGIN RECOVERED CONSTANTS ---", "# --- END RECOVERED CONSTANTS ---"
@@ -24,14 +29,20 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     model = extraction["model"]
     layers = [
         {
-            "a_step": float(lay["a_step"]),
-            "c_step": float(lay["c_step"]),
+            "a_step": _finite(lay["a_step"], "a_step"),
+            "c_step": _finite(lay["c_step"], "c_step"),
             "eta": _num(lay.get("eta")),
             "gamma": _num(lay.get("gamma")),
             "fidelity": _num(lay.get("fidelity")),
         }
         for lay in extraction["layers"]
     ]
+    usable = 0  # leading layers whose (η, γ) the normalized mode uses; see solver_template
+    for lay in layers:
+        e, g = lay["eta"], lay["gamma"]
+        if not (e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0):
+            break
+        usable += 1
     provenance = {
         "source": "eagle-probe extract",
         "eagle_probe": __version__,
@@ -40,6 +51,8 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "regime": model["regime"],
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
         "fidelity_per_layer": [lay["fidelity"] for lay in layers],
+        "layers": len(layers),
+        "recovered_steps": usable,
     }
     constants = "\n".join(
         [
@@ -72,20 +85,40 @@ def write_solver(
 
 
 def _header(provenance: dict[str, Any]) -> str:
-    fid = ", ".join("n/a" if f is None else f"{f:.3g}" for f in provenance["fidelity_per_layer"])
+    def data(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=True)
+
+    fid = [None if f is None else float(f"{f:.3g}") for f in provenance["fidelity_per_layer"]]
+    usable, layers = provenance["recovered_steps"], provenance["layers"]
     lines = [
-        "# Exported by eagle-probe " + str(provenance["eagle_probe"]),
-        f"# checkpoint: {provenance['checkpoint']}",
-        f"# checkpoint sha256: {provenance['checkpoint_sha256']}",
-        f"# regime: {provenance['regime']}; sizes: {json.dumps(provenance['sizes'])}",
-        f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {fid}",
+        "# Exported by eagle-probe " + data(provenance["eagle_probe"]),
+        "# checkpoint: " + data(provenance["checkpoint"]),
+        "# checkpoint sha256: " + data(provenance["checkpoint_sha256"]),
+        f"# regime: {data(provenance['regime'])}; sizes: {data(provenance['sizes'])}",
+        f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {data(fid)}",
+        f"# mode='faithful': the {layers} recovered layers, their constants as fitted.",
+        f"# mode='normalized': steps 1..{usable} use the recovered η_l, γ_l ({usable} of "
+        f"{layers} layers usable, 0 < η < 1, 0 < γ < 2); every later step uses the theory's "
+        "η = 1/3, γ = 1.",
+        "#   complete(..., return_stats=True) and lstsq(..., stats={}) count both per call.",
         "",
     ]
     return "\n".join(lines)
 
 
 def _num(value):
-    return None if value is None else float(value)
+    """An optional number as a literal-safe float: None when absent or not finite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _finite(value, name: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"the extraction's {name} is {value}; a solver cannot be exported")
+    return value
 
 
 def _matrix_list(projectors) -> str:

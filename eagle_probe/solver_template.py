@@ -11,9 +11,13 @@ Block prompt: X = [[A, C], [B, D]] with rank X = rank A; D = B A⁺ C. One EAGLE
 
 API
     complete(A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None) -> D
+        (return_info=True: (D, info, iterations); return_stats=True: (D, stats))
     lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None) -> (x, info)
+        x = x0 + A⁺(b − A x0); pass stats={} to receive the counts below
     complete_distributed(A, B, C, machines, ...) -> (D, stats)
     complete_sketched(A, B, C, r, rng, ...) -> (D, stats)
+    stats: info, iterations, recovered_steps (steps that used the recovered η_l, γ_l),
+    theory_steps (steps that used the theory's η = 1/3, γ = 1), given_steps (eta=/gamma= passed).
 
 Modes of `complete`:
     faithful    the network layer by layer: its prompt normalisation, then one EAGLE step per layer
@@ -21,8 +25,11 @@ Modes of `complete`:
     normalized  per-problem ρ_l = ‖A_l‖₂⁻² at every step, the recovered η_l, γ_l for the trained
                 depth and then the theory's η = 1/3, γ = 1, until the stopping rule: any size,
                 any scale, any number of steps.
-`info`: 0 converged, > 0 the iterations used without converging, < 0 breakdown (non-finite
-numbers appeared). Inputs are never modified.
+`info`: 0 converged, > 0 the iterations used without converging, < 0 breakdown: -1 A lost its
+scale, -2 non-finite numbers appeared, -3 the answer is not representable in float64 (with a
+RuntimeWarning). info is never 0 with a non-finite answer. Blocks are scaled by powers of two
+(exact), so every scale float64 holds works. η must lie in (0, 1) and γ in (0, 2); rtol in
+[0, 1); maxiter ≥ 1. Inputs are never modified.
 """
 
 import math
@@ -330,7 +337,12 @@ class _Counter:
     def step(self, step, eta, gamma):
         e, g, source = _schedule(step, eta, gamma)
         self.counts[source] += 1
+        self.last = source
         return e, g
+
+    def untake(self):
+        """The last step was not taken after all (the growth limit stopped the iteration)."""
+        self.counts[self.last] -= 1
 
     def stats(self, info, iterations):
         return {
@@ -418,6 +430,7 @@ def _iterate(A, B, C, rtol, maxiter, eta, gamma, counter):
         growth += _growth(e)
         if growth > limit:
             it -= 1
+            counter.untake()
             info = 0 if quietest[0] <= DRIFT_STEP or settled else it
             D = quietest[1] if quietest[0] <= DRIFT_STEP else calmest[1]
             break
@@ -547,6 +560,7 @@ def _lstsq(A, b, x0, rtol, atol, maxiter, callback, eta, gamma, counter, shape):
         growth += _growth(e)
         if growth > limit:  # only noise below rcond is left to resolve: stop, like an rcond
             it -= 1
+            counter.untake()
             info = 0 if quietest[0] <= DRIFT_STEP or settled else it
             y = quietest[1] if quietest[0] <= DRIFT_STEP else calmest[1]
             break

@@ -49,7 +49,9 @@ def _scale_free(method: Solver) -> Solver:
         if maxiter is not None:
             eagle._check_options(rtol, atol, maxiter)
         ea = eagle._exponent(A)
-        k = max(eagle._exponent(b), ea + eagle._exponent(x))
+        k = eagle._exponent(b)
+        if np.any(x):
+            k = max(k, ea + eagle._exponent(x))
         with np.errstate(under="ignore"):
             At, bt, xt = np.ldexp(A, -ea), np.ldexp(b, -k), np.ldexp(x, ea - k)
 

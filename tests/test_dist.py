@@ -24,11 +24,11 @@ def reference_rounds(A, B, C, world, rounds, eta=1 / 3, gamma=1.0):
     C, D = C.copy(), np.zeros((B.shape[0], C.shape[1]))
     for _ in range(rounds):
         rho = [1.0 / np.linalg.norm(Am, 2) ** 2 for Am in As]
-        dC = sum(-gamma * r * Am @ Am.T @ C for r, Am in zip(rho, As))
-        dD = sum(gamma * r * Bm @ Am.T @ C for r, Am, Bm in zip(rho, As, Bs))
+        dC = sum(-gamma * r * Am @ Am.T @ C for r, Am in zip(rho, As, strict=True))
+        dD = sum(gamma * r * Bm @ Am.T @ C for r, Am, Bm in zip(rho, As, Bs, strict=True))
         As, Bs = (
-            [Am - eta * r * Am @ Am.T @ Am for r, Am in zip(rho, As)],
-            [Bm - eta * r * Bm @ Am.T @ Am for r, Am, Bm in zip(rho, As, Bs)],
+            [Am - eta * r * Am @ Am.T @ Am for r, Am in zip(rho, As, strict=True)],
+            [Bm - eta * r * Bm @ Am.T @ Am for r, Am, Bm in zip(rho, As, Bs, strict=True)],
         )
         C, D = C + dC / world, D + dD / world
     return D
