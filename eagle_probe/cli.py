@@ -614,12 +614,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if r not in REGIMES:
             raise EagleProbeError(f"unknown regime {r!r}; choose from {', '.join(REGIMES)}")
     text = args.seeds.strip()
+    count = int(text) if text.isdigit() else None
+    if count is not None and count * len(regimes) > MAX_RUNS:
+        raise EagleProbeError(
+            f"--seeds {text} with {len(regimes)} regime(s) asks for more than {MAX_RUNS} runs"
+        )
     try:
-        count = int(text) if text.isdigit() else None
-        if count is not None and count * len(regimes) > MAX_RUNS:
-            raise EagleProbeError(
-                f"--seeds {text} with {len(regimes)} regime(s) asks for more than {MAX_RUNS} runs"
-            )
         seeds = list(range(count)) if count is not None else [int(s) for s in text.split(",")]
     except ValueError:
         raise EagleProbeError(

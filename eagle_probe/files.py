@@ -260,7 +260,7 @@ class OutputFiles:
         self.force = force
         self._replace = {Path(p) for p in replace}
         self._staging = _Staging(self.paths[0])
-        self._owned: dict[Path, int] = {}  # published path -> its inode
+        self._owned: dict[Path, int] = {}  # published path -> a descriptor of our file
 
     def write(self, path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
         """Write one claimed file whole (`write(fileobj)`) and publish it; may be repeated."""
@@ -273,21 +273,33 @@ class OutputFiles:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(src, _default_mode())
-        inode = os.stat(src).st_ino
+        # An open descriptor keeps the inode alive, so its number cannot be reused by a file
+        # someone else puts in our place: comparing numbers then proves the file is ours.
+        fd = os.open(src, os.O_RDONLY)
+        try:
+            if path in self._owned:
+                st = _lstat(path)
+                if st is None or st.st_ino != os.fstat(self._owned[path]).st_ino:
+                    raise OutputError(f"output {path} was replaced by someone else while this ran")
+                os.replace(src, path)
+            else:
+                _publish_file(src, path, replace=self.force or path in self._replace)
+        except BaseException:
+            os.close(fd)
+            raise
         if path in self._owned:
-            st = _lstat(path)
-            if st is None or st.st_ino != self._owned[path]:
-                raise OutputError(f"output {path} was replaced by someone else while this ran")
-            os.replace(src, path)
-        else:
-            _publish_file(src, path, replace=self.force or path in self._replace)
-        self._owned[path] = inode
+            os.close(self._owned[path])
+        self._owned[path] = fd
         return path
 
     def write_text(self, path: str | os.PathLike, text: str) -> Path:
         return self.write(path, lambda handle: handle.write(text.encode("utf-8")))
 
     def close(self) -> None:
+        for fd in self._owned.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._owned.clear()
         self._staging.close()
 
 
