@@ -178,7 +178,7 @@ def test_two_plants_at_once_one_wins_one_says_so(tmp_path):
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen([*cmd, "-o", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(3)
+        for _ in range(2)
     ]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _ in results)
@@ -314,7 +314,7 @@ def _mutated(tmp_path, mutate):
         ),
         (lambda p: p["state_dict"]["blocks.1.attn.qk_mask"].fill_(0.0), ["qk_mask"]),
         (lambda p: p["state_dict"]["readout_scale"].fill_(3.0), ["readout_scale"]),
-        (lambda p: p["metrics"].update(x=object.__new__(Path)), ["refused"]),
+        (lambda p: p["metrics"].update(x=Path("x")), ["refused"]),
     ],
     ids=[
         "tensor_in_metrics",
