@@ -696,3 +696,32 @@ def test_exported_faithful_solvers_at_extreme_scales(regime, normalize, scale):
     )
     assert info1 == 0 and info2 == 0
     np.testing.assert_allclose(D2 / scale, D1, rtol=1e-9)
+
+
+def test_force_writes_into_an_existing_directory_replacing_regular_files_only(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "extraction.json").write_text("old")
+    with files.output_dir(out, force=True) as tmp:
+        (tmp / "extraction.json").write_text("new")
+        (tmp / "solver.py").write_text("x = 1\n")
+    assert (out / "extraction.json").read_text() == "new"
+    assert (out / "notes.txt").read_text() == "mine" and (out / "solver.py").exists()
+    (out / "solver.py").unlink()
+    (out / "solver.py").mkdir()  # a directory where a file is to go: refused, nothing moved
+    with pytest.raises(files.OutputError, match="not replaced by a file"):
+        with files.output_dir(out, force=True) as tmp:
+            (tmp / "extraction.json").write_text("newer")
+            (tmp / "solver.py").write_text("x = 2\n")
+    assert (out / "extraction.json").read_text() == "new"
+    assert _listing(tmp_path) == ["out", "out/extraction.json", "out/notes.txt", "out/solver.py"]
+
+
+def test_without_force_an_empty_directory_is_filled_and_a_full_one_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with files.output_dir(tmp_path / "empty") as tmp:
+        (tmp / "a").write_text("a")
+    assert (tmp_path / "empty" / "a").read_text() == "a"
+    with pytest.raises(files.OutputError, match="pass --force"):
+        files.check_dir(tmp_path / "empty")
