@@ -414,8 +414,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not lead:
         return _run_training(args, out, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
-    with files.output_files(outputs, force=args.force, replace=replace) as claim:
-        return _run_training(args, out, model_cfg, task, train_cfg, resume, claim)
+    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
+    return _run_training(args, out, model_cfg, task, train_cfg, resume, claim)
 
 
 def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
@@ -471,6 +471,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     claim.write_text(
         out.with_suffix(".json"), json.dumps(checkpoint.jsonable(summary), indent=2) + "\n"
     )
+    _publish(args)
     test = metrics["test"]
     status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
     print(
@@ -552,11 +553,12 @@ def cmd_plant(args: argparse.Namespace) -> int:
         n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
     )
     budget.check_model(cfg, _budget(args))
-    with files.output_files([out], force=args.force) as claim:
-        model = LinearTransformer(cfg)
-        model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
-        metrics = {"planted": {"a_steps": a_steps, "c_steps": c_steps}}
-        claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
+    claim = _claim(args, files.output_files([out], force=args.force))
+    model = LinearTransformer(cfg)
+    model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
+    metrics = {"planted": {"a_steps": a_steps, "c_steps": c_steps}}
+    claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
+    _publish(args)
     print(f"wrote {out}: {len(a_steps)} planted EAGLE layers, {args.heads} head(s), {args.dtype}")
     return 0
 
@@ -581,24 +583,19 @@ def cmd_extract(args: argparse.Namespace) -> int:
     out = _out_dir(args.out, args.force)
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
     budget.check(budget.forward_bytes(model.cfg, args.probe_batch), "--probe-batch", _budget(args))
-    claim = files.output_dir(out, force=args.force) if out is not None else contextlib.nullcontext()
-    with claim as tmp:
-        result = extract(
-            model,
-            task,
-            probe_batch_size=args.probe_batch,
-            seed=args.seed,
-            control=not args.no_control,
-        )
-        print(render_table(result, str(args.model)))
-        if tmp is not None:
-            payload = result.to_json()
-            payload["model"]["checkpoint"] = str(args.model)
-            payload["model"]["sha256"] = checkpoint.sha256(args.model)
-            payload["timings"]["total"] = time.perf_counter() - start
-            (tmp / "extraction.json").write_text(json.dumps(payload, indent=2) + "\n")
-            write_solver(tmp / "solver.py", payload, result.projectors)
+    tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
+    result = extract(
+        model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
+    )
+    print(render_table(result, str(args.model)))
     if out is not None:
+        payload = result.to_json()
+        payload["model"]["checkpoint"] = str(args.model)
+        payload["model"]["sha256"] = checkpoint.sha256(args.model)
+        payload["timings"]["total"] = time.perf_counter() - start
+        (tmp / "extraction.json").write_text(json.dumps(payload, indent=2) + "\n")
+        write_solver(tmp / "solver.py", payload, result.projectors)
+        _publish(args)
         print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
     return 0
 
@@ -630,10 +627,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if len(seeds) * len(regimes) > MAX_RUNS:
         raise EagleProbeError(f"the sweep asks for more than {MAX_RUNS} runs")
     out = _out_dir(args.out, args.force)
-    with files.output_dir(out, force=args.force) as tmp:
-        table = run_sweep(
-            regimes, seeds, tmp, steps=args.steps, batch=args.batch, parallel=args.parallel
-        )
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    table = run_sweep(
+        regimes, seeds, tmp, steps=args.steps, batch=args.batch, parallel=args.parallel
+    )
+    _publish(args)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.precision", 3):
@@ -650,8 +648,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
     out = _out_dir(args.out, args.force)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    with files.output_dir(out, force=args.force) as tmp:
-        tables = run_bench(args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args))
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tables = run_bench(args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args))
+    _publish(args)
     if args.json:
         payload = {
             name: json.loads(t.to_json(orient="records"))
@@ -662,6 +661,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {out}/summary.md, {len(tables)} CSV tables and plots")
     return 0
+
+
+class _Failed(Exception):
+    """A command returned a failure code: its claimed outputs are discarded."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _claim(args: argparse.Namespace, claim):
+    """Enter an output claim (`files.output_dir` / `output_files`) for the running command.
+
+    `main` holds every claim of a command: `_publish(args)` moves them into place when the work
+    is done; if the command fails or is interrupted first, `main` discards them (nothing is
+    left behind)."""
+    return args.outputs.enter_context(claim)
+
+
+def _publish(args: argparse.Namespace) -> None:
+    args.outputs.close()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -679,7 +699,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USER
-        return args.func(args)
+        with contextlib.ExitStack() as outputs:  # the command's output claims, see _claim
+            args.outputs = outputs
+            code = args.func(args)
+            if code not in (0, EXIT_INTERRUPTED):
+                raise _Failed(code)  # leaving the block with an exception discards the claims
+        return code
+    except _Failed as failed:
+        return failed.code
     except UsageError as exc:  # a usage error never needs a traceback, --debug or not
         print(f"eagle-probe: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USER
