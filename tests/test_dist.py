@@ -149,3 +149,26 @@ def test_ddp_with_two_ranks_matches_one_process(tmp_path):
         "one.json",
         "one.pt",
     ]
+
+
+@pytest.fixture()
+def one_process_group():
+    import torch.distributed as tdist
+
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{dist.free_port()}", rank=0, world_size=1
+    )
+    yield
+    tdist.destroy_process_group()
+
+
+def test_the_worker_at_extreme_scales_and_its_return_contract(problem, one_process_group):
+    A, B, C, exact = problem
+    for sa, sb, sc in [(1e-300, 1.0, 1.0), (1e150, 1e-100, 1e100), (1.0, 1e-300, 1e300)]:
+        r = dist.eagle_worker(0, 1, A * sa, B * sb, C * sc)
+        assert r["info"] == 0
+        np.testing.assert_allclose(r["D"] / (sb * sc / sa), exact, rtol=1e-6, atol=0)
+    r = dist.eagle_worker(0, 1, A * 1e-300, B * 1e300, C)  # D ~ 1e600
+    assert r["info"] == eagle.UNREPRESENTABLE
+    with pytest.raises(ValueError, match="gamma"):
+        dist.eagle_worker(0, 1, A, B, C, gamma=50.0)
