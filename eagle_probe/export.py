@@ -37,12 +37,15 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         }
         for lay in extraction["layers"]
     ]
-    usable = 0  # leading layers whose (η, γ) the normalized mode uses; see solver_template
-    for lay in layers:
-        e, g = lay["eta"], lay["gamma"]
-        if not (e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0):
-            break
-        usable += 1
+    # the layers whose (η, γ) the normalized mode uses, as `solver_template._usable` decides
+    usable = [
+        i
+        for i, lay in enumerate(layers)
+        if lay["eta"] is not None
+        and lay["gamma"] is not None
+        and 0.0 < lay["eta"] < 1.0
+        and 0.0 < lay["gamma"] < 2.0
+    ]
     provenance = {
         "source": "eagle-probe extract",
         "eagle_probe": __version__,
@@ -52,7 +55,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
         "fidelity_per_layer": [lay["fidelity"] for lay in layers],
         "layers": len(layers),
-        "recovered_steps": usable,
+        "recovered_layers": usable,
     }
     constants = "\n".join(
         [
@@ -89,7 +92,12 @@ def _header(provenance: dict[str, Any]) -> str:
         return json.dumps(value, ensure_ascii=True)
 
     fid = [None if f is None else float(f"{f:.3g}") for f in provenance["fidelity_per_layer"]]
-    usable, layers = provenance["recovered_steps"], provenance["layers"]
+    usable, layers = provenance["recovered_layers"], provenance["layers"]
+    others = [i for i in range(layers) if i not in usable]
+
+    def names(indices: list[int]) -> str:
+        return ", ".join(str(i + 1) for i in indices) or "none"
+
     lines = [
         "# Exported by eagle-probe " + data(provenance["eagle_probe"]),
         "# checkpoint: " + data(provenance["checkpoint"]),
@@ -97,9 +105,10 @@ def _header(provenance: dict[str, Any]) -> str:
         f"# regime: {data(provenance['regime'])}; sizes: {data(provenance['sizes'])}",
         f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {data(fid)}",
         f"# mode='faithful': the {layers} recovered layers, their constants as fitted.",
-        f"# mode='normalized': steps 1..{usable} use the recovered η_l, γ_l ({usable} of "
-        f"{layers} layers usable, 0 < η < 1, 0 < γ < 2); every later step uses the theory's "
-        "η = 1/3, γ = 1.",
+        f"# mode='normalized': recovered η_l, γ_l used at step(s) {names(usable)} of the first "
+        f"{layers} ({len(usable)} of {layers} layers have 0 < η < 1, 0 < γ < 2);",
+        f"#   the theory's η = 1/3, γ = 1 at step(s) {names(others)} and every step after "
+        f"{layers}.",
         "#   complete(..., return_stats=True) and lstsq(..., stats={}) count both per call.",
         "",
     ]

@@ -317,15 +317,11 @@ def _usable(e, g):
     return e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0
 
 
-def recovered_steps():
-    """How many leading steps of the normalized mode use recovered constants (the rest use the
-    theory's η = 1/3, γ = 1)."""
-    count = 0
-    for layer in LAYERS:
-        if not _usable(layer.get("eta"), layer.get("gamma")):
-            break
-        count += 1
-    return count
+def recovered_layers():
+    """The layers (0-based) whose recovered (η, γ) the normalized mode uses for its step of the
+    same index; the other steps, and every step after the last layer, use the theory's
+    η = 1/3, γ = 1."""
+    return [i for i, layer in enumerate(LAYERS) if _usable(layer.get("eta"), layer.get("gamma"))]
 
 
 class _Counter:

@@ -69,8 +69,11 @@ def test_provenance_header(planted):
     assert "per-layer fidelity" in text
     assert "\nimport numpy as np\n" in text and "import torch" not in text
     # the planted layers' η, γ are usable: 3 recovered steps, then the theory's
-    assert "steps 1..3 use the recovered" in text and "η = 1/3, γ = 1" in text
-    assert _load(path).PROVENANCE["recovered_steps"] == 3
+    assert "recovered η_l, γ_l used at step(s) 1, 2, 3 of the first 3" in text
+    assert "η = 1/3, γ = 1 at step(s) none and every step after 3" in text
+    module = _load(path)
+    assert module.PROVENANCE["recovered_layers"] == [0, 1, 2]
+    assert module.recovered_layers() == [0, 1, 2]
 
 
 def test_return_info_counts_recovered_and_theory_steps(planted):
@@ -105,7 +108,8 @@ def test_unusable_recovered_layers_hand_over_to_the_theory():
     }
     data["model"] |= {"normalize": "none", "machines": 1}
     source = solver_source(data)
-    assert "steps 1..1 use the recovered η_l, γ_l (1 of 3 layers usable" in source
+    assert "used at step(s) 1, 3 of the first 3 (2 of 3 layers" in source
+    assert "η = 1/3, γ = 1 at step(s) 2 and every step after 3" in source
     ns: dict = {}
     exec(compile(source, "solver", "exec"), ns)
     A = np.random.default_rng(0).standard_normal((4, 4))
