@@ -51,9 +51,12 @@ def check_model(cfg, budget: float = DEFAULT_BYTES, what: str = "the model") -> 
 
 
 def forward_bytes(cfg, batch: int, *, training: bool = False) -> int:
-    """A forward pass on `batch` prompts, every hook's activation kept (as capture and autograd
-    do), float64 prompts; twice that when training (gradients)."""
+    """A forward pass on `batch` prompts with every hook's activation kept (as capture and
+    autograd do) in the model's dtype, twice that when training (gradients), plus the float64
+    prompts. On CPU it is 1.3 to 1.9 times the measured peak (n = 18 to 48, 1 to 8 heads)."""
     h, E, T = cfg.heads, cfg.width, cfg.tokens
     per_layer = 4 * T * E + h * T * (2 * cfg.qk + 2 * cfg.vp + T + E)
-    elements = batch * (cfg.n_layers * per_layer + 4 * T * E)
-    return 8 * elements * (2 if training else 1) + model_bytes(cfg) * (4 if training else 1)
+    itemsize = 8 if cfg.dtype == "float64" else 4
+    activations = batch * cfg.n_layers * per_layer * itemsize * (2 if training else 1)
+    prompts = batch * 4 * T * E * 8
+    return activations + prompts + model_bytes(cfg) * (4 if training else 1)
