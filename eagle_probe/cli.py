@@ -341,7 +341,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from eagle_probe.tasks import TaskConfig
     from eagle_probe.train import TrainConfig
 
-    out = files._as_path(args.out, "-o/--out")
+    out = files.as_path(args.out, "-o/--out")
     outputs = _train_outputs(out)
     lead = _lead_process()
     resume = None
@@ -538,7 +538,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
         )
     if args.dtype not in DTYPES:
         raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
-    out = files.check_file(files._as_path(args.out, "-o/--out"), force=args.force)
+    out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
     cfg = ModelConfig(
         regime="centralized",
         n=args.n,
@@ -569,7 +569,7 @@ def _out_dir(text: str | None, force: bool) -> Path | None:
 
     if text is None:
         return None
-    return files.check_dir(files._as_path(text, "--out"), force=force)
+    return files.check_dir(files.as_path(text, "--out"), force=force)
 
 
 def cmd_extract(args: argparse.Namespace) -> int:

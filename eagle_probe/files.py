@@ -119,7 +119,7 @@ def _lstat(path: Path) -> os.stat_result | None:
         raise OutputError(f"output {path} cannot be checked: {exc.strerror}") from None
 
 
-def _as_path(path: str | os.PathLike, what: str) -> Path:
+def as_path(path: str | os.PathLike, what: str) -> Path:
     text = os.fspath(path)
     if not isinstance(text, str) or not text.strip():
         raise OutputError(f"{what} is empty; give a path")
@@ -140,7 +140,7 @@ def _parent(path: Path) -> Path:
 
 def check_file(path: str | os.PathLike, *, force: bool = False, what: str = "output") -> Path:
     """`path` as a new regular file: absent, or (with `force`) an existing regular file."""
-    path = _as_path(path, what)
+    path = as_path(path, what)
     st = _lstat(path)
     if st is not None:
         kind = _kind(st.st_mode)
@@ -161,7 +161,7 @@ def check_file(path: str | os.PathLike, *, force: bool = False, what: str = "out
 
 def check_dir(path: str | os.PathLike, *, force: bool = False, what: str = "--out") -> Path:
     """`path` as a new output directory: absent or empty, or (with `force`) an existing one."""
-    path = _as_path(path, what)
+    path = as_path(path, what)
     st = _lstat(path)
     if st is not None:
         if stat.S_ISLNK(st.st_mode):
