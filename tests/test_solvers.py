@@ -305,3 +305,28 @@ def test_every_solver_is_scale_free_or_says_so(name, sa, sb):
         assert np.linalg.norm(x / (sb / sa) - ref) <= tol * np.linalg.norm(ref)
     else:
         assert info == eagle.UNREPRESENTABLE
+
+
+def test_a_non_finite_update_is_reported_not_returned_as_converged(monkeypatch):
+    """The guard behind `info == -2`: force one update to overflow and check every solver
+    reports it (parameters are validated, so this cannot be provoked from outside)."""
+    real_update, real_round = eagle._eagle_update, eagle._local_round
+
+    def update(*args):
+        A, B, C, dD = real_update(*args)
+        return A, B, C, dD * np.inf
+
+    def local_round(*args):
+        dC, dD, Am, Bm = real_round(*args)
+        return dC, dD * np.inf, Am, Bm
+
+    monkeypatch.setattr(eagle, "_eagle_update", update)
+    monkeypatch.setattr(eagle, "_local_round", local_round)
+    rng = np.random.default_rng(0)
+    A, B, C = rng.standard_normal((6, 5)), rng.standard_normal((2, 5)), rng.standard_normal((6, 2))
+    _, info, _ = eagle.complete(A, B, C, return_info=True)
+    assert info == eagle.NONFINITE
+    _, info = eagle.lstsq(A, C[:, 0])
+    assert info == eagle.NONFINITE
+    _, stats = eagle.complete_distributed(A, B, C, 2)
+    assert stats["info"] == eagle.NONFINITE
