@@ -147,8 +147,9 @@ def load_solver(path: str | os.PathLike):
 
 
 def faithful_gap(path: str | os.PathLike, z0, network_pred, *, d: int, n: int, prompts: int = 256):
-    """Relative gap ‖D_faithful − D_network‖ / ‖D_network‖ of the exported solver's faithful mode
-    on the first `prompts` of the prompts z0 (b, T, E) with the network's predictions (b, d', n')."""
+    """Relative gap ‖D_faithful − D_network‖ / ‖D_network‖ of the exported solver's faithful
+    mode on the first `prompts` prompts z0 (b, T, E), against the network's predictions
+    (b, d', n') on them."""
     import numpy as np
 
     solver = load_solver(path)

@@ -28,7 +28,9 @@ PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto th
 # the untrained control's relative one-step gap must be at least this many times the layer's
 CONTROL_FACTOR = 2.0
 LIKE_PROJECTION_COST = 1.0  # the EAGLE-family model stays within 2× of the network's MSE
-USED_BLOCK = 2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
+USED_BLOCK = (
+    2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
+)
 # a model above this fraction of the zero predictor's MSE is no better than predicting zero
 ZERO_FRACTION = 0.8
 
