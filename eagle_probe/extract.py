@@ -65,7 +65,7 @@ def build_context(
     probe_batch_size: int = 256,
     seed: int = 0,
     test_batch: int = 4096,
-    tuning_batch: int = 1024,
+    tuning_batch: int = 512,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
     probes: Prompt | None = None,
@@ -275,7 +275,7 @@ def extract(
     seed: int = 0,
     control: bool = True,
     test_batch: int = 4096,
-    tuning_batch: int = 1024,
+    tuning_batch: int = 512,
     views: tuple[str, ...] | None = None,
 ) -> Extraction:
     """Run the whole pipeline on `model` with fresh probes of `task`."""

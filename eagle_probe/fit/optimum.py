@@ -37,18 +37,16 @@ def _right(X: np.ndarray, M: np.ndarray) -> np.ndarray:
 
 def _left(M: np.ndarray, X: np.ndarray) -> np.ndarray:
     """M X_p for a matrix M (b, r, k) and tangents X (b, p, k, m)."""
-    b, p, k, m = X.shape
-    flat = X.transpose(0, 2, 1, 3).reshape(b, k, p * m)
-    return (M @ flat).reshape(b, M.shape[1], p, m).transpose(0, 2, 1, 3)
+    return M[:, None] @ X
 
 
 def eagle_jacobian(
-    geo: Geometry, z0: np.ndarray, a_steps, c_steps
+    geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """EAGLE's prediction (b, d', n') in prompt units and its Jacobian (b, 2L, d', n')
-    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1})."""
+    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1}); `scale` is geo.prompt_scale(z0) if given."""
     L = len(a_steps)
-    s = geo.prompt_scale(z0)[:, None, None]
+    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
     D[...] = 0.0
     b, p = z0.shape[0], 2 * L
@@ -89,7 +87,7 @@ def fit_steps(
     gtol: float = GTOL,
     max_iter: int = 300,
     chunk: int = 1024,
-    warm_start: int = 128,
+    warm_start: int = 64,
 ) -> dict:
     """Levenberg–Marquardt on mean((pred − target)²) over `prompts`, from steps (a0, c0).
 
@@ -105,12 +103,13 @@ def fit_steps(
     L = len(a0)
     theta = np.concatenate([np.asarray(a0, float), np.asarray(c0, float)])
     m = target.size
+    scale = geo.prompt_scale(prompts.z0)  # (b,), once: the spectral norm costs an SVD per prompt
 
     def normal(th: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         JtJ, Jtr, rss = np.zeros((2 * L, 2 * L)), np.zeros(2 * L), 0.0
         for start in range(0, prompts.z0.shape[0], chunk):
             sl = slice(start, start + chunk)
-            pred, jac = eagle_jacobian(geo, prompts.z0[sl], th[:L], th[L:])
+            pred, jac = eagle_jacobian(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
             r = (pred - target[sl]).reshape(-1)
             J = jac.swapaxes(0, 1).reshape(2 * L, -1)
             JtJ += J @ J.T

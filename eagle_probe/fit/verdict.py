@@ -115,7 +115,7 @@ EAGLE_TERMS = ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
 
 def base_name(name: str) -> str:
     """The block pattern of a term name without its free-matrix marks: A+=A*W*AtA → A+=AAtA."""
-    return name.replace("*W", "").replace("W*", "")
+    return name.replace("W", "").replace("*", "")
 
 
 def term_kinds(terms_json: dict) -> tuple[list, list]:
