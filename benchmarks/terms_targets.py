@@ -8,7 +8,7 @@ relative error of their coefficients against −a_l, −a_l, −c_l, −c_l, and
 any other term. A planted W_QK cross block (query A/B features × key C features) in one layer:
 whether it is named there and nowhere else. Shipped models: per-layer one-step fidelity of the
 discovered terms (prompt units), the terms run from the input against the network's test MSE,
-the terms keyed on C, and the view's wall time.
+the terms with query A/B features and key C features, and the view's wall time.
 """
 
 from __future__ import annotations
@@ -116,15 +116,13 @@ def shipped(name: str) -> None:
         f"run from input: {j['run_from_input_mse']:.4g}  network: {j['network_mse']:.4g}  "
         f"ratio {j['run_from_input_ratio']:.3f}"
     )
-    keyed = sorted(
-        {
-            t["name"]
-            for layer in j["layers"]
-            for t in layer["terms"]
-            if lib.parse(t["name"]).Q == "C"
-        }
-    )
-    print("terms keyed on C:", ", ".join(keyed) or "none")
+    cross = []
+    for layer in j["layers"]:
+        for t in layer["terms"]:
+            term = lib.parse(t["name"])
+            if lib.KIND[term.P] == "a" and term.Q == "C":  # query A/B features, key C features
+                cross.append(f"{layer['layer']}:{t['name']} (share {t['share']:.3f})")
+    print("terms with query A/B features and key C features:", ", ".join(cross) or "none")
     for w in result.warnings:
         print("warning:", w)
 

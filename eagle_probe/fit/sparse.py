@@ -312,11 +312,13 @@ def forward_groups(
     max_groups: int,
     parsimony: float = 0.8,
     screen: int = 2,
+    small: int = 64,
 ) -> tuple[list[int], list[float]]:
     """A forward path over groups (stepwise sparse regression run forwards).
 
     From the support `start`, each step takes the `screen` candidates that explain most of the
-    residual alone (`NormalProblem.alone`), scores them by the exact drop of the residual when
+    residual alone (`NormalProblem.alone`) and every candidate of at most `small` columns (cheap
+    to score exactly), scores them by the exact drop of the residual when
     each joins the support (`NormalProblem.gain`), and adds the smallest one that achieves at
     least `parsimony` of the best log-reduction of the residual (so a large family that contains
     a small one wins only by a clear margin). The path stops when the relative residual is
@@ -332,6 +334,7 @@ def forward_groups(
             break
         alone = [problem.alone(support, coefs, g) for g in pool]
         shortlist = [pool[i] for i in np.argsort(alone)[::-1][:screen]]
+        shortlist += [g for g in pool if problem.sizes[g] <= small and g not in shortlist]
         after = []
         for g in shortlist:
             drop = problem.gain(support, coefs, g)
