@@ -20,6 +20,7 @@ venv: $(BIN)/.installed
 
 demo: venv
 	$(BIN)/eagle-probe evaluate trained_models/centralized.pt
+	mkdir -p out
 	$(BIN)/eagle-probe extract trained_models/centralized.pt --out out/centralized --force
 
 test: venv

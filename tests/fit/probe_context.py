@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eagle_probe import capture, tasks
-from eagle_probe.fit.base import Context, HeldOut
-from eagle_probe.fit.geometry import Geometry
+from eagle_probe import tasks
+from eagle_probe.extract import build_context
+from eagle_probe.fit.base import Context
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 
 TRAINED = Path(__file__).resolve().parents[2] / "trained_models"
@@ -24,33 +24,9 @@ def make_context(
     held_out: int = 2048,
     seed: int = 0,
 ) -> Context:
-    """The Context a view reads: probe capture, products, geometry, held-out prompts."""
-    model64 = capture.float64_copy(model)
-    cfg = model64.cfg
-    cap = capture.capture(model64, capture.probe_batch(task, probes, seed))
-    geometry = Geometry(
-        regime=cfg.regime,
-        d=cfg.d,
-        n=cfg.n,
-        d_prime=cfg.d_prime,
-        n_prime=cfg.n_prime,
-        heads=cfg.heads,
-        layers=cfg.n_layers,
-        mask=model64.blocks[0].attn.mask.numpy(),
-        readout=float(model64.readout_scale),
-        normalize=cfg.normalize,
-    )
-    prompt = tasks.sample(task, held_out, tasks.make_generator(seed + 7919), dtype=torch.float64)
-    with torch.no_grad():
-        pred = model64(prompt.z0()).numpy()
-    return Context(
-        cap=cap,
-        qk=model64.W_QK().numpy(),
-        vp=model64.W_VP().numpy(),
-        geometry=geometry,
-        held_out=HeldOut(z0=prompt.z0().numpy(), D=prompt.D.numpy()),
-        network_pred=pred,
-        seed=seed,
+    """The Context a view reads, built by the extraction pipeline itself."""
+    return build_context(
+        model, task, probe_batch_size=probes, seed=seed, test_batch=held_out, tuning_batch=64
     )
 
 
