@@ -163,7 +163,7 @@ FAULTS = [
         "eagle_probe/train.py",
         "                optimizer.step()\n",
         "                pass\n",
-        ("tests/test_train.py::test_same_seed_same_model",),
+        ("tests/test_train.py::test_same_seed_same_model_and_training_moves_it",),
     ),
     Fault(
         "value freezing does not freeze",
@@ -263,7 +263,10 @@ def main() -> None:
             if fault.tests not in baseline:
                 rc, failed, secs = run_tests(clean, fault.tests, args.timeout)
                 baseline[fault.tests] = (rc, failed)
-                print(f"baseline {' '.join(fault.tests)}: rc {rc} ({secs:.0f} s)", flush=True)
+                print(
+                    f"baseline {' '.join(fault.tests)}: rc {rc} ({secs:.0f} s) {' '.join(failed)}",
+                    flush=True,
+                )
             repo = Path(tmp) / "mutant"
             if repo.exists():
                 shutil.rmtree(repo)
