@@ -160,8 +160,9 @@ def build_parser() -> Parser:
     train.add_argument(
         "--data-shards",
         type=_positive_int,
-        default=1,
-        help="draw each batch as this many seeded chunks (a multiple of the torchrun processes)",
+        default=None,
+        help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
+        "(default: one per process, so 1 without torchrun)",
     )
     train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
     train.add_argument(
@@ -302,7 +303,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         init_std=args.init_std,
     )
     train_cfg = TrainConfig(
-        steps=args.steps,
+        steps=TrainConfig.steps if args.steps is None else args.steps,
         batch=args.batch,
         lr=args.lr,
         schedule=args.schedule,
@@ -439,6 +440,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
         d_prime=args.d_prime,
         n_layers=len(a_steps),
         n_heads=args.heads,
+        normalize="none",  # the planted steps act on the prompt itself
         dtype=args.dtype,
     )
     task = TaskConfig(
@@ -471,7 +473,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     from eagle_probe import checkpoint
     from eagle_probe.export import write_solver
-    from eagle_probe.extract import extract, render_table
+    from eagle_probe.extract import extract
 
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -480,7 +482,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     result = extract(
         model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
     )
-    print(render_table(result, str(args.model)))
+    print(result.render(str(args.model)))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         payload = result.to_json()

@@ -1,13 +1,16 @@
-"""Extraction: capture a model, fit every view, and collect the results.
+"""Extraction: capture a model, run every registered view, and collect the results.
 
-`extract(model, task)` returns an `Extraction` whose tables are pandas DataFrames and whose
-`to_json()` is the `extraction.json` schema documented in docs/extraction-schema.md.
+`extract(model, task)` reads the model once (a float64 copy, its products W_QK and W_VP, its
+regime's `Geometry`), captures a probe batch, draws held-out and tuning prompts, runs the views of
+`eagle_probe.fit` in their registered order on the model and a few of them on an untrained control
+of the same configuration, and returns an `Extraction`. Its `to_json()` is the `extraction.json`
+schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe extract` prints.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -15,171 +18,253 @@ import pandas as pd
 import torch
 
 from eagle_probe import fit
-from eagle_probe.capture import Capture, capture, float64_copy, probe_batch
+from eagle_probe.capture import capture, float64_copy, probe_batch
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.evaluate import prompt_errors
-from eagle_probe.model import LinearTransformer, forward_products
-from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult
+from eagle_probe.fit.eagle import choose_reading
+from eagle_probe.fit.geometry import Geometry, sketch_projectors
+from eagle_probe.model import LinearTransformer
+from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
+
+
+def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
+    """The regime's shape read from the model (the constrained sketch from its W_QK)."""
+    cfg = model.cfg
+    return Geometry(
+        regime=cfg.regime,
+        d=cfg.d,
+        n=cfg.n,
+        d_prime=cfg.d_prime,
+        n_prime=cfg.n_prime,
+        heads=cfg.heads,
+        layers=cfg.n_layers,
+        mask=model.blocks[0].attn.mask.detach().to(torch.float64).cpu().numpy()
+        if cfg.n_layers
+        else np.ones((cfg.tokens, cfg.tokens)),
+        readout=float(model.readout_scale.detach()),
+        normalize=cfg.normalize,
+        machines=cfg.machines if cfg.regime == "distributed" else 1,
+        projector=sketch_projectors(qk, cfg.n) if cfg.regime == "constrained" else None,
+    )
+
+
+def _held_out(task: TaskConfig, batch: int, seed: int) -> HeldOut:
+    p = sample(task, batch, make_generator(seed), dtype=torch.float64)
+    return HeldOut(z0=p.z0().numpy(), D=p.D.numpy())
+
+
+@torch.no_grad()
+def build_context(
+    model: LinearTransformer,
+    task: TaskConfig,
+    *,
+    probe_batch_size: int = 256,
+    seed: int = 0,
+    test_batch: int = 4096,
+    tuning_batch: int = 1024,
+    held_out: HeldOut | None = None,
+    tuning: HeldOut | None = None,
+    probes: Prompt | None = None,
+) -> Context:
+    """Everything the views read, for one model. `probes` replaces the fresh probe batch."""
+    if probe_batch_size < 2:
+        raise EagleProbeError(f"probe batch must hold at least 2 prompts, got {probe_batch_size}")
+    m64 = float64_copy(model)
+    cap = capture(m64, probes if probes is not None else probe_batch(task, probe_batch_size, seed))
+    qk = m64.W_QK().numpy()
+    vp = m64.W_VP().numpy()
+    geometry = choose_reading(cap, geometry_of(m64, qk))
+    held = held_out if held_out is not None else _held_out(task, test_batch, seed + 7919)
+    tune = tuning if tuning is not None else _held_out(task, tuning_batch, seed + 104729)
+    pred = m64(torch.from_numpy(held.z0)).numpy()
+    return Context(
+        cap=cap,
+        qk=qk,
+        vp=vp,
+        geometry=geometry,
+        held_out=held,
+        tuning=tune,
+        network_pred=pred,
+        seed=seed,
+    )
+
+
+def run_views(ctx: Context, names, timings: dict[str, float] | None = None) -> None:
+    """Run the named views in registry order, storing each result in `ctx.results`."""
+    for name in fit.ORDER:
+        if name not in names:
+            continue
+        t0 = time.perf_counter()
+        ctx.results[name] = VIEWS[name](ctx)
+        if timings is not None:
+            timings[name] = time.perf_counter() - t0
 
 
 @dataclass
 class Extraction:
-    """Everything recovered from one model."""
+    """Everything recovered from one model: the views, the control's views, the warnings."""
 
     info: dict[str, Any]  # model and probe description
-    layers: pd.DataFrame  # one row per layer: EAGLE form, fidelity, design-form fit of the layer
-    fits: pd.DataFrame  # one row per (layer, head); head −1 is the whole layer
-    terms: pd.DataFrame  # one row per recovered term (layer, head, order, alpha, step)
-    expansion: list[list[dict[str, float]]]  # per layer: EAGLE-implied terms [{order, alpha}]
-    weights: pd.DataFrame  # structure of W_QK and W_VP per layer and head
-    dynamic: pd.DataFrame  # per-prompt step sizes against ‖A‖₂
-    symbolic: dict[str, Any]  # sympy text of the layer updates and of D_L
-    test: dict[str, float]  # test MSE of the model and of its simplified-weights version
-    control: dict[str, Any] | None = None  # the same numbers for an untrained model
+    views: dict[str, ViewResult]  # name -> result, in run order
+    control: dict[str, ViewResult] | None  # the untrained control's views
+    network: dict[str, float]  # held-out MSE of the network and of the zero predictor
+    geometry: Geometry
     timings: dict[str, float] = field(default_factory=dict)
-    projectors: list | None = None  # constrained: per layer the n × n sketch projector
+    held_out: HeldOut | None = field(default=None, repr=False)  # the prompts the MSEs are on
+    network_pred: np.ndarray | None = field(default=None, repr=False)  # (b, d', n') on them
+
+    # --- tables for people ------------------------------------------------------------------
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for v in self.views.values() for w in v.warnings]
+
+    @property
+    def layers(self) -> pd.DataFrame:
+        """One row per layer: EAGLE steps (activations and weights), fidelity, verdict."""
+        table = self.views["eagle"].tables["eagle"].copy()
+        fid = self.views["fidelity"].tables["fidelity"]
+        one = fid[fid.reading == "one_step"].set_index("layer")
+        e2e = fid[fid.reading == "end_to_end"].set_index("layer")
+        table["fidelity"] = e2e.total.values
+        table["fidelity_one_step"] = one.total.values
+        table["fidelity_rel"] = e2e.relative.values
+        table["fidelity_one_step_rel"] = one.relative.values
+        for k in "ABCD":
+            table[f"fidelity_{k}"] = e2e[k].values
+            table[f"fidelity_one_step_{k}"] = one[k].values
+        if "projection" in self.views:
+            proj = self.views["projection"].json["layers"]
+            table["a_weights"] = [p["a_step"] for p in proj]
+            table["c_weights"] = [p["c_step"] for p in proj]
+            table["projection_mse"] = [p["mse"] for p in proj]
+        if "polynomial" in self.views:
+            poly = self.views["polynomial"].json["layers"]
+            table["r2"] = [p["r2"] for p in poly]
+            table["rel_residual"] = [p["rel_residual"] for p in poly]
+            table["degree"] = [p["degree"] for p in poly]
+            table["orders"] = [p["orders"] for p in poly]
+            table["expansion_gap"] = [p["eagle_filter_gap"] for p in poly]
+            table["linearity_deviation"] = [p["linearity_deviation"] for p in poly]
+        if "verdict" in self.views:
+            table["label"] = [v["label"] for v in self.views["verdict"].json["layers"]]
+        table["structure"] = self.geometry.reading
+        return table
+
+    @property
+    def fits(self) -> pd.DataFrame:
+        """Design-form fits per (layer, head); head −1 is the whole layer."""
+        return self.views["polynomial"].tables["fits"]
+
+    @property
+    def terms(self) -> pd.DataFrame:
+        """Design-form terms (layer, head, order, alpha, step) of the polynomial fits."""
+        return self.views["polynomial"].tables["terms"]
+
+    @property
+    def weights(self) -> pd.DataFrame:
+        """Structure of W_QK and W_VP per layer and head (sparsified)."""
+        return self.views["weights"].tables["weights"]
+
+    @property
+    def test(self) -> dict[str, float]:
+        out = dict(self.network)
+        if "weights" in self.views:
+            out["simplified_mse"] = self.views["weights"].json["simplified_mse"]
+        if "projection" in self.views:
+            out["projected_mse"] = self.views["projection"].json["projected_mse"]
+        return out
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        return self.views["verdict"].json["model"] if "verdict" in self.views else {}
+
+    @property
+    def projectors(self) -> list | None:
+        P = self.geometry.projector
+        return None if P is None else [p.tolist() for p in P]
 
     def table(self) -> pd.DataFrame:
-        """The per-layer, per-head table the CLI prints."""
-        rows = []
-        for _, f in self.fits.iterrows():
-            layer = self.layers.iloc[int(f.layer)]
-            head = int(f["head"])
-            terms = self.terms[(self.terms.layer == f.layer) & (self.terms["head"] == head)]
-            alpha = ", ".join(f"{a:.3g}" for a in terms.alpha.head(3))
-            alpha += ", …" if len(terms) > 3 else ""
-            rows.append(
-                {
-                    "layer": int(f.layer),
-                    "head": "all" if head < 0 else head,
-                    "orders": _orders_text(f.orders),
-                    "alpha": alpha,
-                    "a": layer.a_step if head < 0 else None,
-                    "c": layer.c_step if head < 0 else None,
-                    "eta": layer.eta if head < 0 else None,
-                    "gamma": layer.gamma if head < 0 else None,
-                    "R2": f.r2,
-                    "share": f.share,
-                    "fidelity": layer.fidelity if head < 0 else None,
-                    "fid_rel": layer.fidelity_rel if head < 0 else None,
-                }
-            )
-        return pd.DataFrame(rows)
+        """The per-layer table the CLI prints (units in the column names)."""
+        return layer_table(self)
+
+    def render(self, name: str = "model") -> str:
+        """The text report of `eagle-probe extract`."""
+        from eagle_probe.report import render_text
+
+        return render_text(self, name)
+
+    def __str__(self) -> str:
+        return self.render()
 
     def to_json(self) -> dict[str, Any]:
-        layers = []
-        for _, row in self.layers.iterrows():
-            li = int(row.layer)
-            terms = self.terms[self.terms.layer == li]
-            layers.append(
-                {
-                    "layer": li,
-                    "a_step": row.a_step,
-                    "c_step": row.c_step,
-                    "eta": row.eta,
-                    "gamma": row.gamma,
-                    "fidelity": row.fidelity,
-                    "fidelity_rel": row.fidelity_rel,
-                    "fidelity_blocks": {k: row[f"fidelity_{k}"] for k in "ABCD"},
-                    "structure": row.structure,
-                    "one_step_residual": row.one_step_residual,
-                    "r2": row.r2,
-                    "rel_residual": row.rel_residual,
-                    "degree": int(row.degree),
-                    "orders": [int(p) for p in row.orders],
-                    "c_from_C": row.c_from_C,
-                    "c_from_D": row.c_from_D,
-                    "a_from_A": row.a_from_A,
-                    "a_from_B": row.a_from_B,
-                    "norm_a_max": row.norm_a_max,
-                    "expansion_gap": row.expansion_gap,
-                    "linearity_deviation": row.linearity_deviation,
-                    "terms": [
-                        {"order": int(t.order), "alpha": float(t.alpha), "head": int(t.head)}
-                        for t in terms.itertuples()
-                    ],
-                    "eagle_terms": self.expansion[li],
-                    "heads": [
-                        {
-                            "head": int(f.head),
-                            "orders": [int(p) for p in f.orders],
-                            "r2": f.r2,
-                            "share": f.share,
-                        }
-                        for f in self.fits[
-                            (self.fits.layer == li) & (self.fits["head"] >= 0)
-                        ].itertuples()
-                    ],
-                    "weights": [
-                        {"head": int(w.head), "W_QK": w.W_QK, "W_VP": w.W_VP}
-                        for w in self.weights[self.weights.layer == li].itertuples()
-                    ],
-                    "dynamic": self.dynamic[self.dynamic.layer == li]
-                    .iloc[0]
-                    .drop("layer")
-                    .to_dict(),
-                }
-            )
         out = {
             "schema_version": SCHEMA_VERSION,
             "model": self.info,
-            "layers": layers,
-            "symbolic": self.symbolic,
-            "test": self.test,
-            "control": self.control,
+            "geometry": self.geometry.to_json(),
+            "network": self.network,
+            "layers": _compat_layers(self),
+            "views": {name: v.json for name, v in self.views.items()},
+            "control": None
+            if self.control is None
+            else {
+                "description": "untrained model of the same configuration, same probe batch",
+                "views": {name: v.json for name, v in self.control.items()},
+            },
+            "warnings": self.warnings,
             "timings": self.timings,
         }
         return jsonable(out)
 
 
-def _orders_text(orders) -> str:
-    orders = list(orders)
-    if len(orders) > 6:
-        return f"{orders[0]}..{orders[-1]}"
-    return "{" + ",".join(str(p) for p in orders) + "}"
+def layer_table(ex: Extraction) -> pd.DataFrame:
+    """Per layer, with units: steps read from activations and from weights, fidelity one-step and
+    end-to-end (prompt units), the projection's cost, the design form's R², the label."""
+    t = ex.layers
+    cols = {
+        "layer": t.layer,
+        "a (act.)": t.a_step,
+        "c (act.)": t.c_step,
+        "eta": t.eta,
+        "gamma": t.gamma,
+    }
+    if "a_weights" in t:
+        cols["a (wts)"] = t.a_weights
+        cols["c (wts)"] = t.c_weights
+    cols["fid 1-step"] = t.fidelity_one_step
+    cols["rel 1-step"] = t.fidelity_one_step_rel
+    cols["fid e2e"] = t.fidelity
+    if "projection_mse" in t:
+        net = ex.network["mse"]
+        cols["proj. cost %"] = (t.projection_mse / net - 1.0) * 100 if net > 0 else np.nan
+    if "r2" in t:
+        cols["R2 design"] = t.r2
+    if "label" in t:
+        cols["verdict"] = t.label
+    return pd.DataFrame(cols)
 
 
-def structure_of(model: LinearTransformer) -> fit.Structure:
-    """The regime's shape of EAGLE, read from the model (the sketch from its W_QK)."""
-    cfg = model.cfg
-    if cfg.regime == "distributed":
-        return fit.Structure("distributed", machines=cfg.machines)
-    if cfg.regime == "constrained":
-        qk = model.W_QK().to(torch.float64).sum(1)[:, : cfg.n, : cfg.n].numpy()  # (L, n, n)
-        projectors = []
-        for W in qk:
-            U, s, _ = np.linalg.svd(W)
-            k = int(np.sum(s > 1e-6 * max(s.max(), 1e-300)))
-            projectors.append(U[:, :k] @ U[:, :k].T)
-        return fit.Structure("constrained", projector=np.stack(projectors))
-    return fit.Structure("centralized")
-
-
-def _summary(
-    cap: Capture, model: LinearTransformer
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, fit.Structure]:
-    st = structure_of(model)
-    eagle = fit.eagle_view(cap, st)
-    if st.regime == "distributed":
-        # Heads see local blocks but W_VP may write every block: Σ_μ A^μ A^μᵀ A = A Aᵀ A is the
-        # centralized update. Keep whichever reading of the A/B update reproduces the network.
-        central = fit.Structure("centralized")
-        alt = fit.eagle_view(cap, central)
-        if alt.fidelity.mean() < eagle.fidelity.mean():
-            st, eagle = central, alt
-    eagle["structure"] = "local" if st.regime == "distributed" else st.regime
-    fits, terms = fit.polynomial_view(cap)
-    layer_fits = fits[fits["head"] == -1].set_index("layer")
-    eagle["r2"] = layer_fits.r2.values
-    eagle["rel_residual"] = layer_fits.rel_residual.values
-    eagle["degree"] = layer_fits.degree.values
-    eagle["orders"] = list(layer_fits.orders.values)
-    eagle["linearity_deviation"] = cap.linearity_deviation[1:]
-    eagle["expansion_gap"] = fit.expansion_gap(fits, cap, eagle.a_step, eagle.c_step)
-    return eagle, fits, terms, st
+def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
+    """`layers` of extraction.json: the numbers the exported solver and older readers use."""
+    out = []
+    for row in ex.layers.to_dict("records"):
+        out.append(
+            {
+                "layer": int(row["layer"]),
+                "a_step": row["a_step"],
+                "c_step": row["c_step"],
+                "eta": row["eta"],
+                "gamma": row["gamma"],
+                "fidelity": row["fidelity"],
+                "fidelity_one_step": row["fidelity_one_step"],
+                "label": row.get("label"),
+            }
+        )
+    return out
 
 
 def extract(
@@ -189,75 +274,45 @@ def extract(
     probe_batch_size: int = 256,
     seed: int = 0,
     control: bool = True,
-    test_batch: int = 2048,
+    test_batch: int = 4096,
+    tuning_batch: int = 1024,
+    views: tuple[str, ...] | None = None,
 ) -> Extraction:
     """Run the whole pipeline on `model` with fresh probes of `task`."""
-    if probe_batch_size < 2:
-        raise EagleProbeError(f"probe batch must hold at least 2 prompts, got {probe_batch_size}")
+    names = tuple(VIEWS) if views is None else views
+    unknown = [v for v in names if v not in VIEWS]
+    if unknown:
+        raise EagleProbeError(
+            f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
+        )
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    prompt = probe_batch(task, probe_batch_size, seed)
-    cap = capture(model, prompt)
+    ctx = build_context(
+        model,
+        task,
+        probe_batch_size=probe_batch_size,
+        seed=seed,
+        test_batch=test_batch,
+        tuning_batch=tuning_batch,
+    )
     timings["capture"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    eagle, fits, terms, structure = _summary(cap, model)
-    expansion = [
-        [{"order": p, "alpha": float(-b)} for p, b in enumerate(beta) if b != 0]
-        for beta in fit.eagle_expansion(eagle.a_step, eagle.c_step)
-    ]
-    dynamic = fit.dynamic_steps(cap)
-    timings["fit"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    m64 = float64_copy(model)
-    qk = m64.W_QK().numpy()
-    vp = m64.W_VP().numpy()
-    weights = fit.weight_view(qk, vp, model.cfg.n)
-    sqk, svp = fit.simplified_products(qk, vp, model.cfg.n)
-    test_prompt = sample(task, test_batch, make_generator(seed + 7919), dtype=torch.float64)
-    errors = prompt_errors(m64, test_prompt)
-    with torch.no_grad():
-        simple_pred = forward_products(
-            m64, torch.from_numpy(sqk), torch.from_numpy(svp), test_prompt.z0()
-        )
-    simple_mse = float((simple_pred - test_prompt.D).square().mean())
-    test = {
-        "mse": float(errors["model"].mean()),
-        "zero_mse": float(errors["zero"].mean()),
-        "simplified_mse": simple_mse,
-    }
-    timings["weights"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    symbolic = {
-        "layers": fit.symbolic_layers(eagle.a_step, eagle.c_step),
-        "unrolled": fit.symbolic_unrolled(eagle.a_step, eagle.c_step),
-    }
-    timings["symbolic"] = time.perf_counter() - t0
-
-    control_info = None
+    control_results = None
     if control:
         t0 = time.perf_counter()
         untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
-        ccap = capture(untrained, prompt)
-        c_eagle, c_fits, _, _ = _summary(ccap, untrained)
-        control_info = {
-            "description": "untrained model of the same configuration, same probe batch",
-            "layers": [
-                {
-                    "layer": int(r.layer),
-                    "a_step": r.a_step,
-                    "c_step": r.c_step,
-                    "fidelity": r.fidelity,
-                    "fidelity_rel": r.fidelity_rel,
-                    "r2": r.r2,
-                    "one_step_residual": r.one_step_residual,
-                }
-                for r in c_eagle.itertuples()
-            ],
-        }
+        cctx = build_context(
+            untrained,
+            task,
+            probe_batch_size=probe_batch_size,
+            seed=seed,
+            held_out=ctx.held_out,
+            tuning=ctx.tuning,
+        )
+        run_views(cctx, [v for v in CONTROL_VIEWS if v in names])
+        control_results = cctx.results
+        ctx = replace(ctx, control=cctx)
         timings["control"] = time.perf_counter() - t0
+    run_views(ctx, names, timings)
 
     cfg = model.cfg
     info = {
@@ -274,58 +329,21 @@ def extract(
         "machines": cfg.machines if cfg.regime == "distributed" else 1,
         "task": task.to_dict(),
         "probe_batch": probe_batch_size,
+        "held_out_prompts": int(ctx.held_out.z0.shape[0]),
         "seed": seed,
-        "units": "internal (prompt divided by its norm of A)"
+        "layer_index": "0-based: layer 0 is the first attention layer",
+        "units": "steps in internal units (prompt divided by its norm of A); MSE and fidelity "
+        "in prompt units"
         if cfg.normalize != "none"
         else "prompt units",
     }
     return Extraction(
         info=info,
-        layers=eagle,
-        fits=fits,
-        terms=terms,
-        expansion=expansion,
-        weights=weights,
-        dynamic=dynamic,
-        symbolic=symbolic,
-        test=test,
-        control=control_info,
+        views=dict(ctx.results),
+        control=control_results,
+        network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
+        geometry=ctx.geometry,
         timings=timings,
-        projectors=None
-        if structure.projector is None
-        else [P.tolist() for P in structure.projector],
+        held_out=ctx.held_out,
+        network_pred=ctx.network_pred,
     )
-
-
-def render_table(result: Extraction, name: str = "model") -> str:
-    """The per-layer text report of `eagle-probe extract`."""
-    info, test = result.info, result.test
-    lines = [
-        f"{name}: {info['regime']}, {info['layers']} layers x {info['heads']} head(s), "
-        f"probe batch {info['probe_batch']} (seed {info['seed']}), units: {info['units']}",
-        f"test MSE {test['mse']:.3e} (zero predictor {test['zero_mse']:.3e}); simplified weights "
-        f"{test['simplified_mse']:.3e}",
-        "",
-    ]
-    table = result.table()
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        lines.append(table.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.3g}"))
-    lines.append("")
-    lines.append("weights (sparsified, τ = 1.5‖W‖₁/#entries):")
-    for w in result.weights.itertuples():
-        lines.append(f"  layer {w.layer} head {w.head}: W_QK = {w.W_QK}   W_VP = {w.W_VP}")
-    if result.control is not None:
-        lines.append("")
-        lines.append(
-            "untrained control (same probes): "
-            + "; ".join(
-                f"L{r['layer']} R2 {r['r2']:.2g} fidelity {r['fidelity']:.2g} "
-                f"(rel {r['fidelity_rel']:.2g})"
-                for r in result.control["layers"]
-            )
-        )
-    lines.append("")
-    lines.append(
-        result.symbolic["unrolled"][:300] + (" …" if len(result.symbolic["unrolled"]) > 300 else "")
-    )
-    return "\n".join(lines)

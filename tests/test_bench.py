@@ -1,7 +1,10 @@
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-from conftest import TRAINED, numpy_eagle, prompt_norm
+from conftest import ROOT, TRAINED, numpy_eagle, prompt_norm
 
 from eagle_probe import checkpoint, solvers
 from eagle_probe.bench import SUITES, run_bench
@@ -47,35 +50,51 @@ PAPER_TABLE1 = {
 }
 
 
+def _stream(A, B, C, D):
+    """The residual stream [[A, C], [B, -D]] (the network's D slot carries -D)."""
+    return np.concatenate([np.concatenate([A, C], -1), np.concatenate([B, -D], -1)], -2)
+
+
 @pytest.mark.slow
 def test_quick_suite_fidelity_values(quick):
     fid = quick[1]["fidelity"]
     assert set(fid.model) == set(PAPER_TABLE1)
-    for name, rows in fid.groupby("model"):
+    assert set(fid.reading) == {"one_step", "end_to_end"}
+    for (name, _), rows in fid.groupby(["model", "reading"]):
         rows = rows.sort_values("layer")
         assert rows.layer.tolist() == [1, 2, 3, 4]
         np.testing.assert_allclose(rows.paper, np.array(PAPER_TABLE1[name]) * 1e-4, rtol=1e-12)
         assert (rows.better_than_paper == (rows.fidelity <= rows.paper)).all()
         assert np.isfinite(rows.fidelity).all() and (rows.fidelity > 0).all()
-    # The centralized row, recomputed here: EAGLE in NumPy with the steps the extraction reads
-    # from the probes (256 prompts, seed 0), against the network on the held-out prompts (512,
-    # seed 1), squared gaps in prompt units (× s², s = ‖A‖₂ per prompt), mean over entries.
+    # The centralized rows, recomputed here: EAGLE in NumPy with the steps the extraction reads
+    # from the probes (256 prompts, seed 0), against the network's stream from the hooks on the
+    # held-out prompts (512, seed 1); squared gaps in prompt units (× s², s = ‖A‖₂ per prompt),
+    # mean over entries. End to end: EAGLE from the prompt; one step: from the network's Z_l.
     model, task, _ = checkpoint.load(TRAINED / "centralized.pt")
-    ex = extract(model, task, probe_batch_size=256, seed=0, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity"))
+    a, c = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
     p = probe_batch(task, 512, 1)
     A, B, C = (t.numpy() for t in (p.A, p.B, p.C))
     s = prompt_norm(A, model.cfg.normalize)[:, None, None]
-    iterates = numpy_eagle(A / s, B / s, C / s, ex.layers.a_step, ex.layers.c_step)
+    iterates = numpy_eagle(A / s, B / s, C / s, a, c)
     with torch.no_grad():
         _, cache = float64_copy(model).run_with_cache(p.z0())
-    want = []
+    Z = [cache["blocks.0.hook_resid_pre"].numpy()]
+    Z += [cache[f"blocks.{layer}.hook_resid_post"].numpy() for layer in range(4)]
+    d, n = task.d, task.n
+    want = {"end_to_end": [], "one_step": []}
     for layer in range(4):
-        Al, Bl, Cl, Dl = iterates[layer + 1]
-        eagle = np.concatenate([np.concatenate([Al, Cl], -1), np.concatenate([Bl, -Dl], -1)], -2)
-        net = cache[f"blocks.{layer}.hook_resid_post"].numpy()
-        want.append(float(np.mean((net - eagle) ** 2 * s**2)))
-    got = fid[fid.model == "centralized"].sort_values("layer").fidelity
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+        want["end_to_end"].append(
+            float(np.mean((Z[layer + 1] - _stream(*iterates[layer + 1])) ** 2 * s**2))
+        )
+        Zl = Z[layer]
+        Al, Bl, Cl, slot = Zl[:, :d, :n], Zl[:, d:, :n], Zl[:, :d, n:], Zl[:, d:, n:]
+        A1, B1, C1, dD = numpy_eagle(Al, Bl, Cl, a[layer : layer + 1], c[layer : layer + 1])[1]
+        step = _stream(A1, B1, C1, -slot + dD)
+        want["one_step"].append(float(np.mean((Z[layer + 1] - step) ** 2 * s**2)))
+    for reading, values in want.items():
+        rows = fid[(fid.model == "centralized") & (fid.reading == reading)].sort_values("layer")
+        np.testing.assert_allclose(rows.fidelity, values, rtol=1e-6, err_msg=reading)
 
 
 def test_unknown_suite_is_a_user_error(tmp_path, capsys):
@@ -116,3 +135,112 @@ def test_movielens_completion_when_the_files_are_present():
         pytest.skip("recbole (MovieLens-100K files) not installed")
     table = movielens().set_index("method")
     assert table.loc["EAGLE, 3 steps", "rmse"] < table.loc["mean rating", "rmse"]
+
+
+def test_suitesparse_matrices_ship_inside_the_package(monkeypatch):
+    """The eight matrices are package data, match the sha256 in their README, and are found
+    without any environment variable; $EAGLE_PROBE_SUITESPARSE still overrides."""
+    import hashlib
+
+    from eagle_probe import bench
+
+    monkeypatch.delenv("EAGLE_PROBE_SUITESPARSE", raising=False)
+    root = bench.suitesparse_dir()
+    assert root == Path(bench.__file__).parent / "data" / "suitesparse"
+    readme = (root / "README.md").read_text()
+    listed = dict(re.findall(r"^\| (\S+\.mtx) \|.*\| ([0-9a-f]{64}) \|$", readme, re.M))
+    files = sorted(root.glob("*.mtx"))
+    assert len(files) == 8 and sorted(listed) == [f.name for f in files]
+    for path in files:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == listed[path.name], path.name
+    assert "CC BY 4.0" in (root / "LICENSE.md").read_text()
+    monkeypatch.setenv("EAGLE_PROBE_SUITESPARSE", "/elsewhere")
+    assert bench.suitesparse_dir() == Path("/elsewhere")
+
+
+def test_package_data_and_licence_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)  # an SPDX expression, not a table
+    data = project["tool"]["setuptools"]["package-data"]["eagle_probe"]
+    assert "data/suitesparse/*.mtx" in data and "data/suitesparse/*.md" in data
+
+
+def test_nothing_refers_to_a_folder_outside_the_repository():
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = re.compile(r"\.\./shared|parents?(\[\d\])? / \"shared\"")
+    offenders = [
+        name
+        for name in tracked
+        if name != "tests/test_bench.py"
+        and (ROOT / name).is_file()
+        and outside.search((ROOT / name).read_text(errors="ignore"))
+    ]
+    assert offenders == []
+
+
+def _synthetic_tables():
+    import pandas as pd
+
+    hist = pd.DataFrame(
+        [
+            {"n": 8, "kappa": k, "solver": s, "iteration": i, "error": 10.0**-i}
+            for k in (1e2, 1e4)
+            for s in ("cg", "eagle")
+            for i in range(1, 6)
+        ]
+        + [{"n": 8, "kappa": k, "solver": "lsmr", "iteration": 1, "error": 1.0} for k in (1e2, 1e4)]
+    )
+    final = pd.DataFrame(
+        [
+            {"n": 8, "kappa": k, "solver": s, "info": 0, "iterations": it, "error": e}
+            for k in (1e2, 1e4)
+            for s, it, e in (
+                ("cg", 5, 1e-5),
+                ("eagle", 5, 1e-5),
+                ("lsmr", 7, 1e-6),
+                ("lstsq", 1, 0),
+            )
+        ]
+    )
+    fidelity = pd.DataFrame(
+        {
+            "model": ["centralized", "centralized"],
+            "layer": [1, 2],
+            "fidelity": [1e-5, 1e-3],
+            "paper": [2e-4, 5e-4],
+            "better_than_paper": [True, False],
+        }
+    )
+    return {"fidelity": fidelity, "centralized": final, "centralized_history": hist}
+
+
+def test_error_figure_labels_only_visible_curves_and_one_y_label():
+    from eagle_probe.bench import plots
+
+    fig = plots(_synthetic_tables())["centralized_error_vs_iteration"]
+    left, right = fig.axes
+    assert left.get_ylabel() and not right.get_ylabel()  # shared y axis, labelled once
+    labels = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            visible = len(line.get_xdata()) >= 2 or line.get_marker() not in ("None", "", None)
+            assert visible, line.get_label()
+            labels.append(line.get_label())
+    assert {"cg", "eagle"} <= set(labels)
+    assert any(label.startswith("lsmr") for label in labels)
+    assert any(label.startswith("lstsq (direct") for label in labels)
+
+
+def test_summary_explains_verdicts_and_links_figures():
+    from eagle_probe.bench import summary
+
+    text = summary("quick", _synthetic_tables(), [])
+    assert "`better_than_paper`: True in 1 of 2 rows." in text
+    assert "- `better_than_paper`: verdict: True when `fidelity` ≤ `paper`" in text
+    assert "](centralized_error_vs_iteration.png)" in text
+    assert "`info`: 0 (converged) in 8 of 8 rows." in text

@@ -12,13 +12,15 @@ from conftest import (
     prompt_norm,
 )
 
-from eagle_probe import checkpoint, fit
+from eagle_probe import checkpoint
 from eagle_probe.capture import capture, probe_batch
 from eagle_probe.cli import main
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.export import write_solver
-from eagle_probe.extract import extract
+from eagle_probe.extract import build_context, extract
 from eagle_probe.fit import eagle_expansion, fit_polynomial
+from eagle_probe.fit.eagle import fit_steps
+from eagle_probe.fit.fidelity import fidelity_table
 from eagle_probe.tasks import Prompt, make_generator, sample
 
 
@@ -59,7 +61,7 @@ SCALE = {"none": 1.0, "spectral": 10.0, "frobenius": 12.0}
 def test_planted_steps_are_recovered(a, c, heads, dtype, tol, normalize):
     a, c = [x * SCALE[normalize] for x in a], [x * SCALE[normalize] for x in c]
     model, task = planted(a, c, heads=heads, dtype=dtype, normalize=normalize)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     np.testing.assert_allclose(ex.layers.a_step, a, rtol=tol, atol=tol * max(a))
     np.testing.assert_allclose(ex.layers.c_step, c, rtol=tol)
     assert (ex.layers.r2 > 1 - 1e-10).all() and (ex.layers.one_step_residual < 1e-6).all()
@@ -73,7 +75,9 @@ def test_planted_steps_are_recovered(a, c, heads, dtype, tol, normalize):
 
 def test_eta_gamma_use_the_batch_max_norm_of_each_layers_a(planted):
     model, task, a, c = planted
-    ex = extract(model, task, probe_batch_size=64, seed=5, control=False, test_batch=64)
+    ex = extract(
+        model, task, probe_batch_size=64, seed=5, control=False, test_batch=64, tuning_batch=64
+    )
     iterates, _ = probe_iterates(task, model.cfg.normalize, a, c, 64, 5)
     # ‖A_l‖₂² per prompt for the A block entering layer l, internal units
     norm2 = np.array([np.linalg.norm(it[0], ord=2, axis=(-2, -1)) ** 2 for it in iterates[:-1]])
@@ -87,7 +91,9 @@ def test_eta_gamma_use_the_batch_max_norm_of_each_layers_a(planted):
 def test_fidelity_is_the_table1_metric_in_prompt_units(planted):
     model, task, a, c = planted
     model = off_eagle(model)
-    ex = extract(model, task, probe_batch_size=64, seed=2, control=False, test_batch=64)
+    ex = extract(
+        model, task, probe_batch_size=64, seed=2, control=False, test_batch=64, tuning_batch=64
+    )
     a_fit, c_fit = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
     assert np.abs(c_fit - c).max() < 0.3 * max(c), "the perturbation leaves the steps near c"
     # network stream from the hooks, EAGLE stream in NumPy with the fitted steps, both internal
@@ -113,15 +119,21 @@ def test_fidelity_scales_with_the_square_of_the_probes(normalize):
     a, c = PLANTED_STEPS[normalize]
     model, task = off_eagle(planted(a, c, normalize=normalize)[0]), planted(a, c)[1]
     p = probe_batch(task, 32, 4)
-    structure = fit.Structure("centralized")
-    base = fit.eagle_view(capture(model, p), structure)
-    assert (base.fidelity[1:] > 1e-8).all(), "layers 1, 2 depart from EAGLE"
+
+    def table1(prompt):  # the EAGLE steps fitted on `prompt` and their Table-1 fidelity
+        ctx = build_context(model, task, probes=prompt, test_batch=8, tuning_batch=8)
+        steps = fit_steps(ctx.cap, ctx.geometry)
+        table = fidelity_table(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
+        return steps, table.sort_values(["reading", "layer"]).total.to_numpy()
+
+    base_steps, base = table1(p)
+    end_to_end, one_step = base.reshape(2, -1)
+    assert (end_to_end[1:] > 1e-8).all() and one_step[1] > 1e-8, "layer 1 departs from EAGLE"
     for k in (1e-3, 7.0):
-        scaled = Prompt(p.A * k, p.B * k, p.C * k, p.D * k)
-        view = fit.eagle_view(capture(model, scaled), structure)
-        want = k**2 * base.fidelity
-        np.testing.assert_allclose(view.fidelity, want, rtol=1e-7, atol=1e-12 * want.max())
-        np.testing.assert_allclose(view.a_step, base.a_step, rtol=1e-7)
+        steps, scaled = table1(Prompt(p.A * k, p.B * k, p.C * k, p.D * k))
+        want = k**2 * base
+        np.testing.assert_allclose(scaled, want, rtol=1e-7, atol=1e-12 * want.max())
+        np.testing.assert_allclose(steps.a_step, base_steps.a_step, rtol=1e-7)
 
 
 def _load_solver(path):
@@ -133,7 +145,7 @@ def _load_solver(path):
 
 def test_faithful_export_equals_the_network(planted, tmp_path):
     model, task, _, _ = planted
-    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=32)
+    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=32, tuning_batch=32)
     solver = _load_solver(write_solver(tmp_path / "solver.py", ex.to_json()))
     p = sample(task, 12, make_generator(9), dtype=torch.float64)
     with torch.no_grad():
@@ -153,15 +165,17 @@ def test_faithful_export_equals_the_network(planted, tmp_path):
 def test_normalised_planted_model_is_separated_from_its_control(normalize):
     a, c = PLANTED_STEPS[normalize]
     model, task = planted(a, c, normalize=normalize)
-    ex = extract(model, task, probe_batch_size=64, test_batch=64, seed=3)
-    ctrl = ex.control["layers"]
-    assert all(r["fidelity_rel"] > 0.5 for r in ctrl)
-    assert (ex.layers.fidelity_rel < 1e-12).all()
+    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=64, seed=3)
+    ctrl_gap = [lay["one_step"]["relative"] for lay in ex.control["fidelity"].json["layers"]]
+    assert all(g > 0.5 for g in ctrl_gap)
+    assert (ex.layers.fidelity_rel < 1e-12).all() and (
+        ex.layers.fidelity_one_step_rel < 1e-12
+    ).all()
 
 
 def test_gradient_descent_plants_have_only_order_zero():
     model, task = planted([0, 0, 0, 0], [0.02, 0.03, 0.01, 0.02], heads=2)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     assert all(list(o) == [0] for o in ex.fits.orders)
     assert set(ex.terms.order) == {0}
     layer_terms = ex.terms[ex.terms["head"] == -1]
@@ -172,7 +186,7 @@ def test_gradient_descent_plants_have_only_order_zero():
 def test_design_form_matches_the_eagle_expansion_at_low_depth():
     a, c = [0.04, 0.03, 0.02], [0.1, 0.09, 0.08]
     model, task = planted(a, c)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     expected = eagle_expansion(a, c)
     for layer in (0, 1):
         fitted = ex.terms[(ex.terms.layer == layer) & (ex.terms["head"] == -1)]
@@ -211,16 +225,19 @@ def test_query_linearity_is_measured():
 
 def test_untrained_control_is_separated_from_a_planted_model():
     model, task = planted([0.05, 0.04, 0.03], [0.09, 0.08, 0.07])
-    ex = extract(model, task, probe_batch_size=64, test_batch=64, seed=3)
-    ctrl = ex.control["layers"]
-    assert all(r["r2"] < 0.5 for r in ctrl) and (ex.layers.r2 > 0.999).all()
-    assert all(r["fidelity_rel"] > 0.5 for r in ctrl)
-    assert (ex.layers.fidelity_rel < 1e-12).all()
+    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=64, seed=3)
+    ctrl_r2 = [lay["r2"] for lay in ex.control["polynomial"].json["layers"]]
+    ctrl_gap = [lay["one_step"]["relative"] for lay in ex.control["fidelity"].json["layers"]]
+    assert all(r < 0.5 for r in ctrl_r2) and (ex.layers.r2 > 0.999).all()
+    assert all(g > 0.5 for g in ctrl_gap)
+    assert (ex.layers.fidelity_rel < 1e-12).all() and (
+        ex.layers.fidelity_one_step_rel < 1e-12
+    ).all()
 
 
 def test_weight_structure_and_simplified_model():
     model, task = planted([0.05, 0.04], [0.09, 0.08], heads=2)
-    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=256)
+    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=256, tuning_batch=32)
     assert ex.weights.W_QK.tolist() == ["diag(1 I_8, 0)"] * 4
     assert ex.weights.W_VP.iloc[0] == "diag(-0.025 I_8, -0.045 I_2)"
     assert ex.test["simplified_mse"] == pytest.approx(ex.test["mse"], rel=1e-9)
@@ -262,14 +279,17 @@ def test_cli_plant_then_extract(tmp_path, capsys):
     out = tmp_path / "ex"
     assert main(["extract", str(ckpt), "--out", str(out), "--probe-batch", "32"]) == 0
     printed = capsys.readouterr().out
-    assert "layer" in printed and "fidelity" in printed and "W_QK = diag(1 I_8, 0)" in printed
+    assert "layer" in printed and "fid 1-step" in printed and "W_QK = diag(1 I_8, 0)" in printed
     data = json.loads((out / "extraction.json").read_text())
     assert data["model"]["sha256"] == checkpoint.sha256(ckpt)
     layers = data["layers"]
     assert [round(lay["a_step"], 10) for lay in layers] == [0.05, 0.04]
-    for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "r2", "terms"):
+    for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "fidelity_one_step", "label"):
         assert key in layers[0]
-    assert layers[0]["terms"][0] == {"order": 0, "alpha": pytest.approx(-0.09), "head": -1}
+    for view in ("eagle", "fidelity", "projection", "optimum", "polynomial", "verdict"):
+        assert view in data["views"]
+    proj = data["views"]["projection"]["layers"]
+    assert [round(lay["a_step"], 10) for lay in proj] == [0.05, 0.04]
     # an existing, non-empty output directory needs --force
     assert main(["extract", str(ckpt), "--out", str(out)]) == 2
     assert "pass --force" in capsys.readouterr().err

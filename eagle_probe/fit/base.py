@@ -1,0 +1,102 @@
+"""One contract for every view of an extraction.
+
+A view is a function `view(ctx: Context) -> ViewResult`: it reads the capture of the probe batch,
+the products W_QK and W_VP, the regime's `Geometry`, the held-out prompts and the results of the
+views that ran before it, and returns its tables (pandas, for people), its JSON (for
+`extraction.json`) and its warnings. `extract` runs the registered views in order; the text
+report, the JSON and the figures loop over them, so a new view touches one module and the schema
+doc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.capture import Capture
+from eagle_probe.fit.geometry import Geometry
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out prompts in prompt units (float64): never used to fit, only to score."""
+
+    z0: np.ndarray  # (b, T, E)  visible prompts [[A, C], [B, 0]]
+    D: np.ndarray  # (b, d', n')  the true D
+
+    def mse(self, pred: np.ndarray) -> float:
+        """Mean squared error of predictions (b, d', n') against the true D."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(np.mean((pred - self.D) ** 2))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a view reads."""
+
+    cap: Capture  # the probe batch through the network, internal units, float64
+    qk: np.ndarray  # (L, h, E, E)  W_QK per layer and head, float64
+    vp: np.ndarray  # (L, h, E, E)  W_VP per layer and head, float64
+    geometry: Geometry  # the regime's shape
+    held_out: HeldOut  # prompts the views score on
+    tuning: HeldOut  # other fresh prompts, for views that tune parameters (optimum)
+    network_pred: np.ndarray  # (b, d', n')  the network's predictions on `held_out`
+    control: Context | None = None  # the same for an untrained model of the same configuration
+    results: dict[str, ViewResult] = field(default_factory=dict)  # views that ran before
+    seed: int = 0  # seed for any randomness a view needs (bagging, ablations)
+
+    @property
+    def network_mse(self) -> float:
+        return self.held_out.mse(self.network_pred)
+
+    @property
+    def zero_mse(self) -> float:
+        return float(np.mean(self.held_out.D**2))
+
+    def rng(self, salt: int) -> np.random.Generator:
+        """A generator for one view, independent of the others'."""
+        return np.random.default_rng([self.seed, salt])
+
+
+@dataclass
+class ViewResult:
+    """What a view returns."""
+
+    name: str
+    json: dict[str, Any]  # goes under views[name] in extraction.json (data only)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # for people and notebooks
+    warnings: list[str] = field(default_factory=list)  # one line each, printed and in JSON
+    extra: dict[str, Any] = field(default_factory=dict)  # arrays for later views and figures
+
+
+View = Callable[[Context], ViewResult]
+VIEWS: dict[str, View] = {}  # name -> view, in the order extract runs them
+
+
+def register(name: str) -> Callable[[View], View]:
+    """Decorator: add a view to `VIEWS` under `name` (registration order is run order)."""
+
+    def wrap(fn: View) -> View:
+        if name in VIEWS:
+            raise ValueError(f"view {name!r} is registered twice")
+        VIEWS[name] = fn
+        return fn
+
+    return wrap
+
+
+def prompt_units(cap: Capture) -> np.ndarray:
+    """Per-prompt factor s² that turns a squared gap in internal units into prompt units: (b,)."""
+    return cap.scale**2
+
+
+def table1(gap2: np.ndarray, cap: Capture) -> float:
+    """The paper's Table-1 metric ‖·‖²_F / #entries in prompt units, of squared gaps (b, …) in
+    internal units."""
+    s2 = prompt_units(cap).reshape((-1,) + (1,) * (gap2.ndim - 1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean(gap2 * s2))

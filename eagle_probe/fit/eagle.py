@@ -1,0 +1,91 @@
+"""The EAGLE form (Algorithm 1 of the paper), fitted to the activations one layer at a time.
+
+Per layer the coefficients a_l, c_l of
+
+    A ← A − a A AᵀA,  B ← B − a B AᵀA,  C ← C − c A Aᵀ C,  D_slot ← D_slot − c B Aᵀ C
+
+(the D slot carries −D_EAGLE; the readout negates it), each by least squares on the network's own
+update Z_{l+1} − Z_l, jointly over the two blocks that share it and per block as a check.
+η_l = a_l ‖A_l‖², γ_l = c_l ‖A_l‖² with ‖A_l‖₂ the batch-max spectral norm of the A block entering
+layer l (internal units), the paper's normalisation of the steps. The one-step residual is
+relative to the layer's own update.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.capture import Capture
+from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.geometry import Geometry
+
+
+def _coef(delta: list[np.ndarray], feats: list[np.ndarray]) -> float:
+    """The step s minimising Σ ‖Δ + s F‖² (EAGLE subtracts s F)."""
+    num = sum(float(np.sum(dl * f)) for dl, f in zip(delta, feats, strict=True))
+    den = sum(float(np.sum(f * f)) for f in feats)
+    return -num / den if den > 0 else 0.0
+
+
+def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
+    """Per layer: a, c (joint and per block), η, γ and the one-step relative residual."""
+    rows = []
+    for layer in range(cap.layers):
+        Z, Z1 = cap.Z[layer], cap.Z[layer + 1]
+        dA, dB, dC, dD = geometry.blocks(Z1 - Z)
+        FA, FB, FC, FD = geometry.eagle_features(Z, layer)
+        a = _coef([dA, dB], [FA, FB])
+        c = _coef([dC, dD], [FC, FD])
+        gap = Z1 - geometry.eagle_step(Z, layer, a, c)
+        norm2 = float(np.linalg.norm(geometry.blocks(Z)[0], ord=2, axis=(-2, -1)).max() ** 2)
+        update = float(np.linalg.norm(Z1 - Z))
+        rows.append(
+            {
+                "layer": layer,
+                "a_step": a,
+                "c_step": c,
+                "a_from_A": _coef([dA], [FA]),
+                "a_from_B": _coef([dB], [FB]),
+                "c_from_C": _coef([dC], [FC]),
+                "c_from_D": _coef([dD], [FD]),
+                "norm_a_max": math.sqrt(norm2),
+                "eta": a * norm2,
+                "gamma": c * norm2,
+                "one_step_residual": float(np.linalg.norm(gap)) / update if update else 0.0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def choose_reading(cap: Capture, geometry: Geometry) -> Geometry:
+    """Distributed models: heads see local blocks, but W_VP may write every block, and
+    Σ_μ A^μ A^μᵀ A = A Aᵀ A is the centralized update. Keep the reading of the A/B update whose
+    one-step residual is smaller; other regimes are returned unchanged."""
+    if geometry.regime != "distributed" or cap.layers == 0:
+        return geometry
+    central = geometry.as_centralized()
+    local_gap = fit_steps(cap, geometry).one_step_residual.mean()
+    central_gap = fit_steps(cap, central).one_step_residual.mean()
+    return central if central_gap < local_gap else geometry
+
+
+@register("eagle")
+def eagle_view(ctx: Context) -> ViewResult:
+    """The EAGLE steps read from the activations."""
+    table = fit_steps(ctx.cap, ctx.geometry)
+    warnings = [
+        f"layer {int(r.layer)}: negative {name} step {step:.3g} (EAGLE's steps are positive)"
+        for r in table.itertuples()
+        for name, step in (("A", r.a_step), ("C", r.c_step))
+        if step < 0 and abs(step) > 1e-3
+    ]
+    layers = table.to_dict(orient="records")
+    return ViewResult(
+        "eagle",
+        {"reading": ctx.geometry.reading, "units": "internal", "layers": layers},
+        {"eagle": table},
+        warnings,
+    )

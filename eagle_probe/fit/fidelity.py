@@ -1,0 +1,95 @@
+"""The paper's Table-1 metric, per layer and per block, one step at a time and end to end.
+
+Table 1 of the paper reports ‖Z_transformer − Z_EAGLE‖²_F / #entries per layer. Two readings:
+
+- one-step: the network's own Z_l through one EAGLE step, compared with Z_{l+1}. It says whether
+  layer l *is* an EAGLE step, wherever the stream entering it came from.
+- end-to-end: EAGLE run from the input for l + 1 steps, compared with Z_{l+1}. One layer's
+  deviation is carried into every later layer, so it says where the trajectories part, not which
+  layer departs.
+
+Both are in prompt units (squared gaps times the per-prompt scale s²), split by block (A, B, C, D)
+and overall, absolute and relative: the relative one-step gap divides by ‖Z_{l+1} − Z_l‖² (the
+layer's own update), the relative end-to-end gap by ‖Z_{l+1} − Z_0‖² (the change so far). An
+untrained model moves the stream very little, so an absolute gap alone makes it look best; the
+relative numbers and the untrained control (`verdict`) are what decide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.fit.base import Context, ViewResult, register, table1
+
+BLOCKS = ("A", "B", "C", "D")
+PAPER_TABLE1 = {  # ×1e-4 in the paper; layers 1–4 (BRIEF §4)
+    "centralized": [2.36e-4, 5.27e-4, 3.70e-4, 2.16e-4],
+    "distributed": [0.62e-4, 1.40e-4, 1.28e-4, 1.32e-4],
+    "constrained": [0.01e-4, 0.02e-4, 0.13e-4, 0.14e-4],
+}
+
+
+def _split(ctx: Context, gap2: np.ndarray) -> dict[str, float]:
+    """Table-1 metric of squared gaps (b, T, E) per block and in total."""
+    out = {k: table1(g, ctx.cap) for k, g in zip(BLOCKS, ctx.geometry.blocks(gap2), strict=True)}
+    out["total"] = table1(gap2, ctx.cap)
+    return out
+
+
+def fidelity_table(ctx: Context, a_steps, c_steps) -> pd.DataFrame:
+    """One row per layer and reading (one_step, end_to_end): gaps per block, total, relative."""
+    cap, geo = ctx.cap, ctx.geometry
+    eagle = geo.run_eagle(cap.Z[0], a_steps, c_steps)
+    rows = []
+    for layer in range(cap.layers):
+        Z, Z1 = cap.Z[layer], cap.Z[layer + 1]
+        one = (Z1 - geo.eagle_step(Z, layer, a_steps[layer], c_steps[layer])) ** 2
+        with np.errstate(over="ignore", invalid="ignore"):
+            e2e = (Z1 - eagle[layer + 1]) ** 2
+        for reading, gap2, ref in (
+            ("one_step", one, (Z1 - Z) ** 2),
+            ("end_to_end", e2e, (Z1 - cap.Z[0]) ** 2),
+        ):
+            row = {"layer": layer, "reading": reading, **_split(ctx, gap2)}
+            denom = float(np.sum(ref))
+            row["relative"] = float(np.sum(gap2)) / denom if denom > 0 else float("nan")
+            for k, g, r in zip(BLOCKS, geo.blocks(gap2), geo.blocks(ref), strict=True):
+                size = float(np.sum(r))
+                row[f"relative_{k}"] = float(np.sum(g)) / size if size > 0 else float("nan")
+            paper = PAPER_TABLE1.get(geo.regime, [])
+            row["paper"] = paper[layer] if layer < len(paper) else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@register("fidelity")
+def fidelity_view(ctx: Context) -> ViewResult:
+    """Table-1 fidelity of the activation-fitted EAGLE steps (view `eagle`)."""
+    steps = ctx.results["eagle"].tables["eagle"]
+    table = fidelity_table(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
+    layers = []
+    for layer in range(ctx.cap.layers):
+        part = table[table.layer == layer].set_index("reading")
+        layers.append(
+            {
+                "layer": layer,
+                **{
+                    reading: {
+                        "blocks": {k: float(part.loc[reading, k]) for k in BLOCKS},
+                        "total": float(part.loc[reading, "total"]),
+                        "relative": float(part.loc[reading, "relative"]),
+                        "relative_blocks": {
+                            k: float(part.loc[reading, f"relative_{k}"]) for k in BLOCKS
+                        },
+                    }
+                    for reading in ("one_step", "end_to_end")
+                },
+                "paper": float(part.loc["one_step", "paper"]),
+            }
+        )
+    return ViewResult(
+        "fidelity",
+        {"units": "prompt units (squared gap × s², mean over entries)", "layers": layers},
+        {"fidelity": table},
+    )

@@ -1,0 +1,173 @@
+"""The regime's shape, in one place: sizes, the token mask, how prompts are scaled and read out,
+and how each regime's EAGLE step looks (S = I, a learned sketch, or column blocks).
+
+Everything here is plain NumPy: the extraction reads the model once (`eagle_probe.extract`) and
+hands the views a `Geometry` and the products W_QK, W_VP as arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class Geometry:
+    """How one model's architecture shapes the algorithm it can run."""
+
+    regime: str  # "centralized", "distributed" or "constrained"
+    d: int  # rows of A (features)
+    n: int  # columns of A (samples)
+    d_prime: int  # rows of B, D (outputs)
+    n_prime: int  # columns of C, D (queries)
+    heads: int  # heads per layer
+    layers: int  # attention layers
+    mask: np.ndarray  # (T, T) token mask M: M[i, j] = 1 where token i attends to token j
+    readout: float = -1.0  # prediction = readout · D slot (the slot carries −D_EAGLE)
+    normalize: str = "none"  # "none", "frobenius" or "spectral": prompt divided by this norm of A
+    machines: int = 1  # distributed: column blocks
+    projector: np.ndarray | None = None  # constrained: (L, n, n) projector onto the sketch range
+    reading: str = ""  # distributed: "local" (per-machine Gram) or "centralized"; else the regime
+
+    def __post_init__(self) -> None:
+        if not self.reading:
+            object.__setattr__(self, "reading", self.regime)
+
+    @property
+    def tokens(self) -> int:
+        return self.d + self.d_prime
+
+    @property
+    def width(self) -> int:
+        return self.n + self.n_prime
+
+    def as_centralized(self) -> Geometry:
+        """The same model read as a centralized EAGLE (Σ_μ A^μ A^μᵀ A = A Aᵀ A)."""
+        return replace(self, reading="centralized", projector=None)
+
+    # --- prompt units ---------------------------------------------------------------------------
+
+    def prompt_scale(self, z0: np.ndarray) -> np.ndarray:
+        """Per-prompt scale s the prompt is divided by before the first layer: (b,)."""
+        if self.normalize == "none":
+            return np.ones(z0.shape[0])
+        A = z0[:, : self.d, : self.n]
+        ord_ = "fro" if self.normalize == "frobenius" else 2
+        return np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
+
+    def blocks(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(A, B, C, D) views of a stream (…, T, E)."""
+        d, n = self.d, self.n
+        return Z[..., :d, :n], Z[..., d:, :n], Z[..., :d, n:], Z[..., d:, n:]
+
+    # --- the network's own forward, from products ------------------------------------------------
+
+    def layer(self, Z: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
+        """One layer Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h for Z (b, T, E), qk/vp (h, E, E)."""
+        scores = np.einsum("bte,hef,bsf->bhts", Z, qk, Z, optimize=True) * self.mask  # (b,h,T,T)
+        return Z + np.einsum("bhts,bse,hef->btf", scores, Z, vp, optimize=True)
+
+    def stream(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
+        """Residual stream of the products qk, vp (L, h, E, E) from prompts z0 (b, T, E) in prompt
+        units: (L + 1, b, T, E) in internal units (the prompt divided by its scale)."""
+        Z = [z0 / self.prompt_scale(z0)[:, None, None]]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for layer in range(qk.shape[0]):
+                Z.append(self.layer(Z[-1], qk[layer], vp[layer]))
+        return np.stack(Z)
+
+    def predict(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
+        """The prediction of D (b, d', n') of the products qk, vp in prompt units."""
+        return self.readout_of(self.stream(z0, qk, vp)[-1], z0)
+
+    def readout_of(self, Z: np.ndarray, z0: np.ndarray) -> np.ndarray:
+        """Prediction (b, d', n') in prompt units from a final stream Z (b, T, E), internal units."""
+        s = self.prompt_scale(z0)[:, None, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.readout * Z[:, self.d :, self.n :] * s
+
+    # --- EAGLE's shape in this regime ------------------------------------------------------------
+
+    def gram(self, A: np.ndarray, layer: int) -> np.ndarray:
+        """AᵀA as the regime's A/B update sees it: (b, n, n)."""
+        return self.gram_map(A.swapaxes(-1, -2) @ A, layer)
+
+    def gram_map(self, K: np.ndarray, layer: int) -> np.ndarray:
+        """The linear map from AᵀA to the regime's Gram (…, n, n): P K P with the sketch
+        projector P, K restricted to the machines' diagonal blocks, or K itself."""
+        if self.reading == "constrained" and self.projector is not None:
+            P = self.projector[layer]
+            return P @ K @ P
+        if self.reading == "distributed":
+            ids = np.arange(self.n) // (self.n // self.machines)
+            return K * (ids[:, None] == ids[None, :])
+        return K
+
+    def query_operator(self, layer: int) -> np.ndarray:
+        """The (n, n) operator between Aᵀ and A in the C/D update: the sketch projector or I."""
+        if self.reading == "constrained" and self.projector is not None:
+            return self.projector[layer]
+        return np.eye(self.n)
+
+    def eagle_features(self, Z: np.ndarray, layer: int) -> tuple[np.ndarray, ...]:
+        """The four EAGLE directions of a stream Z (b, T, E): A K, B K, A P Aᵀ C, B P Aᵀ C."""
+        A, B, C, _ = self.blocks(Z)
+        K = self.gram(A, layer)
+        AtC = self.query_operator(layer) @ (A.swapaxes(-1, -2) @ C)  # (b, n, n')
+        return A @ K, B @ K, A @ AtC, B @ AtC
+
+    def eagle_step(self, Z: np.ndarray, layer: int, a: float, c: float) -> np.ndarray:
+        """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated (BRIEF §3):
+        A −= a A K, B −= a B K, C −= c A P Aᵀ C, D_slot −= c B P Aᵀ C."""
+        FA, FB, FC, FD = self.eagle_features(Z, layer)
+        d, n = self.d, self.n
+        out = Z.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[:, :d, :n] -= a * FA
+            out[:, d:, :n] -= a * FB
+            out[:, :d, n:] -= c * FC
+            out[:, d:, n:] -= c * FD
+        return out
+
+    def run_eagle(self, Z0: np.ndarray, a_steps, c_steps) -> np.ndarray:
+        """EAGLE from Z0 (b, T, E, internal units): (L + 1, b, T, E)."""
+        Z = [Z0]
+        for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
+            Z.append(self.eagle_step(Z[-1], layer, a, c))
+        return np.stack(Z)
+
+    def eagle_products(self, a_steps, c_steps) -> tuple[np.ndarray, np.ndarray]:
+        """Products (L, 1, E, E) whose layers run EAGLE with the given steps, read centralized:
+        W_QK = diag(I_n, 0), W_VP = diag(−a I_n, −c I_n')."""
+        L, n, E = len(a_steps), self.n, self.width
+        qk = np.zeros((L, 1, E, E))
+        vp = np.zeros((L, 1, E, E))
+        qk[:, 0, range(n), range(n)] = 1.0
+        for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
+            vp[layer, 0, range(n), range(n)] = -a
+            vp[layer, 0, range(n, E), range(n, E)] = -c
+        return qk, vp
+
+    def to_json(self) -> dict:
+        return {
+            "regime": self.regime,
+            "reading": self.reading,
+            "sizes": {"d": self.d, "n": self.n, "d_prime": self.d_prime, "n_prime": self.n_prime},
+            "heads": self.heads,
+            "layers": self.layers,
+            "normalize": self.normalize,
+            "readout": self.readout,
+            "machines": self.machines,
+        }
+
+
+def sketch_projectors(qk: np.ndarray, n: int, rtol: float = 1e-6) -> np.ndarray:
+    """Constrained regime: per layer the projector onto the range of Σ_h W_QK^h's A-block,
+    the learned sketch S Sᵀ of EAGLE's compute-limited step: (L, n, n)."""
+    out = []
+    for W in qk.sum(1)[:, :n, :n]:
+        U, s, _ = np.linalg.svd(W)
+        k = int(np.sum(s > rtol * max(s.max(), 1e-300)))
+        out.append(U[:, :k] @ U[:, :k].T)
+    return np.stack(out)

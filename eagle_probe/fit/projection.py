@@ -1,0 +1,159 @@
+"""Project every layer's weights onto the regime's algorithm family and measure what it costs.
+
+The family of a head's products (Frobenius-orthogonal projection onto a linear span):
+
+- centralized: each square diagonal block a scalar times the identity, the cross blocks zero:
+  W_QK = diag(q I_n, q' I_n'), W_VP = diag(v I_n, w I_n');
+- distributed (head μ reads only its column block): W_QK = q I on block μ; W_VP = v I on block μ
+  + v_rest I on the other blocks (the centralized reading has v = v_rest) + w I_n';
+- constrained (query/key width r): W_QK = q P_h + q' I_n' and W_VP = v P_h + w I_n', with P_h the
+  projector onto the range of the head's own W_QK A-block (its learned sketch S Sᵀ).
+
+The steps the projection implies are EAGLE's: a_l = −Σ_h q_h v_h and c_l = −Σ_h q_h w_h
+(internal units; BRIEF §3 with W_QK = diag(I, 0), W_VP = diag(−a I, −c I)). q' ≠ 0 is reported:
+EAGLE has no query-side C term. The cost is measured in function, on held-out prompts: the test
+MSE with only layer l projected, and with every layer projected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.geometry import Geometry
+
+QK_NAMES = {"centralized": ("q", "q_c"), "distributed": ("q",), "constrained": ("q", "q_c")}
+VP_NAMES = {
+    "centralized": ("v", "w"),
+    "distributed": ("v", "v_rest", "w"),
+    "constrained": ("v", "w"),
+}
+
+
+def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
+    """diag(a_part, c_part I_n') as an E × E matrix (a_part n × n, or None for 0)."""
+    M = np.zeros((geo.width, geo.width))
+    if a_part is not None:
+        M[: geo.n, : geo.n] = a_part
+    M[geo.n :, geo.n :] = c_part * np.eye(geo.n_prime)
+    return M
+
+
+def family(geo: Geometry, head: int, qk_head: np.ndarray) -> tuple[list, list]:
+    """Basis matrices (E × E) of the head's W_QK and W_VP families."""
+    n, eye = geo.n, np.eye(geo.n)
+    c_only = _embed(geo, None, 1.0)
+    if geo.regime == "distributed":
+        size = n // geo.machines
+        own = np.zeros((n, n))
+        own[head * size : (head + 1) * size, head * size : (head + 1) * size] = np.eye(size)
+        return [_embed(geo, own)], [_embed(geo, own), _embed(geo, eye - own), c_only]
+    if geo.regime == "constrained":
+        U, s, _ = np.linalg.svd(qk_head[:n, :n])
+        r = int(np.sum(s > 1e-6 * max(s.max(), 1e-300)))
+        P = U[:, :r] @ U[:, :r].T
+        return [_embed(geo, P), c_only], [_embed(geo, P), c_only]
+    return [_embed(geo, eye), c_only], [_embed(geo, eye), c_only]
+
+
+def project(M: np.ndarray, basis: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Frobenius-orthogonal projection of M onto span(basis): (coefficients, projected M)."""
+    V = np.stack([b.reshape(-1) for b in basis], axis=1)  # (E², k)
+    coef = np.linalg.lstsq(V, M.reshape(-1), rcond=None)[0]
+    return coef, (V @ coef).reshape(M.shape)
+
+
+def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
+    """Project every (layer, head); return projected products, levels and implied steps."""
+    pqk, pvp = np.zeros_like(qk), np.zeros_like(vp)
+    rows = []
+    for layer in range(qk.shape[0]):
+        for head in range(qk.shape[1]):
+            qk_basis, vp_basis = family(geo, head, qk[layer, head])
+            cq, pqk[layer, head] = project(qk[layer, head], qk_basis)
+            cv, pvp[layer, head] = project(vp[layer, head], vp_basis)
+            row = {"layer": layer, "head": head}
+            row.update(dict(zip(QK_NAMES[geo.regime], cq, strict=True)))
+            row.update(dict(zip(VP_NAMES[geo.regime], cv, strict=True)))
+            for name, W, P in (("qk", qk, pqk), ("vp", vp, pvp)):
+                norm = float(np.linalg.norm(W[layer, head]))
+                off = float(np.linalg.norm(W[layer, head] - P[layer, head]))
+                row[f"{name}_outside"] = off / norm if norm else 0.0
+            rows.append(row)
+    heads = pd.DataFrame(rows)
+    heads["a_part"] = -heads.q * heads.v
+    heads["c_part"] = -heads.q * heads.w
+    steps = heads.groupby("layer")[["a_part", "c_part"]].sum()
+    return {
+        "qk": pqk,
+        "vp": pvp,
+        "heads": heads,
+        "a_steps": steps.a_part.to_numpy(),
+        "c_steps": steps.c_part.to_numpy(),
+    }
+
+
+def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
+    """Held-out MSE of the network's products, of all layers projected, and of each layer alone."""
+    geo, held = ctx.geometry, ctx.held_out
+    stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
+    net = held.mse(geo.readout_of(stream[-1], held.z0))
+    each = []
+    for layer in range(ctx.qk.shape[0]):
+        Z = stream[layer]  # the layers before `layer` are the network's own
+        with np.errstate(over="ignore", invalid="ignore"):
+            Z = geo.layer(Z, pqk[layer], pvp[layer])
+            for later in range(layer + 1, ctx.qk.shape[0]):
+                Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
+        each.append(held.mse(geo.readout_of(Z, held.z0)))
+    return {
+        "network_mse": net,
+        "projected_mse": held.mse(geo.predict(held.z0, pqk, pvp)),
+        "layer_mse": each,
+    }
+
+
+@register("projection")
+def projection_view(ctx: Context) -> ViewResult:
+    """The regime's EAGLE family in weight space: levels, implied steps, cost in function."""
+    proj = project_products(ctx.geometry, ctx.qk, ctx.vp)
+    cost = projection_cost(ctx, proj["qk"], proj["vp"])
+    heads = proj["heads"]
+    layers = []
+    for layer in range(ctx.qk.shape[0]):
+        part = heads[heads.layer == layer]
+        layers.append(
+            {
+                "layer": layer,
+                "a_step": float(proj["a_steps"][layer]),
+                "c_step": float(proj["c_steps"][layer]),
+                "mse": cost["layer_mse"][layer],
+                "qk_outside": float(part.qk_outside.max()),
+                "vp_outside": float(part.vp_outside.max()),
+                "heads": part.drop(columns=["layer", "a_part", "c_part"]).to_dict("records"),
+            }
+        )
+    warnings = []
+    net, projected = cost["network_mse"], cost["projected_mse"]
+    if not np.isfinite(projected) or projected > 10 * max(net, ctx.zero_mse):
+        warnings.append(
+            f"projecting every layer onto the {ctx.geometry.regime} EAGLE family blows up "
+            f"(MSE {projected:.3g} against the network's {net:.3g}): the network is not that family"
+        )
+    table = pd.DataFrame(
+        [{k: v for k, v in lay.items() if k != "heads"} for lay in layers]
+    ).set_index("layer")
+    return ViewResult(
+        "projection",
+        {
+            "family": ctx.geometry.regime,
+            "units": "internal (steps); prompt units (MSE)",
+            "network_mse": net,
+            "projected_mse": projected,
+            "layers": layers,
+        },
+        {"projection": table, "heads": heads},
+        warnings,
+        extra={"qk": proj["qk"], "vp": proj["vp"]},
+    )

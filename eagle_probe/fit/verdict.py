@@ -1,0 +1,220 @@
+"""The verdict: per layer a label from stated thresholds, per model one paragraph.
+
+A layer is
+- "EAGLE" when one EAGLE step reproduces it (relative one-step gap ≤ EAGLE_GAP) and the untrained
+  control is clearly worse (its relative gap ≥ CONTROL_FACTOR × the layer's);
+- "EAGLE-like" when the gap is ≤ LIKE_GAP, again with the control clearly worse: most of the
+  layer's update is an EAGLE step, and the blocks that depart are named;
+- "not EAGLE" otherwise.
+The model is
+- "EAGLE" when projecting every layer's weights onto the regime's EAGLE family changes the
+  held-out MSE by at most PROJECTION_COST (in function the network is that EAGLE, whatever its
+  layers' departures in directions that cancel or do not reach the output), or every layer is;
+- "EAGLE-like" when every layer is at least EAGLE-like and the projection at most doubles the
+  MSE (LIKE_PROJECTION_COST);
+- "not EAGLE" otherwise, and whatever its layers when it is not clearly better than the zero
+  predictor (MSE above ZERO_FRACTION of the zero predictor's) or than its untrained control.
+"""
+
+from __future__ import annotations
+
+import math
+
+from eagle_probe.fit.base import Context, ViewResult, register
+
+EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
+LIKE_GAP = 0.5
+PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto the family
+# the untrained control's relative one-step gap must be at least this many times the layer's
+CONTROL_FACTOR = 2.0
+LIKE_PROJECTION_COST = 1.0  # the EAGLE-family model stays within 2× of the network's MSE
+USED_BLOCK = 2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
+# a model above this fraction of the zero predictor's MSE does not solve the task
+ZERO_FRACTION = 0.5
+
+THRESHOLDS = {
+    "eagle_gap": EAGLE_GAP,
+    "like_gap": LIKE_GAP,
+    "projection_cost": PROJECTION_COST,
+    "control_factor": CONTROL_FACTOR,
+    "like_projection_cost": LIKE_PROJECTION_COST,
+    "used_block": USED_BLOCK,
+    "zero_fraction": ZERO_FRACTION,
+}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def layer_labels(ctx: Context) -> list[dict]:
+    fid = ctx.results["fidelity"].json["layers"]
+    proj = ctx.results.get("projection")
+    net = ctx.network_mse
+    ctrl = None
+    if ctx.control is not None and "fidelity" in ctx.control.results:
+        ctrl = ctx.control.results["fidelity"].json["layers"]
+    out = []
+    for layer, f in enumerate(fid):
+        gap = f["one_step"]["relative"]
+        cost = float("nan")
+        if proj is not None and net > 0:
+            cost = proj.json["layers"][layer]["mse"] / net - 1.0
+        control_gap = ctrl[layer]["one_step"]["relative"] if ctrl is not None else float("nan")
+        separated = not math.isfinite(control_gap) or control_gap >= CONTROL_FACTOR * gap
+        if gap <= EAGLE_GAP and separated:
+            label = "EAGLE"
+        elif separated and gap <= LIKE_GAP:
+            label = "EAGLE-like"
+        else:
+            label = "not EAGLE"
+        blocks = f["one_step"]["relative_blocks"]
+        off = [k for k, v in blocks.items() if math.isfinite(v) and v > 10 * EAGLE_GAP]
+        out.append(
+            {
+                "layer": layer,
+                "label": label,
+                "one_step_relative": gap,
+                "projection_cost": cost,
+                "control_relative": control_gap,
+                "departing_blocks": off,
+            }
+        )
+    return out
+
+
+EAGLE_BLOCKS = {("W_QK", "AA"), ("W_VP", "AA"), ("W_VP", "CC")}
+BLOCK_MEANING = {
+    ("W_QK", "AC"): "query A/B features against key C features",
+    ("W_QK", "CA"): "query C/D features against key A features",
+    ("W_QK", "CC"): "query C/D features against key C features",
+    ("W_VP", "AC"): "values' A features written into the C/D columns",
+    ("W_VP", "CA"): "values' C features written into the A/B columns",
+}
+
+
+def off_family_blocks(ctx: Context) -> list[dict]:
+    """Blocks outside EAGLE's (centralized) shape whose removal everywhere multiplies the MSE by
+    at least USED_BLOCK, largest effect first."""
+    att = ctx.results.get("attribution")
+    if att is None or ctx.geometry.regime != "centralized":
+        return []
+    used = [
+        b
+        for b in att.json["everywhere"]
+        if (b["product"], b["block"]) not in EAGLE_BLOCKS
+        and (not math.isfinite(b["ratio"]) or b["ratio"] >= USED_BLOCK)
+    ]
+    return sorted(used, key=lambda b: -b["ratio"] if math.isfinite(b["ratio"]) else -math.inf)
+
+
+def model_text(ctx: Context, layers: list[dict], label: str) -> str:
+    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+    parts = [
+        f"{geo.regime} model, {geo.layers} layers × {geo.heads} head(s); held-out MSE {_fmt(net)} "
+        f"({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
+    ]
+    if net > ZERO_FRACTION * zero:
+        parts.append(
+            "It does not solve the task (not clearly better than predicting zero), so no algorithm "
+            "is claimed for it."
+        )
+    proj = ctx.results.get("projection")
+    if proj is not None:
+        pm = proj.json["projected_mse"]
+        parts.append(
+            f"Projecting every layer's weights onto the {geo.regime} EAGLE family gives MSE "
+            f"{_fmt(pm)} ({(pm / net - 1) * 100:+.1f}% against the network)."
+            if net > 0 and math.isfinite(pm)
+            else f"Projecting every layer onto the EAGLE family gives MSE {_fmt(pm)}."
+        )
+    for lay in layers:
+        where = ""
+        if lay["departing_blocks"]:
+            where = f"; departs in block(s) {', '.join(lay['departing_blocks'])}"
+        parts.append(
+            f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+            f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
+            f", projecting it costs {lay['projection_cost'] * 100:+.1f}%{where})."
+            if math.isfinite(lay["projection_cost"])
+            else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+            f"{_fmt(lay['one_step_relative'])}{where})."
+        )
+    for b in off_family_blocks(ctx):
+        parts.append(
+            f"It relies on {b['product']}'s {b['block'][0]}×{b['block'][1]} block "
+            f"({BLOCK_MEANING[b['product'], b['block']]}), which EAGLE does not have: zeroing it "
+            f"in every layer and head multiplies the MSE by {_fmt(b['ratio'])}."
+        )
+    opt = ctx.results.get("optimum")
+    if opt is not None and net > 0:
+        o = opt.json
+        parts.append(
+            f"The best EAGLE with the same number of steps (fitted to the truth, relative gradient "
+            f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+            f"({o['optimal_mse'] / net:.2f}× the network's MSE); the EAGLE closest to the network "
+            f"reaches {_fmt(o['distilled_mse'])}."
+        )
+    terms = ctx.results.get("terms")
+    if terms is not None:
+        extra = sorted(
+            {
+                t["name"]
+                for lay in terms.json.get("layers", [])
+                for t in lay.get("terms", [])
+                if t["name"] not in ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
+            }
+        )
+        if extra:
+            parts.append(f"Terms beyond EAGLE's four: {', '.join(extra)}.")
+        else:
+            parts.append("Term discovery finds EAGLE's four terms and nothing else.")
+    parts.append(f"Verdict: {label}.")
+    return " ".join(parts)
+
+
+@register("verdict")
+def verdict_view(ctx: Context) -> ViewResult:
+    layers = layer_labels(ctx)
+    net, zero = ctx.network_mse, ctx.zero_mse
+    warnings = []
+    labels = {lay["label"] for lay in layers}
+    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
+        label = "not EAGLE"
+        warnings.append(
+            f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
+            f"{_fmt(zero)}): its fits describe no working algorithm"
+        )
+    else:
+        proj = ctx.results.get("projection")
+        cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * net
+        near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * net
+        if labels == {"EAGLE"} or cheap:
+            label = "EAGLE"
+        elif labels <= {"EAGLE", "EAGLE-like"} and near:
+            label = "EAGLE-like"
+        else:
+            label = "not EAGLE"
+    if ctx.control is not None and "fidelity" in ctx.control.results:
+        ctrl = [c["one_step"]["relative"] for c in ctx.control.results["fidelity"].json["layers"]]
+        mine = [lay["one_step_relative"] for lay in layers]
+        if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
+            label = "not EAGLE"
+            warnings.append("no layer fits EAGLE clearly better than the untrained control does")
+    for b in off_family_blocks(ctx):
+        warnings.append(
+            f"the network uses {b['product']}'s {b['block']} block "
+            f"({BLOCK_MEANING[b['product'], b['block']]}), outside EAGLE's shape: zeroing it "
+            f"everywhere multiplies the MSE by {_fmt(b['ratio'])}"
+        )
+    return ViewResult(
+        "verdict",
+        {
+            "thresholds": THRESHOLDS,
+            "off_family_blocks": off_family_blocks(ctx),
+            "layers": layers,
+            "model": {"label": label, "text": model_text(ctx, layers, label)},
+        },
+        {},
+        warnings,
+    )
