@@ -38,7 +38,7 @@ class Fault:
     tests: tuple[str, ...]  # test files (or node ids) that cover the edited code
 
 
-FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py")
+FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py", "tests/fit")
 MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extract.py")
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
 SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness")
@@ -46,16 +46,16 @@ SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustne
 FAULTS = [
     Fault(
         "η, γ with the batch-mean instead of the batch-max ‖A_l‖₂",
-        "eagle_probe/fit.py",
+        "eagle_probe/fit/eagle.py",
         "axis=(-2, -1)).max() ** 2)",
         "axis=(-2, -1)).mean() ** 2)",
         FIT_TESTS,
     ),
     Fault(
         "Table-1 fidelity without the prompt-unit conversion (× s²)",
-        "eagle_probe/fit.py",
-        "return ((cap.Z - alg) ** 2 * s2)[1:]",
-        "return ((cap.Z - alg) ** 2)[1:]",
+        "eagle_probe/fit/base.py",
+        "return float(np.mean(gap2 * s2))",
+        "return float(np.mean(gap2))",
         FIT_TESTS,
     ),
     Fault(
@@ -64,6 +64,13 @@ FAULTS = [
         'ord_ = "fro" if cfg.normalize == "frobenius" else 2',
         'ord_ = 2 if cfg.normalize == "frobenius" else "fro"',
         MODEL_TESTS,
+    ),
+    Fault(
+        "fitter's prompt units: spectral and Frobenius swapped",
+        "eagle_probe/fit/geometry.py",
+        'ord_ = "fro" if self.normalize == "frobenius" else 2',
+        'ord_ = 2 if self.normalize == "frobenius" else "fro"',
+        FIT_TESTS,
     ),
     Fault(
         "faithful solver returns D without the prompt scale",
@@ -110,14 +117,14 @@ FAULTS = [
     ),
     Fault(
         "fitted C-step with the wrong sign",
-        "eagle_probe/fit.py",
+        "eagle_probe/fit/eagle.py",
         "        c = _coef([dC, dD], [FC, FD])\n",
         "        c = -_coef([dC, dD], [FC, FD])\n",
         FIT_TESTS,
     ),
     Fault(
         "design-form fit stuck at degree 0",
-        "eagle_probe/fit.py",
+        "eagle_probe/fit/_legacy.py",
         "    for K in range(max_degree + 1):",
         "    for K in range(1):",
         FIT_TESTS,
@@ -132,8 +139,8 @@ FAULTS = [
     Fault(
         "no token mask",
         "eagle_probe/model.py",
-        "(q @ k.transpose(-1, -2)) * self.mask)",
-        "(q @ k.transpose(-1, -2)))",
+        "scores = self.hook_attn_scores(scores * self.mask)",
+        "scores = self.hook_attn_scores(scores)",
         MODEL_TESTS,
     ),
     Fault(
@@ -201,10 +208,10 @@ FAULTS = [
         ("tests/test_bench.py",),
     ),
     Fault(
-        "bench fidelity compared with the paper's Table 1 without its ×10⁻⁴",
+        "bench fidelity table reports the relative gap as the fidelity",
         "eagle_probe/bench.py",
-        "ref = paper[name][layer] * 1e-4 if layer < 4 else math.nan",
-        "ref = paper[name][layer] if layer < 4 else math.nan",
+        '"fidelity": row.total,',
+        '"fidelity": row.relative,',
         ("tests/test_bench.py",),
     ),
 ]

@@ -15,11 +15,6 @@ TRAINED = ROOT / "trained_models"
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
-@pytest.fixture
-def trained() -> Path:
-    return TRAINED
-
-
 # --- planted models ------------------------------------------------------------------------------
 # A planted model carries exact EAGLE weights (model.eagle_weights), so every number the extraction
 # reports has a known answer. The shipped models all normalise their prompts; a planted model on
