@@ -12,51 +12,23 @@ import hashlib
 import math
 import os
 import pickle
-import tempfile
+import stat
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-import numpy as np
 import torch
 
+from eagle_probe import budget
 from eagle_probe.errors import CheckpointError
+from eagle_probe.files import atomic_write_bytes, atomic_write_text, jsonable
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
 
+__all__ = ["atomic_write_bytes", "atomic_write_text", "jsonable", "load", "read", "save"]
+
 FORMAT = "eagle-probe"
 FORMAT_VERSION = 1
-
-
-def atomic_write_bytes(path: str | os.PathLike, write) -> None:
-    """Call `write(fileobj)` on a temporary file beside `path`, then rename it into place.
-
-    A crash or interruption leaves either the old file or the complete new one, never a part.
-    """
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else _default_mode())
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _default_mode() -> int:
-    """0o666 less the process umask: what a plain open() would give a new file."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def save(
@@ -71,6 +43,16 @@ def save(
         raise CheckpointError(f"{path} is a directory; give a file name such as {path}/model.pt")
     if not path.parent.exists() and str(path.parent):
         raise CheckpointError(f"directory {path.parent} does not exist")
+    atomic_write_bytes(path, lambda handle: dump(handle, model, task, metrics))
+
+
+def dump(
+    handle: IO[bytes],
+    model: LinearTransformer,
+    task: TaskConfig,
+    metrics: dict[str, Any] | None = None,
+) -> None:
+    """Write the checkpoint of `model` to an open binary file."""
     payload = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -79,7 +61,7 @@ def save(
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "metrics": plain(dict(metrics or {})),
     }
-    atomic_write_bytes(path, lambda handle: torch.save(payload, handle))
+    torch.save(payload, handle)
 
 
 def plain(value: Any) -> Any:
@@ -107,49 +89,188 @@ def sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def read(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and validate a checkpoint's raw payload (no model is built)."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {path} is empty")
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _sniff(path: Path, head: bytes) -> str | None:
+    """A readable reason when the file is plainly not a torch zip archive, else None."""
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return (
+            f"checkpoint {path} is a JSON file, not a checkpoint (the .pt file `eagle-probe "
+            "train` writes beside it is the checkpoint)"
+        )
+    if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+        return (
+            f"checkpoint {path} is a bare pickle or legacy torch file, not an eagle-probe "
+            "checkpoint (a torch zip archive)"
+        )
+    if head[:4] != b"PK\x03\x04":
+        return f"checkpoint {path} is not a readable torch file (not a zip archive)"
+    return None
+
+
+def _check_archive(path: Path, max_bytes: float) -> None:
+    """The zip directory of a torch file: stored (uncompressed) entries within the budget."""
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path} is not a readable torch file (truncated or corrupt?)"
+        ) from exc
+    if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+        raise CheckpointError(
+            f"checkpoint {path} holds compressed entries; torch.save never writes those"
+        )
+    declared = sum(info.file_size for info in infos)
+    budget.check(declared, f"checkpoint {path}", max_bytes)
+
+
+def _check_values(path: Path, payload: dict[str, Any]) -> None:
+    """Tensors only where the format names them (state_dict values); plain values elsewhere.
+
+    Shared sub-objects are visited once, so a small pickle cannot make this walk explode."""
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(k, v) for k, v in payload.items() if k != "state_dict"]
+    while stack:
+        where, value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"checkpoint {path} holds a tensor at {where!r}; the format allows tensors only "
+                "as weights in 'state_dict'"
+            )
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        elif not (value is None or isinstance(value, bool | int | float | str)):
+            raise CheckpointError(
+                f"checkpoint {path} holds a {type(value).__name__} at {where!r}; only plain "
+                "values are allowed there"
+            )
+    for key, value in payload["state_dict"].items():
+        if not isinstance(key, str):
+            raise CheckpointError(f"checkpoint {path} has a weight named {key!r}, not a string")
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"checkpoint {path}: weight {key} is a {type(value).__name__}, not a tensor"
+            )
+        if value.layout != torch.strided or value.is_quantized:
+            raise CheckpointError(
+                f"checkpoint {path}: weight {key} is a {str(value.layout).split('.')[-1]} "
+                "tensor; the format stores dense tensors only"
+            )
+        end = (value.storage_offset() + value.numel()) * value.element_size()
+        if not value.is_contiguous() or value.untyped_storage().nbytes() < end:
+            raise CheckpointError(
+                f"checkpoint {path}: weight {key} is not stored densely (a strided view of "
+                "other data); the format stores each weight whole"
+            )
+
+
+def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) -> dict[str, Any]:
+    """Read and validate a checkpoint's raw payload (no model is built).
+
+    The file is memory-mapped, so its tensors cost nothing until they are checked; its size and
+    the sizes its zip directory declares are held to `max_bytes` first."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} does not exist") from None
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"checkpoint {path} is not a regular file (a device, FIFO or socket)")
+    if st.st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    budget.check(st.st_size, f"checkpoint {path}", max_bytes)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {exc.strerror}") from None
+    reason = _sniff(path, head)
+    if reason:
+        raise CheckpointError(reason)
+    _check_archive(path, max_bytes)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"checkpoint {path} was refused: it holds objects other than tensors and plain "
-            f"values ({first[:120]})"
+            f"values ({_first_line(exc)})"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - any failure to parse means an unreadable file
         raise CheckpointError(
             f"checkpoint {path} is not a readable torch file (truncated or corrupt?)"
         ) from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is a torch file but not an eagle-probe checkpoint")
+        raise CheckpointError(
+            f"checkpoint {path} is a torch file but not an eagle-probe checkpoint"
+        )
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path} has format version {version!r}; this eagle-probe reads version "
-            f"{FORMAT_VERSION}"
+            f"{FORMAT_VERSION} (the integer)"
         )
-    for key, kind in (("model_config", dict), ("task_config", dict), ("state_dict", dict)):
-        if not isinstance(payload.get(key), kind):
+    unknown = sorted(map(str, set(payload) - set(KEYS)))
+    if unknown:
+        raise CheckpointError(
+            f"checkpoint {path} has entries the format does not name: {', '.join(unknown[:5])}"
+        )
+    for key in ("model_config", "task_config", "state_dict"):
+        if not isinstance(payload.get(key), dict):
             raise CheckpointError(f"checkpoint {path} has no valid {key!r}")
+    if not isinstance(payload.get("metrics", {}), dict):
+        raise CheckpointError(f"checkpoint {path} has 'metrics' that are not a dict")
+    _check_values(path, payload)
     return payload
 
 
-def load(path: str | os.PathLike) -> tuple[LinearTransformer, TaskConfig, dict[str, Any]]:
-    """Load a checkpoint: (model in eval mode, its task config, its training metrics)."""
-    payload = read(path)
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every tensor in the state dict of `cfg`'s model (nothing is built)."""
+    h, E, T = cfg.heads, cfg.width, cfg.tokens
+    shapes: dict[str, tuple[int, ...]] = {}
+    for layer in range(cfg.n_layers):
+        prefix = f"blocks.{layer}.attn."
+        for name, width in (("W_Q", cfg.qk), ("W_K", cfg.qk), ("W_V", cfg.vp), ("W_P", cfg.vp)):
+            shapes[prefix + name] = (h, E, width)
+        shapes[prefix + "qk_mask"] = (h, E)
+        shapes[prefix + "mask"] = (T, T)
+    shapes["readout_scale"] = ()
+    return shapes
+
+
+KEYS = ("format", "format_version", "model_config", "task_config", "state_dict", "metrics")
+FIXED_BUFFERS = ("attn.mask", "attn.qk_mask", "readout_scale")
+
+
+def load(
+    path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES
+) -> tuple[LinearTransformer, TaskConfig, dict[str, Any]]:
+    """Load a checkpoint: (model in eval mode, its task config, its training metrics).
+
+    Nothing is allocated for the model before its size has been checked against `max_bytes`
+    and against the bytes the file really holds; the fixed buffers (the attention masks, the
+    fixed readout) must equal the ones its config defines."""
+    payload = read(path, max_bytes=max_bytes)
     try:
         model_cfg = ModelConfig.from_dict(payload["model_config"])
         task_cfg = TaskConfig.from_dict(payload["task_config"])
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {path} has an invalid config: {exc}") from exc
+        raise CheckpointError(
+            f"checkpoint {path} has an invalid config: {_first_line(exc)}"
+        ) from exc
     if (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime) != (
         task_cfg.n,
         task_cfg.d,
@@ -157,47 +278,47 @@ def load(path: str | os.PathLike) -> tuple[LinearTransformer, TaskConfig, dict[s
         task_cfg.d_prime,
     ):
         raise CheckpointError(f"checkpoint {path}: model and task configs disagree on sizes")
-    model = LinearTransformer(model_cfg)
-    expected = model.state_dict()
+    budget.check_model(model_cfg, max_bytes, what=f"the model of checkpoint {path}")
     state = payload["state_dict"]
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
+    shapes = expected_shapes(model_cfg)
+    missing = sorted(set(shapes) - set(state))
+    extra = sorted(set(state) - set(shapes))
     if missing or extra:
         raise CheckpointError(
             f"checkpoint {path}: weights do not match its config "
             f"(missing {missing[:3]}, unexpected {extra[:3]})"
         )
-    for key, want in expected.items():
-        got = state[key]
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+    for key, shape in shapes.items():
+        if tuple(state[key].shape) != shape:
             raise CheckpointError(
-                f"checkpoint {path}: weight {key} has shape {shape}, config expects "
-                f"{tuple(want.shape)}"
+                f"checkpoint {path}: weight {key} has shape {tuple(state[key].shape)}, config "
+                f"expects {shape}"
             )
+    # Every weight is dense and whole (checked in `read`) and the distinct storages must hold
+    # the model's bytes, so the model built below is no larger than the file.
+    stored = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in state.values()}
+    need = sum(math.prod(shape) * state[k].element_size() for k, shape in shapes.items())
+    if sum(stored.values()) < need:
+        raise CheckpointError(
+            f"checkpoint {path}: its weights share storage (the file holds "
+            f"{sum(stored.values())} bytes for {need} bytes of weights)"
+        )
+    model = LinearTransformer(model_cfg)
+    params = dict(model.named_parameters())
+    for key, want in model.state_dict().items():
+        got = state[key]
         if got.dtype != want.dtype:
             raise CheckpointError(
                 f"checkpoint {path}: weight {key} is {got.dtype}, config says {want.dtype}"
             )
         if not torch.isfinite(got).all():
             raise CheckpointError(f"checkpoint {path}: weight {key} contains NaN or Inf")
+        if key.endswith(FIXED_BUFFERS) and key not in params and not torch.equal(got, want):
+            raise CheckpointError(
+                f"checkpoint {path}: buffer {key} differs from the fixed one its config "
+                "defines; the masks and the fixed readout are not learned weights"
+            )
     model.load_state_dict(state)
     model.eval()
     metrics = payload.get("metrics") or {}
-    if not isinstance(metrics, dict):
-        metrics = {}
     return model, task_cfg, metrics
-
-
-def jsonable(value: Any) -> Any:
-    """`value` for JSON: containers recursed (keys as strings), NumPy scalars as Python numbers,
-    NaN and ±Inf as None."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

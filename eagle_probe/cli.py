@@ -7,6 +7,7 @@ with code 1. `--debug` shows the full traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from eagle_probe import __version__
 from eagle_probe.errors import EagleProbeError
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
+EXPORT_GAP = 0.05  # extract warns when the faithful export is further than this from the network
 
 
 class UsageError(EagleProbeError):
@@ -52,6 +54,36 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
+SEED_LIMIT = 2**32  # seeds are combined into generator seeds; larger ones overflow there
+
+
+def _seed(text: str) -> int:
+    value = _nonneg_int(text)
+    if value >= SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a seed below 2**32, got {text!r}")
+    return value
+
+
+def _gib(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GiB, got {text!r}")
+    return value
+
+
+def _init_std(text: str) -> float:
+    value = _finite_float(text)
+    if not 0.0 < value <= MAX_INIT_STD:
+        raise argparse.ArgumentTypeError(
+            f"expected a standard deviation in (0, {MAX_INIT_STD:g}], got {text!r} (larger "
+            "initialisations overflow in the first forward pass)"
+        )
+    return value
+
+
+MAX_INIT_STD = 10.0
+
+
 def _finite_float(text: str) -> float:
     try:
         value = float(text)
@@ -65,12 +97,31 @@ def _finite_float(text: str) -> float:
 def build_parser() -> Parser:
     from eagle_probe.model import NORMALIZE, READOUTS, REGIMES, TOKEN_MASKS
     from eagle_probe.tasks import TASKS
-    from eagle_probe.train import SCHEDULES
+    from eagle_probe.train import SCHEDULES, TrainConfig
 
+    DEFAULT_STEPS = TrainConfig.__dataclass_fields__["steps"].default  # noqa: N806
     parser = Parser(prog="eagle-probe", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"eagle-probe {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    # Accepted before or after the command: `eagle-probe --debug train …`, `… train --debug`.
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    common.add_argument(
+        "--max-memory",
+        type=_gib,
+        default=4.0,
+        metavar="GIB",
+        help="memory budget checked before allocating (4 GiB)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    _add_parser = sub.add_parser
+
+    def add_parser(name: str, **kwargs):
+        return _add_parser(name, parents=[common], **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     train = sub.add_parser("train", help="train a model and write a checkpoint")
     train.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
@@ -122,13 +173,13 @@ def build_parser() -> Parser:
     )
     train.add_argument("--init", default="normal", help="normal or orthogonal_half")
     train.add_argument(
-        "--init-std", type=_finite_float, default=0.02, help="std of the random initialisation"
+        "--init-std", type=_init_std, default=0.02, help="std of the random initialisation"
     )
     train.add_argument(
         "--steps",
         type=_positive_int,
         default=None,
-        help="optimiser steps (20000; with --resume: the checkpoint's)",
+        help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
     )
     train.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
     train.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
@@ -168,7 +219,7 @@ def build_parser() -> Parser:
     train.add_argument(
         "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
     )
-    train.add_argument("--seed", type=_nonneg_int, default=0, help="random seed (0)")
+    train.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
     train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument("--force", action="store_true", help="overwrite an existing output")
@@ -183,7 +234,7 @@ def build_parser() -> Parser:
     ev = sub.add_parser("evaluate", help="test MSE of a checkpoint on fresh prompts")
     ev.add_argument("model", help="checkpoint file (.pt)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
-    ev.add_argument("--seed", type=_nonneg_int, default=12345, help="seed of the test prompts")
+    ev.add_argument("--seed", type=_seed, default=12345, help="seed of the test prompts")
     ev.add_argument("--batch", type=_positive_int, default=8192, help="number of test prompts")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -193,9 +244,11 @@ def build_parser() -> Parser:
     ex.add_argument(
         "--probe-batch", type=_positive_int, default=256, help="prompts in the probe batch (256)"
     )
-    ex.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the probe prompts (0)")
+    ex.add_argument("--seed", type=_seed, default=0, help="seed of the probe prompts (0)")
     ex.add_argument("--no-control", action="store_true", help="skip the untrained-model control")
-    ex.add_argument("--force", action="store_true", help="write into an existing --out")
+    ex.add_argument(
+        "--force", action="store_true", help="write into an existing --out (its files replaced)"
+    )
     ex.set_defaults(func=cmd_extract)
 
     pl = sub.add_parser("plant", help="write a model whose weights run given EAGLE steps")
@@ -229,100 +282,146 @@ def build_parser() -> Parser:
     be.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
     be.add_argument("--out", default="bench-out", help="directory for CSV, PNG and summary.md")
     be.add_argument("--json", action="store_true", help="print the tables as one JSON object")
-    be.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the problems (0)")
+    be.add_argument("--seed", type=_seed, default=0, help="seed of the problems (0)")
     be.add_argument("--force", action="store_true", help="write into an existing --out")
     be.set_defaults(func=cmd_bench)
     return parser
 
 
-def _check_output(path: Path, force: bool) -> None:
-    if path.is_dir():
-        raise EagleProbeError(f"output {path} is a directory; give a file name like {path}/m.pt")
-    if path.exists() and not force:
-        raise EagleProbeError(f"output {path} already exists; pass --force to overwrite it")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise EagleProbeError(f"output directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise EagleProbeError(f"output directory {parent} is not writable")
+def _budget(args: argparse.Namespace) -> float:
+    from eagle_probe.budget import GIB
+
+    return args.max_memory * GIB
+
+
+def _train_outputs(out: Path) -> list[Path]:
+    """The checkpoint and the run summary beside it: the two files `train` writes."""
+    summary = out.with_suffix(".json")
+    if summary == out:
+        raise EagleProbeError(
+            f"-o {out}: the run summary is written beside the checkpoint as {summary}; give the "
+            f"checkpoint another name, like {out.with_suffix('.pt')}"
+        )
+    return [out, summary]
+
+
+def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
+    """The training record of a checkpoint to resume, checked (a bad one is a user error)."""
+    record = previous.get("train_config")
+    if not isinstance(record, dict):
+        raise EagleProbeError(f"{out} holds no training record to resume from")
+    bad = [
+        key
+        for key, kind in (("history", list), ("spikes", list))
+        if key in previous and not isinstance(previous[key], kind)
+    ]
+    if "history" in previous and isinstance(previous["history"], list):
+        if not all(isinstance(r, dict) for r in previous["history"]):
+            bad.append("history")
+    steps_done = previous.get("steps_done", 0)
+    if not isinstance(steps_done, int) or isinstance(steps_done, bool) or steps_done < 0:
+        bad.append("steps_done")
+    for key in ("best_val_mse",):
+        value = previous.get(key)
+        if value is not None and not isinstance(value, int | float):
+            bad.append(key)
+    if bad:
+        raise EagleProbeError(f"{out} holds an invalid training record ({', '.join(bad)})")
+    return dict(record)
+
+
+def _lead_process() -> bool:
+    """False in the extra processes of a torchrun launch (rank 0 owns the outputs)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from eagle_probe import checkpoint
+    from eagle_probe import budget, checkpoint, files
     from eagle_probe.model import ModelConfig
     from eagle_probe.tasks import TaskConfig
     from eagle_probe.train import TrainConfig
 
-    out = Path(args.out)
+    out = files.as_path(args.out, "-o/--out")
+    outputs = _train_outputs(out)
+    lead = _lead_process()
     resume = None
     if args.resume:
         if not out.is_file():
             raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
-        model, task, previous = checkpoint.load(out)
-        if "train_config" not in previous:
-            raise EagleProbeError(f"{out} holds no training record to resume from")
-        fields = dict(previous["train_config"])
+        model, task, previous = checkpoint.load(out, max_bytes=_budget(args))
+        fields = _training_record(out, previous)
         if args.steps is not None:
             fields["steps"] = args.steps
-        train_cfg = TrainConfig.from_dict(fields)
+        try:
+            train_cfg = TrainConfig.from_dict(fields)
+        except (TypeError, ValueError) as exc:
+            raise EagleProbeError(f"{out} holds an invalid training record: {exc}") from None
         model_cfg = model.cfg
         resume = (model.state_dict(), previous)
     else:
-        _check_output(out, args.force)
+        task = TaskConfig(
+            task=args.task,
+            n=args.n,
+            d=args.d,
+            n_prime=args.n_prime,
+            d_prime=args.d_prime,
+            noise=args.noise,
+            rank=args.task_rank,
+            alpha=args.alpha,
+            kappa=args.kappa,
+        )
+        model_cfg = ModelConfig(
+            regime=args.regime,
+            n=args.n,
+            d=args.d,
+            n_prime=args.n_prime,
+            d_prime=args.d_prime,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            machines=args.machines,
+            rank=args.rank,
+            token_mask=args.token_mask,
+            readout=args.readout,
+            normalize=args.normalize,
+            init=args.init,
+            init_std=args.init_std,
+        )
+        train_cfg = TrainConfig(
+            steps=args.steps if args.steps is not None else TrainConfig().steps,
+            batch=args.batch,
+            lr=args.lr,
+            schedule=args.schedule,
+            warmup=args.warmup,
+            clip=args.clip,
+            clip_qk=args.clip_qk,
+            weight_decay=args.weight_decay,
+            freeze_values_last=args.freeze_values_last,
+            curriculum=args.curriculum,
+            skip_spikes=args.skip_spikes,
+            data_shards=args.data_shards,
+            eval_every=args.eval_every,
+            eval_batch=args.eval_batch,
+            seed=args.seed,
+        )
+    limit = _budget(args)
+    budget.check_model(model_cfg, limit)
+    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
+    budget.check(
+        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
-    if resume is not None:
-        return _run_training(args, out, model_cfg, task, train_cfg, resume)
-    task = TaskConfig(
-        task=args.task,
-        n=args.n,
-        d=args.d,
-        n_prime=args.n_prime,
-        d_prime=args.d_prime,
-        noise=args.noise,
-        rank=args.task_rank,
-        alpha=args.alpha,
-        kappa=args.kappa,
-    )
-    model_cfg = ModelConfig(
-        regime=args.regime,
-        n=args.n,
-        d=args.d,
-        n_prime=args.n_prime,
-        d_prime=args.d_prime,
-        n_layers=args.layers,
-        n_heads=args.heads,
-        machines=args.machines,
-        rank=args.rank,
-        token_mask=args.token_mask,
-        readout=args.readout,
-        normalize=args.normalize,
-        init=args.init,
-        init_std=args.init_std,
-    )
-    train_cfg = TrainConfig(
-        steps=TrainConfig.steps if args.steps is None else args.steps,
-        batch=args.batch,
-        lr=args.lr,
-        schedule=args.schedule,
-        warmup=args.warmup,
-        clip=args.clip,
-        clip_qk=args.clip_qk,
-        weight_decay=args.weight_decay,
-        freeze_values_last=args.freeze_values_last,
-        curriculum=args.curriculum,
-        skip_spikes=args.skip_spikes,
-        data_shards=args.data_shards,
-        eval_every=args.eval_every,
-        eval_batch=args.eval_batch,
-        seed=args.seed,
-    )
-    return _run_training(args, out, model_cfg, task, train_cfg, None)
+    if not lead:
+        return _run_training(args, out, model_cfg, task, train_cfg, resume, None)
+    replace = outputs if resume is not None else []
+    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
+    return _run_training(args, out, model_cfg, task, train_cfg, resume, claim)
 
 
-def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
+def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
+    """Train and publish through `claim` (None: a torchrun worker that writes nothing)."""
     from eagle_probe import checkpoint
     from eagle_probe.evaluate import evaluate
     from eagle_probe.train import train
@@ -337,7 +436,11 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
     }
 
     def write(model, metrics: dict[str, Any]) -> None:
-        checkpoint.save(out, model, task, checkpoint.jsonable(metrics | provenance))
+        # Nothing is published before a validation has given finite numbers.
+        if claim is None or metrics.get("best_val_mse") is None:
+            return
+        payload = checkpoint.jsonable(metrics | provenance)
+        claim.write(out, lambda handle: checkpoint.dump(handle, model, task, payload))
 
     def on_sigterm(signum, frame) -> NoReturn:
         raise KeyboardInterrupt
@@ -360,11 +463,17 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
         if tdist.get_rank() != 0:
             return 0  # rank 0 writes the checkpoint and reports
     metrics["test"] = evaluate(model, task)
+    if not math.isfinite(metrics["test"]["mse"]) or metrics.get("best_val_mse") is None:
+        raise EagleProbeError(
+            f"training diverged (test MSE {metrics['test']['mse']}); nothing written - lower "
+            "--lr or --init-std"
+        )
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
-    checkpoint.atomic_write_text(
+    claim.write_text(
         out.with_suffix(".json"), json.dumps(checkpoint.jsonable(summary), indent=2) + "\n"
     )
+    _publish(args)
     test = metrics["test"]
     status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
     print(
@@ -376,10 +485,11 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from eagle_probe import checkpoint
+    from eagle_probe import budget, checkpoint
     from eagle_probe.evaluate import evaluate
 
-    model, task, _ = checkpoint.load(args.model)
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
     result = evaluate(model, task, batch=args.batch, seed=args.seed)
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
     if args.json:
@@ -418,7 +528,7 @@ def _steps(text: str, name: str) -> list[float]:
 
 
 def cmd_plant(args: argparse.Namespace) -> int:
-    from eagle_probe import checkpoint
+    from eagle_probe import budget, checkpoint, files
     from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig, eagle_weights
     from eagle_probe.tasks import TaskConfig
 
@@ -430,8 +540,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
         )
     if args.dtype not in DTYPES:
         raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
-    out = Path(args.out)
-    _check_output(out, args.force)
+    out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
     cfg = ModelConfig(
         regime="centralized",
         n=args.n,
@@ -446,56 +555,73 @@ def cmd_plant(args: argparse.Namespace) -> int:
     task = TaskConfig(
         n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
     )
+    budget.check_model(cfg, _budget(args))
+    claim = _claim(args, files.output_files([out], force=args.force))
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
-    checkpoint.save(out, model, task, {"planted": {"a_steps": a_steps, "c_steps": c_steps}})
+    metrics = {"planted": {"a_steps": a_steps, "c_steps": c_steps}}
+    claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
+    _publish(args)
     print(f"wrote {out}: {len(a_steps)} planted EAGLE layers, {args.heads} head(s), {args.dtype}")
     return 0
 
 
-def _prepare_dir(path: Path, force: bool) -> None:
-    if path.exists() and not path.is_dir():
-        raise EagleProbeError(f"--out {path} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise EagleProbeError(f"--out {path} already exists and is not empty; pass --force")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise EagleProbeError(f"--out {path} lies under {existing}, which is not a directory")
-    if not os.access(existing, os.W_OK):
-        raise EagleProbeError(f"--out {path} is not writable ({existing} is read-only)")
+def _out_dir(text: str | None, force: bool) -> Path | None:
+    """`--out` of a command that writes a directory, checked before any work (None: none)."""
+    from eagle_probe import files
+
+    if text is None:
+        return None
+    return files.check_dir(files.as_path(text, "--out"), force=force)
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import checkpoint
-    from eagle_probe.export import write_solver
+    from eagle_probe import budget, checkpoint, files
+    from eagle_probe.export import faithful_gap, write_solver
     from eagle_probe.extract import extract
+    from eagle_probe.files import jsonable
 
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        _prepare_dir(out, args.force)
-    model, task, _ = checkpoint.load(args.model)
+    out = _out_dir(args.out, args.force)
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    budget.check(budget.forward_bytes(model.cfg, args.probe_batch), "--probe-batch", _budget(args))
+    tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
     result = extract(
         model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
     )
     print(result.render(str(args.model)))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         payload = result.to_json()
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
-        checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
-        write_solver(out / "solver.py", payload, result.projectors)
+        write_solver(tmp / "solver.py", payload, result.projectors)
+        gap = faithful_gap(
+            tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n
+        )
+        payload["export"] = {"faithful_gap": gap, "prompts": min(256, len(result.held_out.z0))}
+        print(
+            f"exported solver, faithful mode, against the network on "
+            f"{payload['export']['prompts']} held-out prompts: relative gap {gap:.3g}"
+        )
+        if not gap <= EXPORT_GAP:
+            warning = (
+                f"the faithful export differs from the network by {gap:.1%} (> {EXPORT_GAP:.0%}): "
+                "its constant EAGLE steps do not reproduce the network"
+            )
+            payload["warnings"].append(warning)
+            print(f"warning: {warning}")
+        (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+        _publish(args)
         print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from eagle_probe import files
+    from eagle_probe.budget import MAX_RUNS
     from eagle_probe.model import REGIMES
     from eagle_probe.sweep import run_sweep, spread
 
@@ -504,19 +630,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if r not in REGIMES:
             raise EagleProbeError(f"unknown regime {r!r}; choose from {', '.join(REGIMES)}")
     text = args.seeds.strip()
+    count = int(text) if text.isdigit() else None
+    if count is not None and count * len(regimes) > MAX_RUNS:
+        raise EagleProbeError(
+            f"--seeds {text} with {len(regimes)} regime(s) asks for more than {MAX_RUNS} runs"
+        )
     try:
-        seeds = list(range(int(text))) if text.isdigit() else [int(s) for s in text.split(",")]
+        seeds = list(range(count)) if count is not None else [int(s) for s in text.split(",")]
     except ValueError:
         raise EagleProbeError(
             f"--seeds must be a count or comma-separated integers, got {text!r}"
         ) from None
-    if not seeds or not regimes or any(s < 0 for s in seeds):
-        raise EagleProbeError("give at least one regime and non-negative seeds")
-    out = Path(args.out)
-    _prepare_dir(out, args.force)
+    if not seeds or not regimes or any(not 0 <= s < SEED_LIMIT for s in seeds):
+        raise EagleProbeError("give at least one regime and seeds in [0, 2**32)")
+    if len(seeds) * len(regimes) > MAX_RUNS:
+        raise EagleProbeError(f"the sweep asks for more than {MAX_RUNS} runs")
+    out = _out_dir(args.out, args.force)
+    tmp = _claim(args, files.output_dir(out, force=args.force))
     table = run_sweep(
-        regimes, seeds, out, steps=args.steps, batch=args.batch, parallel=args.parallel
+        regimes, seeds, tmp, steps=args.steps, batch=args.batch, parallel=args.parallel
     )
+    _publish(args)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.precision", 3):
@@ -526,14 +660,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from eagle_probe import files
     from eagle_probe.bench import SUITES, run_bench
 
     if args.suite not in SUITES:
         raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
-    out = Path(args.out)
-    _prepare_dir(out, args.force)
+    out = _out_dir(args.out, args.force)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    tables = run_bench(args.suite, out, seed=args.seed, log=log)
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tables = run_bench(args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args))
+    _publish(args)
     if args.json:
         payload = {
             name: json.loads(t.to_json(orient="records"))
@@ -546,21 +682,72 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Failed(Exception):
+    """A command returned a failure code: its claimed outputs are discarded."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _claim(args: argparse.Namespace, claim):
+    """Enter an output claim (`files.output_dir` / `output_files`) for the running command.
+
+    `main` holds every claim of a command: `_publish(args)` moves them into place when the work
+    is done; if the command fails or is interrupted first, `main` discards them (nothing is
+    left behind)."""
+    return args.outputs.enter_context(claim)
+
+
+def _publish(args: argparse.Namespace) -> None:
+    args.outputs.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = False
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        debug = bool(getattr(args, "debug", False))
         if args.command is None:
             parser.print_help()
             return EXIT_USER
-        return args.func(args)
+        with contextlib.ExitStack() as outputs:  # the command's output claims, see _claim
+            args.outputs = outputs
+            code = args.func(args)
+            if code not in (0, EXIT_INTERRUPTED):
+                raise _Failed(code)  # leaving the block with an exception discards the claims
+        return code
+    except _Failed as failed:
+        return failed.code
+    except UsageError as exc:  # a usage error never needs a traceback, --debug or not
+        print(f"eagle-probe: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USER
     except (EagleProbeError, ValueError) as exc:
         if debug:
             raise
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"eagle-probe: error: {message}", file=sys.stderr)
+        print(f"eagle-probe: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USER
+    except MemoryError:
+        if debug:
+            raise
+        print(
+            "eagle-probe: error: out of memory; pass smaller sizes (or a lower --max-memory "
+            "so the budget check catches it first)",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    except OSError as exc:
+        if debug:
+            raise
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"eagle-probe: error: {exc.strerror or _one_line(exc)}{where}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("eagle-probe: interrupted", file=sys.stderr)

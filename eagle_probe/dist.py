@@ -120,27 +120,36 @@ def eagle_worker(
     gamma: float | None = None,
 ) -> dict:
     """Distributed EAGLE on this rank's column block; the same arithmetic as
-    `solver_template.complete_distributed` with the machine sum done by all_reduce."""
-    Am, Bm = _local_blocks(A, B, rank, world)
-    C = C.copy()
+    `solver_template.complete_distributed` (power-of-two scaling, stopping rule, info) with the
+    machine sum done by all_reduce."""
+    rtol, _, maxiter = eagle._check_options(rtol, 0.0, maxiter, eta, gamma)
     D = np.zeros((B.shape[0], C.shape[1]))
     stats = {"bytes_sent": 0, "messages": 0}
+    counter = eagle._Counter()
     info, rounds = maxiter, 0
     start = time.perf_counter()
-    for it in range(1, maxiter + 1):
-        rounds = it
-        e, g = eagle.schedule(it - 1, eta, gamma)
-        dC, dD, Am, Bm = eagle._local_round(Am, Bm, C, e, g)
-        both = _allreduce(np.concatenate([dC, dD], axis=0), stats)  # one message a round
-        C = C + both[: C.shape[0]] / world
-        step = both[C.shape[0] :] / world
-        D = D + step
-        if not np.all(np.isfinite(D)):
-            info = -2
-            break
-        if np.linalg.norm(step) <= rtol * np.linalg.norm(D):
-            info = 0
-            break
+    if not (np.any(A) and np.any(B) and np.any(C)):  # the same on every rank: no messages
+        info = 0
+    else:
+        part = eagle._split_columns(A.shape[1], world)[rank]
+        (Am,), (Bm,), C, e_out = eagle._scaled_blocks(A, B, C, [part])
+        for it in range(1, maxiter + 1):
+            rounds = it
+            e, g = counter.step(it - 1, eta, gamma)
+            dC, dD, Am, Bm = eagle._local_round(Am, Bm, C, e, g)
+            both = _allreduce(np.concatenate([dC, dD], axis=0), stats)  # one message a round
+            C = C + both[: C.shape[0]] / world
+            step = both[C.shape[0] :] / world
+            D = D + step
+            if not np.all(np.isfinite(D)):
+                info = eagle.NONFINITE
+                break
+            if eagle._norm(step) <= rtol * eagle._norm(D):
+                info = 0
+                break
+        if info >= 0:
+            D, ok = eagle._finish(D, e_out)
+            info = info if ok else eagle.UNREPRESENTABLE
     return {
         "D": D,
         "rounds": rounds,
@@ -148,6 +157,7 @@ def eagle_worker(
         "seconds": time.perf_counter() - start,
         "bytes_per_round": stats["bytes_sent"] / max(rounds, 1),
         **stats,
+        **{k: v for k, v in counter.stats(info, rounds).items() if k.endswith("_steps")},
     }
 
 

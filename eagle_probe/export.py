@@ -2,18 +2,23 @@
 
 The exported file is `solver_template.py` with its constants block replaced by the extraction's
 numbers and a provenance header. It imports only NumPy.
+
+Every value taken from the extraction (the checkpoint's file name above all, which may hold any
+character) is written as data: Python literals by `repr`/`pprint`, header comments as JSON
+(`ensure_ascii`, so no line break or other control character survives), never pasted text.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pprint
 from pathlib import Path
 from typing import Any
 
 from eagle_probe import __version__
-from eagle_probe.checkpoint import atomic_write_text
+from eagle_probe.files import atomic_write_text
 
 TEMPLATE = Path(__file__).with_name("solver_template.py")
 BEGIN, END = "# --- BEGIN RECOVERED CONSTANTS ---", "# --- END RECOVERED CONSTANTS ---"
@@ -24,13 +29,22 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     model = extraction["model"]
     layers = [
         {
-            "a_step": float(lay["a_step"]),
-            "c_step": float(lay["c_step"]),
+            "a_step": _finite(lay["a_step"], "a_step"),
+            "c_step": _finite(lay["c_step"], "c_step"),
             "eta": _num(lay.get("eta")),
             "gamma": _num(lay.get("gamma")),
             "fidelity": _num(lay.get("fidelity")),
         }
         for lay in extraction["layers"]
+    ]
+    # the layers whose (η, γ) the normalized mode uses, as `solver_template._usable` decides
+    usable = [
+        i
+        for i, lay in enumerate(layers)
+        if lay["eta"] is not None
+        and lay["gamma"] is not None
+        and 0.0 < lay["eta"] < 1.0
+        and 0.0 < lay["gamma"] < 2.0
     ]
     provenance = {
         "source": "eagle-probe extract",
@@ -40,6 +54,8 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "regime": model["regime"],
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
         "fidelity_per_layer": [lay["fidelity"] for lay in layers],
+        "layers": len(layers),
+        "recovered_layers": usable,
     }
     constants = "\n".join(
         [
@@ -72,23 +88,74 @@ def write_solver(
 
 
 def _header(provenance: dict[str, Any]) -> str:
-    fid = ", ".join("n/a" if f is None else f"{f:.3g}" for f in provenance["fidelity_per_layer"])
+    def data(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=True)
+
+    fid = [None if f is None else float(f"{f:.3g}") for f in provenance["fidelity_per_layer"]]
+    usable, layers = provenance["recovered_layers"], provenance["layers"]
+    others = [i for i in range(layers) if i not in usable]
+
+    def names(indices: list[int]) -> str:
+        return ", ".join(str(i + 1) for i in indices) or "none"
+
     lines = [
-        "# Exported by eagle-probe " + str(provenance["eagle_probe"]),
-        f"# checkpoint: {provenance['checkpoint']}",
-        f"# checkpoint sha256: {provenance['checkpoint_sha256']}",
-        f"# regime: {provenance['regime']}; sizes: {json.dumps(provenance['sizes'])}",
-        f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {fid}",
+        "# Exported by eagle-probe " + data(provenance["eagle_probe"]),
+        "# checkpoint: " + data(provenance["checkpoint"]),
+        "# checkpoint sha256: " + data(provenance["checkpoint_sha256"]),
+        f"# regime: {data(provenance['regime'])}; sizes: {data(provenance['sizes'])}",
+        f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {data(fid)}",
+        f"# mode='faithful': the {layers} recovered layers, their constants as fitted.",
+        f"# mode='normalized': recovered η_l, γ_l used at step(s) {names(usable)} of the first "
+        f"{layers} ({len(usable)} of {layers} layers have 0 < η < 1, 0 < γ < 2);",
+        f"#   the theory's η = 1/3, γ = 1 at step(s) {names(others)} and every step after "
+        f"{layers}.",
+        "#   complete(..., return_stats=True) and lstsq(..., stats={}) count both per call.",
         "",
     ]
     return "\n".join(lines)
 
 
 def _num(value):
-    return None if value is None else float(value)
+    """An optional number as a literal-safe float: None when absent or not finite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _finite(value, name: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"the extraction's {name} is {value}; a solver cannot be exported")
+    return value
 
 
 def _matrix_list(projectors) -> str:
     if projectors is None:
         return "None"
     return repr([[[round(float(v), 17) for v in row] for row in P] for P in projectors])
+
+
+def load_solver(path: str | os.PathLike):
+    """Import an exported solver.py as a module (it imports only NumPy)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eagle_probe_exported_solver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def faithful_gap(path: str | os.PathLike, z0, network_pred, *, d: int, n: int, prompts: int = 256):
+    """Relative gap ‖D_faithful − D_network‖ / ‖D_network‖ of the exported solver's faithful mode
+    on the first `prompts` of the prompts z0 (b, T, E) with the network's predictions (b, d', n')."""
+    import numpy as np
+
+    solver = load_solver(path)
+    k = min(prompts, len(z0))
+    out = np.stack(
+        [solver.complete(z[:d, :n], z[d:, :n], z[:d, n:], mode="faithful") for z in z0[:k]]
+    )
+    ref = np.asarray(network_pred[:k])
+    size = float(np.linalg.norm(ref))
+    return float(np.linalg.norm(out - ref)) / size if size > 0 else float("inf")

@@ -35,6 +35,62 @@ from eagle_probe import solver_template as eagle
 Solver = Callable[..., tuple[np.ndarray, int]]
 
 
+def _scale_free(method: Solver) -> Solver:
+    """Run `method` on A and b scaled by powers of two (exact), so that every scale float64
+    holds works; validate the options; never return info 0 with a non-finite or
+    unrepresentable x (info -3 then, with a RuntimeWarning).
+
+    Ã = 2^-ea A, b̃ = 2^-k b, x̃0 = 2^(ea-k) x0 and x = 2^(k-ea) x̃: the same problem in units
+    where max|Ã| and max|b̃| are about one."""
+
+    def solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+        A, b, x = _prepare(A, b, x0)
+        rtol, atol, _ = eagle._check_options(rtol, atol, None, None, None, callback)
+        if maxiter is not None:
+            eagle._check_options(rtol, atol, maxiter)
+        ea = eagle._exponent(A)
+        k = eagle._exponent(b)
+        if np.any(x):
+            k = max(k, ea + eagle._exponent(x))
+        with np.errstate(under="ignore"):
+            At, bt, xt = np.ldexp(A, -ea), np.ldexp(b, -k), np.ldexp(x, ea - k)
+
+        def unscale(v):
+            with np.errstate(over="ignore", under="ignore"):
+                return np.ldexp(v, k - ea)
+
+        inner = (lambda v: callback(unscale(v))) if callback is not None else None
+        xt, info = method(
+            At,
+            bt,
+            xt,
+            rtol=rtol,
+            atol=math.ldexp(atol, -k),
+            maxiter=maxiter,
+            callback=inner,
+        )
+        solve.last_iterations = getattr(method, "last_iterations", None)
+        out = unscale(xt)
+        if info < 0:
+            return out, info
+        tiny = np.finfo(np.float64).tiny
+        if not np.all(np.isfinite(out)) or (np.any(xt) and np.max(np.abs(out)) < tiny):
+            import warnings
+
+            warnings.warn(
+                "the least-squares solution is not representable in float64 at this scale",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return out, eagle.UNREPRESENTABLE
+        return out, info
+
+    solve.__name__ = method.__name__
+    solve.__doc__ = method.__doc__
+    solve.last_iterations = None
+    return solve
+
+
 def _prepare(A, b, x0):
     A = eagle._check_matrix("A", A)
     b = eagle._check_matrix("b", np.asarray(b), ndim=1)
@@ -92,10 +148,11 @@ def solve_eagle_fast(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callb
 def solve_lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
     """LAPACK gelsd (SVD) with numpy's cutoff rcond = max(m, n)·eps; one 'iteration'.
 
-    x0 is ignored (the answer does not depend on it)."""
-    A, b, _ = _prepare(A, b, x0)
+    x = x0 + A⁺(b − A x0), like every solver here (x0's null-space component is kept)."""
+    A, b, x0 = _prepare(A, b, x0)
     cond = max(A.shape) * np.finfo(np.float64).eps
-    x = scipy.linalg.lstsq(A, b, cond=cond, lapack_driver="gelsd", check_finite=False)[0]
+    r = b - A @ x0
+    x = x0 + scipy.linalg.lstsq(A, r, cond=cond, lapack_driver="gelsd", check_finite=False)[0]
     if callback is not None:
         callback(x.copy())
     return x, 0
@@ -140,9 +197,9 @@ def _scipy_counted(method):
     return solve
 
 
-solve_cg = _scipy_counted("cg")
-solve_lsqr = _scipy_counted("lsqr")
-solve_lsmr = _scipy_counted("lsmr")
+solve_cg = _scale_free(_scipy_counted("cg"))
+solve_lsqr = _scale_free(_scipy_counted("lsqr"))
+solve_lsmr = _scale_free(_scipy_counted("lsmr"))
 
 
 def solve_gd(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
@@ -151,7 +208,7 @@ def solve_gd(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None
     maxiter = 100 * A.shape[1] if maxiter is None else maxiter
     norm_a = eagle._spectral_norm(A)
     if norm_a == 0:
-        return np.zeros_like(x), 0
+        return x, 0
     step = 1.0 / norm_a**2
     for _ in range(maxiter):
         x = x + step * (A.T @ (b - A @ x))
@@ -198,7 +255,7 @@ def solve_newton_schulz(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, ca
     maxiter = 200 if maxiter is None else maxiter
     norm_a = eagle._spectral_norm(A)
     if norm_a == 0:
-        return np.zeros_like(x), 0
+        return x, 0
     r0 = b - A @ x
     X = A.T / norm_a**2
     prev = X @ r0
@@ -216,6 +273,11 @@ def solve_newton_schulz(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, ca
         prev = xk - x
     return x + X @ r0, maxiter
 
+
+solve_lstsq = _scale_free(solve_lstsq)
+solve_gd = _scale_free(solve_gd)
+solve_lbfgs = _scale_free(solve_lbfgs)
+solve_newton_schulz = _scale_free(solve_newton_schulz)
 
 SOLVERS: dict[str, Solver] = {
     "eagle": solve_eagle,

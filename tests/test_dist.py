@@ -13,16 +13,57 @@ def problem():
     return block_problem(40, 40, 8, 10.0, np.random.default_rng(0))
 
 
+def reference_rounds(A, B, C, world, rounds, eta=1 / 3, gamma=1.0):
+    """Distributed EAGLE written from its definition, independently of the package: machine μ
+    holds the columns A^μ, B^μ; each round the machines average γρ_μ B^μ A^μᵀ C (the D update)
+    and −γρ_μ A^μ A^μᵀ C (the C update), ρ_μ = ‖A^μ‖₂⁻², and update their own blocks
+    A^μ ← A^μ − ηρ_μ A^μ A^μᵀ A^μ, B^μ ← B^μ − ηρ_μ B^μ A^μᵀ A^μ."""
+    cuts = np.linspace(0, A.shape[1], world + 1).round().astype(int)
+    As = [A[:, cuts[i] : cuts[i + 1]].copy() for i in range(world)]
+    Bs = [B[:, cuts[i] : cuts[i + 1]].copy() for i in range(world)]
+    C, D = C.copy(), np.zeros((B.shape[0], C.shape[1]))
+    for _ in range(rounds):
+        rho = [1.0 / np.linalg.norm(Am, 2) ** 2 for Am in As]
+        dC = sum(-gamma * r * Am @ Am.T @ C for r, Am in zip(rho, As, strict=True))
+        dD = sum(gamma * r * Bm @ Am.T @ C for r, Am, Bm in zip(rho, As, Bs, strict=True))
+        As, Bs = (
+            [Am - eta * r * Am @ Am.T @ Am for r, Am in zip(rho, As, strict=True)],
+            [Bm - eta * r * Bm @ Am.T @ Am for r, Am, Bm in zip(rho, As, Bs, strict=True)],
+        )
+        C, D = C + dC / world, D + dD / world
+    return D
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
-def test_multiprocess_eagle_matches_the_simulation(problem, world):
-    A, B, C, _ = problem
+def test_multiprocess_eagle_matches_an_independent_reference(problem, world):
+    A, B, C, exact = problem
     results = dist.run_local(world, dist.eagle_worker, A, B, C)
-    D_sim, stats = eagle.complete_distributed(A, B, C, world)
+    rounds = results[0]["rounds"]
+    ref = reference_rounds(A, B, C, world, rounds)
     for r in results:
-        assert r["info"] == 0 and r["rounds"] == stats["rounds"]
-        assert np.abs(r["D"] - D_sim).max() <= 1e-12 * np.abs(D_sim).max()
+        assert r["info"] == 0 and r["rounds"] == rounds < 500
+        assert np.abs(r["D"] - ref).max() <= 1e-9 * np.abs(ref).max()
         assert r["bytes_per_round"] == (A.shape[0] + B.shape[0]) * C.shape[1] * 8
+        assert r["theory_steps"] == rounds and r["recovered_steps"] == 0
+    # and the answer it converged to is D = B A⁺ C
+    assert np.linalg.norm(results[0]["D"] - exact) <= 1e-6 * np.linalg.norm(exact)
+    # the in-process simulation agrees with the processes
+    D_sim, stats = eagle.complete_distributed(A, B, C, world)
+    assert stats["rounds"] == rounds
+    assert np.abs(results[0]["D"] - D_sim).max() <= 1e-12 * np.abs(D_sim).max()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_simulated_distributed_eagle_matches_the_reference_at_any_scale(problem, world):
+    A, B, C, exact = problem
+    D, stats = eagle.complete_distributed(A, B, C, world, rtol=0.0, maxiter=25)
+    ref = reference_rounds(A, B, C, world, 25)
+    assert np.abs(D - ref).max() <= 1e-10 * np.abs(ref).max()
+    for sa, sb, sc in [(1e-150, 1.0, 1.0), (1e150, 1e-100, 1e100), (1.0, 1e-300, 1e300)]:
+        D2, st = eagle.complete_distributed(A * sa, B * sb, C * sc, world)
+        assert st["info"] == 0
+        np.testing.assert_allclose(D2 / (sb * sc / sa), exact, rtol=1e-6, atol=0)
 
 
 @pytest.mark.slow
@@ -117,3 +158,26 @@ def test_ddp_with_two_ranks_matches_one_process_with_two_shards(tmp_path):
         "one.json",
         "one.pt",
     ]
+
+
+@pytest.fixture()
+def one_process_group():
+    import torch.distributed as tdist
+
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{dist.free_port()}", rank=0, world_size=1
+    )
+    yield
+    tdist.destroy_process_group()
+
+
+def test_the_worker_at_extreme_scales_and_its_return_contract(problem, one_process_group):
+    A, B, C, exact = problem
+    for sa, sb, sc in [(1e-300, 1.0, 1.0), (1e150, 1e-100, 1e100), (1.0, 1e-300, 1e300)]:
+        r = dist.eagle_worker(0, 1, A * sa, B * sb, C * sc)
+        assert r["info"] == 0
+        np.testing.assert_allclose(r["D"] / (sb * sc / sa), exact, rtol=1e-6, atol=0)
+    r = dist.eagle_worker(0, 1, A * 1e-300, B * 1e300, C)  # D ~ 1e600
+    assert r["info"] == eagle.UNREPRESENTABLE
+    with pytest.raises(ValueError, match="gamma"):
+        dist.eagle_worker(0, 1, A, B, C, gamma=50.0)

@@ -1,4 +1,5 @@
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -64,9 +65,95 @@ def test_provenance_header(planted):
     _, _, path = planted
     text = path.read_text()
     assert text.startswith("# Exported by eagle-probe")
-    assert "checkpoint sha256: " + "0" * 64 in text
+    assert 'checkpoint sha256: "' + "0" * 64 + '"' in text
     assert "per-layer fidelity" in text
     assert "\nimport numpy as np\n" in text and "import torch" not in text
+    # the planted layers' η, γ are usable: 3 recovered steps, then the theory's
+    assert "recovered η_l, γ_l used at step(s) 1, 2, 3 of the first 3" in text
+    assert "η = 1/3, γ = 1 at step(s) none and every step after 3" in text
+    module = _load(path)
+    assert module.PROVENANCE["recovered_layers"] == [0, 1, 2]
+    assert module.recovered_layers() == [0, 1, 2]
+
+
+def test_return_info_counts_recovered_and_theory_steps(planted):
+    _, _, path = planted
+    solver = _load(path)
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((10, 5)) @ rng.standard_normal((5, 12)) * 1e-3
+    A, B, C = X[:8, :10], X[8:, :10], X[:8, 10:]
+    D, stats = solver.complete(A, B, C, return_stats=True)
+    assert stats["info"] == 0 and stats["iterations"] > 3
+    assert stats["recovered_steps"] == 3
+    assert stats["theory_steps"] == stats["iterations"] - 3 and stats["given_steps"] == 0
+    assert np.allclose(D, solver.complete(A, B, C))  # the default return is unchanged
+    D2, info, its = solver.complete(A, B, C, return_info=True)
+    assert info == 0 and its == stats["iterations"]
+    counts = {}
+    solver.lstsq(A.T, B[0], stats=counts)
+    assert counts["recovered_steps"] == 3 and counts["theory_steps"] == counts["iterations"] - 3
+    # with eta/gamma given, no step is attributed to the network or the theory
+    _, given = solver.complete(A, B, C, eta=0.4, gamma=1.0, return_stats=True)
+    assert given["given_steps"] == given["iterations"] and given["recovered_steps"] == 0
+
+
+def test_unusable_recovered_layers_hand_over_to_the_theory():
+    data = {
+        "model": {"regime": "centralized", "n": 4, "d": 4, "n_prime": 1, "d_prime": 1},
+        "layers": [
+            {"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": 0.0},
+            {"a_step": 0.1, "c_step": 0.1, "eta": 1.7, "gamma": 1.0, "fidelity": None},
+            {"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": float("nan")},
+        ],
+    }
+    data["model"] |= {"normalize": "none", "machines": 1}
+    source = solver_source(data)
+    assert "used at step(s) 1, 3 of the first 3 (2 of 3 layers" in source
+    assert "η = 1/3, γ = 1 at step(s) 2 and every step after 3" in source
+    ns: dict = {}
+    exec(compile(source, "solver", "exec"), ns)
+    A = np.random.default_rng(0).standard_normal((4, 4))
+    _, stats = ns["complete"](A, np.ones((1, 4)), np.ones((4, 1)), return_stats=True)
+    # step 2 falls back to the theory; step 3 is a recovered layer again
+    assert stats["recovered_steps"] == 2 and stats["theory_steps"] == stats["iterations"] - 2
+
+
+NASTY_NAMES = [
+    'm\nimport os; os.system("touch PWNED")\n#.pt',
+    "m\r\nimport os\r\n.pt",
+    "a\u2028b\u0085c\x0cd.pt",
+    "q\"\"\"'''\\.pt",
+    "\x00\x1b[31m.pt",
+]
+
+
+@pytest.mark.parametrize("name", NASTY_NAMES)
+def test_provenance_values_are_written_as_data(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = {
+        "model": {
+            "regime": "centralized",
+            "n": 4,
+            "d": 4,
+            "n_prime": 1,
+            "d_prime": 1,
+            "normalize": "none",
+            "machines": 1,
+            "checkpoint": name,
+            "sha256": name,
+        },
+        "layers": [{"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": 0.1}],
+    }
+    path = write_solver(tmp_path / "solver.py", data)
+    text = path.read_text()
+    header = text[: text.index('"""')]
+    assert all(line.startswith("#") for line in header.split("\n") if line)
+    module = _load(path)
+    assert not (tmp_path / "PWNED").exists()
+    assert module.PROVENANCE["checkpoint"] == name
+    assert module.PROVENANCE["checkpoint_sha256"] == name
+    line = next(ln for ln in header.split("\n") if ln.startswith("# checkpoint: "))
+    assert json.loads(line[len("# checkpoint: ") :]) == name
 
 
 def test_exported_file_runs_without_torch_scipy_or_eagle_probe(planted):

@@ -148,7 +148,7 @@ def fit_steps(
         if not improved:
             break  # no decrease along any damped step: stationary to round-off
     grad = 2.0 * Jtr / m
-    rel = float(np.max(np.abs(grad * theta)) / loss) if loss > 0 else 0.0
+    rel = float(np.max(np.abs(grad * theta)) / max(loss, floor, np.finfo(float).tiny))
     return {
         "a_steps": theta[:L].tolist(),
         "c_steps": theta[L:].tolist(),

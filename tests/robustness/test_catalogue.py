@@ -170,7 +170,7 @@ ARGS = {
     "bad_normalize": ([*TRAIN, "--normalize", "l1", "-o", "o.pt"], "unknown normalize"),
     "bad_schedule": ([*TRAIN, "--schedule", "step", "-o", "o.pt"], "unknown schedule"),
     "missing_output": (TRAIN, "required"),
-    "output_under_a_file": ([*TRAIN, "-o", "afile/o.pt"], "does not exist"),
+    "output_under_a_file": ([*TRAIN, "-o", "afile/o.pt"], "not a directory"),
     "step_lists_differ": (
         ["plant", "--a-steps", "0.1,0.2", "--c-steps", "0.1", "-o", "p.pt"],
         "has 2 values",

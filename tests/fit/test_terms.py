@@ -1,0 +1,387 @@
+"""The term library, the sparse optimizers and the `terms` view."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from probe_context import TRAINED, make_context, plant_cross_term, planted
+
+from eagle_probe import checkpoint
+from eagle_probe.fit import library as lib
+from eagle_probe.fit import sparse
+from eagle_probe.fit.geometry import Geometry
+from eagle_probe.fit.terms import TermsConfig, terms_view
+
+EAGLE = ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
+
+
+def small_geometry(n=4, d=3, n_prime=2, d_prime=2) -> Geometry:
+    T = d + d_prime
+    mask = np.zeros((T, T))
+    mask[:, :d] = 1.0
+    return Geometry(
+        regime="centralized",
+        d=d,
+        n=n,
+        d_prime=d_prime,
+        n_prime=n_prime,
+        heads=1,
+        layers=1,
+        mask=mask,
+    )
+
+
+def random_factors(g: Geometry, b: int = 7, seed: int = 0) -> tuple[lib.Factors, np.ndarray]:
+    Z = np.random.default_rng(seed).standard_normal((b, g.tokens, g.width))
+    return lib.Factors.of(g, Z), Z
+
+
+# --- library ------------------------------------------------------------------------------------
+
+
+def test_names_follow_the_scheme_and_parse_back():
+    terms = lib.library()
+    names = [t.name for t in terms]
+    assert len(names) == len(set(names))
+    assert {t.name for t in terms if t.free == "none"} == {
+        "A+=AAtA",
+        "A+=CCtA",
+        "B+=BAtA",
+        "B+=DCtA",
+        "C+=AAtC",
+        "C+=CCtC",
+        "D+=BAtC",
+        "D+=DCtC",
+    }
+    for term in terms:
+        assert lib.parse(term.name) == term
+    assert lib.parse("A+=A*W*CtA") == lib.Term("A", "A", "C", "A", "W1")
+    assert lib.parse("C+=AAtA*W") == lib.Term("C", "A", "A", "A", "W2")
+    assert lib.parse("A+=A*U*CtC*V") == lib.Term("A", "A", "C", "C", "both")
+
+
+@pytest.mark.parametrize(
+    "name", ["A+=BAtA", "A+=ACtA", "A+=AAtB", "A+=A*U*AtA*V", "A+=AAtC", "X+=AAtA", "A=AAtA"]
+)
+def test_names_a_layer_cannot_form_are_refused(name):
+    with pytest.raises(ValueError):
+        lib.parse(name)
+
+
+def test_cross_blocks_have_matrix_coefficients_only():
+    for term in lib.library():
+        if not (term.w1_square and term.w2_square):
+            assert term.free != "none"
+        if term.free == "both":
+            assert not term.w1_square and not term.w2_square
+
+
+def test_terms_with_the_weights_reproduce_the_layer():
+    """With W_VP = diag(v_a I, v_c I) and any W_QK, one layer's update of every block is the sum
+    of the W1-free families P·(v W_QK[P, Q])·Qᵀ·R over P, Q with R the visible block of X's
+    kind — checked against the network's own forward from products."""
+    g = small_geometry()
+    f, Z = random_factors(g)
+    rng = np.random.default_rng(1)
+    qk = rng.standard_normal((1, g.width, g.width))
+    va, vc = 0.7, -1.3
+    vp = np.diag([va] * g.n + [vc] * g.n_prime)[None]
+    dZ = g.layer(Z, qk, vp) - Z
+    cols = {"a": slice(0, g.n), "c": slice(g.n, g.width)}
+    for X, block in zip(lib.TARGETS, g.blocks(dZ), strict=True):
+        total = np.zeros_like(block)
+        for term in lib.library((X,)):
+            if term.free != "W1" or term.R != ("A" if lib.KIND[X] == "a" else "C"):
+                continue
+            v = va if lib.KIND[X] == "a" else vc
+            W = v * qk[0][cols[lib.KIND[term.P]], cols[lib.KIND[term.Q]]]
+            total += lib.apply(term, W, f)
+        np.testing.assert_allclose(total, block, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("X", lib.TARGETS)
+def test_normal_equation_blocks_match_the_explicit_design(X):
+    g = small_geometry()
+    f, Z = random_factors(g)
+    y = np.random.default_rng(2).standard_normal(
+        (f.prompts, g.d if lib.TOP[X] else g.d_prime, g.n if lib.KIND[X] == "a" else g.n_prime)
+    )
+    terms = lib.library((X,))
+    designs = {t: lib.design(t, f, g) for t in terms}
+    for t1, t2 in itertools.product(terms, repeat=2):
+        np.testing.assert_allclose(
+            lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2], rtol=1e-10, atol=1e-10
+        )
+    for t in terms:
+        np.testing.assert_allclose(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1), rtol=1e-10)
+        if t.free in ("W2", "both"):
+            kx = t.size(g) // t.shared_features(g)
+            H = np.kron(lib.shared_gram(t, f), np.eye(kx))
+            np.testing.assert_allclose(H, designs[t].T @ designs[t], rtol=1e-10, atol=1e-10)
+
+
+def test_visible_row_mask_is_required():
+    g = small_geometry()
+    mask = g.mask.copy()
+    mask[0, 1] = 0.0
+    bad = Geometry(
+        regime="centralized",
+        d=g.d,
+        n=g.n,
+        d_prime=g.d_prime,
+        n_prime=g.n_prime,
+        heads=1,
+        layers=1,
+        mask=mask,
+    )
+    lib.check_mask(g)
+    with pytest.raises(ValueError, match="visible-row"):
+        lib.check_mask(bad)
+
+
+# --- sparse ---------------------------------------------------------------------------------------
+
+
+def grouped_problem(seed=0, m=400, sizes=(1, 1, 3, 5, 4), true=(0, 2)):
+    rng = np.random.default_rng(seed)
+    Phi = [rng.standard_normal((m, s)) for s in sizes]
+    coef = [rng.standard_normal(s) if i in true else np.zeros(s) for i, s in enumerate(sizes)]
+    y = sum(P @ c for P, c in zip(Phi, coef, strict=True))
+    problem = sparse.NormalProblem(
+        sizes=list(sizes),
+        gram_block=lambda i, j: Phi[i].T @ Phi[j],
+        rhs_block=lambda i: Phi[i].T @ y,
+        yy=float(y @ y),
+    )
+    return problem, Phi, coef, y
+
+
+def test_solve_normal_is_the_minimum_norm_solution_of_the_scaled_columns():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((50, 6)) @ rng.standard_normal((6, 9))  # rank 6, 9 columns
+    y = rng.standard_normal(50)
+    theta = sparse.solve_normal(X.T @ X, X.T @ y)
+    norms = np.linalg.norm(X, axis=0)
+    want = np.linalg.pinv(X / norms) @ y / norms
+    np.testing.assert_allclose(theta, want, rtol=1e-7, atol=1e-9)
+    full = rng.standard_normal((50, 5))
+    coef = rng.standard_normal(5)
+    got = sparse.solve_normal(full.T @ full, full.T @ (full @ coef))
+    np.testing.assert_allclose(got, coef, rtol=1e-10)
+
+
+def test_refit_qr_is_exact_and_honours_priority():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 4)) * np.array([1e-3, 1.0, 1e3, 1.0])
+    coef = np.array([2.0, -1.0, 3e-3, 0.5])
+    np.testing.assert_allclose(sparse.refit_qr(X, X @ coef), coef, rtol=1e-12)
+    # a second level that repeats the first column: the first level keeps the shared direction
+    Y = np.concatenate([X[:, :1], X[:, :1] + X[:, 1:2]], axis=1)
+    y = 2.0 * X[:, 0]
+    np.testing.assert_allclose(sparse.refit_qr(Y, y, [1, 1]), [2.0, 0.0], atol=1e-12)
+
+
+def test_fit_levels_keep_the_shared_direction_first():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(200)
+    Phi = [a[:, None], np.stack([a, rng.standard_normal(200)], axis=1)]
+    y = 3.0 * a
+    problem = sparse.NormalProblem(
+        sizes=[1, 2],
+        gram_block=lambda i, j: Phi[i].T @ Phi[j],
+        rhs_block=lambda i: Phi[i].T @ y,
+        yy=float(y @ y),
+    )
+    coefs, res = problem.fit([0, 1], [1, 1], exact=True)
+    np.testing.assert_allclose(coefs[0], [3.0], rtol=1e-10)
+    np.testing.assert_allclose(coefs[1], [0.0, 0.0], atol=1e-10)
+    assert res < 1e-7
+
+
+def test_gain_is_the_drop_of_the_residual():
+    problem, Phi, _, y = grouped_problem()
+    support = [1, 3]
+    coefs, _ = problem.fit(support)
+    for g in (0, 2, 4):
+        A = np.concatenate([Phi[i] for i in support], axis=1)
+        B = np.concatenate([A, Phi[g]], axis=1)
+        r1 = y - A @ np.linalg.lstsq(A, y, rcond=None)[0]
+        r2 = y - B @ np.linalg.lstsq(B, y, rcond=None)[0]
+        want = (r1 @ r1 - r2 @ r2) / (y @ y)
+        assert problem.gain(support, coefs, g) == pytest.approx(want, rel=1e-8, abs=1e-12)
+
+
+def test_stlsq_and_forward_path_find_the_planted_groups():
+    problem, _, coef, _ = grouped_problem(sizes=(1, 1, 1, 3, 5, 4), true=(0, 4))
+    support, coefs = sparse.stlsq(problem, list(range(6)), threshold=1e-3)
+    assert support == [0, 4]
+    np.testing.assert_allclose(coefs[1], coef[4], rtol=1e-8)
+    path, residuals = sparse.forward_groups(
+        problem, [0], [1, 2, 3, 4, 5], tol=1e-10, min_gain=0.1, max_groups=3
+    )
+    assert path == [0, 4]
+    assert residuals[-1] < 1e-10
+    fitted, _ = problem.fit(path, exact=True)
+    np.testing.assert_allclose(fitted[1], coef[4], rtol=1e-8)
+
+
+def test_bags_and_frequencies():
+    rng = np.random.default_rng(6)
+    subsets = sparse.bags(100, 5, 0.5, rng)
+    assert len(subsets) == 5
+    for s in subsets:
+        assert len(s) == 50 and len(set(s.tolist())) == 50 and s.max() < 100
+    freq = sparse.inclusion_frequency([["a", "b"], ["a"], ["a", "c"], []], ["a", "b", "c", "d"])
+    assert freq == {"a": 0.75, "b": 0.25, "c": 0.25, "d": 0.0}
+    with pytest.raises(ValueError):
+        sparse.bags(10, 2, 0.0, rng)
+
+
+# --- the view on planted models -------------------------------------------------------------------
+
+
+def assert_eagle(result, a, c, rtol):
+    layers = result.json["layers"]
+    assert len(layers) == len(a)
+    for layer, al, cl in zip(layers, a, c, strict=True):
+        names = [t["name"] for t in layer["terms"]]
+        assert names == list(EAGLE), f"layer {layer['layer']}: {names}"
+        for term, want in zip(layer["terms"], (-al, -al, -cl, -cl), strict=True):
+            assert term["kind"] == "scalar"
+            assert term["coefficient"] == pytest.approx(want, rel=rtol)
+            assert term["frequency"] == 1.0
+            assert term["share"] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "dtype, heads, normalize, rtol",
+    [
+        ("float32", 1, "spectral", 1e-6),
+        ("float32", 3, "none", 1e-6),
+        ("float32", 8, "spectral", 1e-6),
+        ("float64", 1, "none", 1e-10),
+        ("float64", 5, "spectral", 1e-10),
+    ],
+)
+def test_planted_eagle_gives_exactly_the_four_terms(dtype, heads, normalize, rtol):
+    if normalize == "spectral":
+        a, c = [0.31, 0.52, 0.23], [0.71, 1.13, 0.97]
+    else:  # raw prompts: steps of the size of 1/‖A‖²
+        a, c = [0.011, 0.017, 0.007], [0.021, 0.013, 0.029]
+    model, task = planted(a=a, c=c, heads=heads, dtype=dtype, normalize=normalize)
+    ctx = make_context(model, task, probes=128, held_out=256)
+    result = terms_view(ctx)
+    assert_eagle(result, a, c, rtol)
+    assert result.warnings == []
+    for layer in result.json["layers"]:
+        assert layer["one_step_fidelity"] < 1e-12
+        assert layer["relative_residual"] < 1e-5
+    assert result.json["run_from_input_mse"] == pytest.approx(ctx.network_mse, rel=1e-4)
+    table = result.tables["terms"]
+    assert list(table["term"]) == list(EAGLE) * len(a)
+    json.dumps(result.json, allow_nan=False)  # plain data only
+
+
+def test_planted_eagle_at_the_shipped_sizes():
+    a, c = [1.3, 8.1, 1.8, 0.2], [1.3, 10.3, 65.4, 168.8]
+    model, task = planted(a=a, c=c, heads=2, normalize="spectral", sizes=(18, 18, 2, 2))
+    model.load_state_dict(model.state_dict())
+    ctx = make_context(model, task, probes=128, held_out=256)
+    assert_eagle(terms_view(ctx), a, c, 1e-6)
+
+
+def test_planted_cross_term_is_named_in_its_layer_only():
+    a, c = [0.31, 0.52, 0.23], [0.71, 1.13, 0.97]
+    model, task = planted(a=a, c=c, heads=2, dtype="float64", normalize="spectral")
+    M = plant_cross_term(model, layer=1)
+    result = terms_view(make_context(model, task, probes=128, held_out=256))
+    cross = {"A+=A*W*CtA", "B+=B*W*CtA", "C+=A*W*CtC", "D+=B*W*CtC"}
+    for layer in result.json["layers"]:
+        names = {t["name"] for t in layer["terms"]}
+        keyed_on_c = {n for n in names if lib.parse(n).Q == "C"}
+        if layer["layer"] == 1:
+            assert keyed_on_c == cross
+            assert set(EAGLE) <= names
+            for term in layer["terms"]:
+                assert term["frequency"] == 1.0
+                if term["name"] in ("A+=A*W*CtA", "B+=B*W*CtA"):
+                    np.testing.assert_allclose(term["coefficient"], -a[1] * M, rtol=1e-8)
+                if term["name"] in ("C+=A*W*CtC", "D+=B*W*CtC"):
+                    np.testing.assert_allclose(term["coefficient"], -c[1] * M, rtol=1e-8)
+                    assert term["nearest_scalar"] is None
+            assert layer["one_step_fidelity"] < 1e-20
+        else:
+            assert names == set(EAGLE)
+
+
+def test_unsupported_token_mask_is_reported_not_guessed():
+    model, task = planted(
+        a=[0.1, 0.2], c=[0.3, 0.4], normalize="spectral", token_mask="sparse", mask_density=0.6
+    )
+    result = terms_view(make_context(model, task, probes=32, held_out=32))
+    assert result.json["supported"] is False
+    assert len(result.warnings) == 1 and "visible-row" in result.warnings[0]
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError):
+        TermsConfig(stable=0.0)
+    with pytest.raises(ValueError):
+        TermsConfig(bags=-1)
+    with pytest.raises(ValueError):
+        TermsConfig(threshold=float("nan"))
+
+
+def test_inputs_are_not_mutated():
+    model, task = planted(a=[0.3, 0.2], c=[0.5, 0.7], normalize="spectral")
+    ctx = make_context(model, task, probes=64, held_out=64)
+    before = (ctx.cap.Z.copy(), ctx.held_out.z0.copy())
+    terms_view(ctx)
+    np.testing.assert_array_equal(ctx.cap.Z, before[0])
+    np.testing.assert_array_equal(ctx.held_out.z0, before[1])
+
+
+# --- the shipped models ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def centralized_terms():
+    torch.set_num_threads(1)
+    model, task, _ = checkpoint.load(TRAINED / "centralized.pt")
+    ctx = make_context(model, task)
+    return ctx, terms_view(ctx)
+
+
+def test_centralized_terms_are_faithful_one_step(centralized_terms):
+    ctx, result = centralized_terms
+    for layer in result.json["layers"]:
+        assert layer["one_step_fidelity"] <= 1e-4, layer["layer"]
+    # layer 0 is plain EAGLE; layer 1's A/B update needs a matrix value block (dense W_VP A-block)
+    first = {t["name"]: t for t in result.json["layers"][0]["terms"]}
+    assert set(EAGLE) <= set(first)
+    second = {t["name"]: t for t in result.json["layers"][1]["terms"]}
+    assert "A+=AAtA*W" in second and "B+=BAtA*W" in second
+    # its nearest scalar is the layer's A-step read off the weights (a_1 = 8.128)
+    assert second["A+=AAtA*W"]["nearest_scalar"] == pytest.approx(-8.128, rel=0.01)
+    mse, net = result.json["run_from_input_mse"], result.json["network_mse"]
+    assert abs(mse / net - 1.0) < 0.1
+
+
+def test_eight_heads_name_the_terms_keyed_on_c():
+    """centralized_8head.pt uses the W_QK block between the query's A/B features and the key's C
+    features (zeroing it raises its MSE from 5e-3 to 7): the terms must name it."""
+    torch.set_num_threads(1)
+    model, task, _ = checkpoint.load(TRAINED / "centralized_8head.pt")
+    result = terms_view(make_context(model, task, held_out=512))
+    keyed = set()
+    for layer in result.json["layers"]:
+        for t in layer["terms"]:
+            term = lib.parse(t["name"])
+            if lib.KIND[term.P] == "a" and term.Q == "C":
+                assert t["kind"] == "matrix" and t["frequency"] >= 0.5
+                keyed.add(t["name"])
+    assert {"C+=A*W*CtC", "D+=B*W*CtC"} <= keyed
