@@ -62,7 +62,7 @@ def test_quick_suite_fidelity_values(quick):
     assert set(fid.reading) == {"one_step", "end_to_end"}
     for (name, _), rows in fid.groupby(["model", "reading"]):
         rows = rows.sort_values("layer")
-        assert rows.layer.tolist() == [1, 2, 3, 4]
+        assert rows.layer.tolist() == [0, 1, 2, 3]  # 0-based
         np.testing.assert_allclose(rows.paper, np.array(PAPER_TABLE1[name]) * 1e-4, rtol=1e-12)
         assert (rows.better_than_paper == (rows.fidelity <= rows.paper)).all()
         assert np.isfinite(rows.fidelity).all() and (rows.fidelity > 0).all()

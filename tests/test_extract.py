@@ -50,6 +50,9 @@ CASES = [
     ([0.01], [0.2], 2),
 ]
 
+# The views these tests read (the others are tested in tests/fit)
+STEP_VIEWS = ("eagle", "fidelity", "polynomial")
+
 # Steps per case on the `none` path; the normalised paths see ‖A‖₂ ≤ 1, so their steps are
 # these times the median ‖A‖₂² of the small task (about 14, see conftest.PLANTED_STEPS).
 SCALE = {"none": 1.0, "spectral": 10.0, "frobenius": 12.0}
@@ -61,7 +64,15 @@ SCALE = {"none": 1.0, "spectral": 10.0, "frobenius": 12.0}
 def test_planted_steps_are_recovered(a, c, heads, dtype, tol, normalize):
     a, c = [x * SCALE[normalize] for x in a], [x * SCALE[normalize] for x in c]
     model, task = planted(a, c, heads=heads, dtype=dtype, normalize=normalize)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=STEP_VIEWS,
+    )
     np.testing.assert_allclose(ex.layers.a_step, a, rtol=tol, atol=tol * max(a))
     np.testing.assert_allclose(ex.layers.c_step, c, rtol=tol)
     assert (ex.layers.r2 > 1 - 1e-10).all() and (ex.layers.one_step_residual < 1e-6).all()
@@ -76,7 +87,14 @@ def test_planted_steps_are_recovered(a, c, heads, dtype, tol, normalize):
 def test_eta_gamma_use_the_batch_max_norm_of_each_layers_a(planted):
     model, task, a, c = planted
     ex = extract(
-        model, task, probe_batch_size=64, seed=5, control=False, test_batch=64, tuning_batch=64
+        model,
+        task,
+        probe_batch_size=64,
+        seed=5,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=("eagle", "fidelity"),
     )
     iterates, _ = probe_iterates(task, model.cfg.normalize, a, c, 64, 5)
     # ‖A_l‖₂² per prompt for the A block entering layer l, internal units
@@ -92,7 +110,14 @@ def test_fidelity_is_the_table1_metric_in_prompt_units(planted):
     model, task, a, c = planted
     model = off_eagle(model)
     ex = extract(
-        model, task, probe_batch_size=64, seed=2, control=False, test_batch=64, tuning_batch=64
+        model,
+        task,
+        probe_batch_size=64,
+        seed=2,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=("eagle", "fidelity"),
     )
     a_fit, c_fit = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
     assert np.abs(c_fit - c).max() < 0.3 * max(c), "the perturbation leaves the steps near c"
@@ -145,7 +170,15 @@ def _load_solver(path):
 
 def test_faithful_export_equals_the_network(planted, tmp_path):
     model, task, _, _ = planted
-    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=32, tuning_batch=32)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=32,
+        control=False,
+        test_batch=32,
+        tuning_batch=32,
+        views=("eagle", "fidelity"),
+    )
     solver = _load_solver(write_solver(tmp_path / "solver.py", ex.to_json()))
     p = sample(task, 12, make_generator(9), dtype=torch.float64)
     with torch.no_grad():
@@ -165,7 +198,15 @@ def test_faithful_export_equals_the_network(planted, tmp_path):
 def test_normalised_planted_model_is_separated_from_its_control(normalize):
     a, c = PLANTED_STEPS[normalize]
     model, task = planted(a, c, normalize=normalize)
-    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=64, seed=3)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        test_batch=64,
+        tuning_batch=64,
+        seed=3,
+        views=("eagle", "fidelity"),
+    )
     ctrl_gap = [lay["one_step"]["relative"] for lay in ex.control["fidelity"].json["layers"]]
     assert all(g > 0.5 for g in ctrl_gap)
     assert (ex.layers.fidelity_rel < 1e-12).all() and (
