@@ -38,7 +38,7 @@ class Fault:
     tests: tuple[str, ...]  # test files (or node ids) that cover the edited code
 
 
-FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py", "tests/fit")
+FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py")
 MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extract.py")
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
 SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness")
@@ -75,8 +75,8 @@ FAULTS = [
     Fault(
         "faithful solver returns D without the prompt scale",
         "eagle_probe/solver_template.py",
-        "    return D * s\n",
-        "    return D\n",
+        "        D = D * s\n",
+        "        D = D\n",
         EXPORT_TESTS,
     ),
     Fault(
@@ -89,16 +89,16 @@ FAULTS = [
     Fault(
         "complete without its non-finite check",
         "eagle_probe/solver_template.py",
-        "        D = D + dD\n"
-        "        if not np.all(np.isfinite(D)):\n            info = -2\n            break\n",
-        "        D = D + dD\n",
+        "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n"
+        "        if not np.all(np.isfinite(D)):\n            info = NONFINITE\n            break\n",
+        "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n",
         SOLVER_TESTS,
     ),
     Fault(
         "lstsq ignores x0",
         "eagle_probe/solver_template.py",
-        "        x = x0.copy()\n",
-        "        pass\n",
+        "x, info, it = _lstsq(A, b, x0, rtol,",
+        "x, info, it = _lstsq(A, b, 0 * x0, rtol,",
         SOLVER_TESTS,
     ),
     Fault(
@@ -153,8 +153,8 @@ FAULTS = [
     Fault(
         "checkpoints loaded with weights_only=False",
         "eagle_probe/checkpoint.py",
-        'torch.load(path, map_location="cpu", weights_only=True)',
-        'torch.load(path, map_location="cpu", weights_only=False)',
+        'torch.load(path, map_location="cpu", weights_only=True, mmap=True)',
+        'torch.load(path, map_location="cpu", weights_only=False, mmap=True)',
         ("tests/test_checkpoint.py",),
     ),
     Fault(
@@ -177,14 +177,16 @@ FAULTS = [
         "eagle_probe/train.py",
         "                    p.requires_grad_(False)\n",
         "                    p.requires_grad_(True)\n",
-        ("tests/test_train.py",),
+        ("tests/test_train.py::test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on",),
     ),
     Fault(
         "curriculum ignored",
         "eagle_probe/train.py",
         "step_task = curriculum.at(task, step / cfg.steps) if curriculum else task",
         "step_task = task",
-        ("tests/test_train.py",),
+        (
+            "tests/test_train.py::test_curriculum_moves_the_training_task_from_isotropic_to_the_target",
+        ),
     ),
     Fault(
         "evaluate CLI ignores --seed",

@@ -195,6 +195,22 @@ def test_faithful_export_equals_the_network(planted, tmp_path):
             np.testing.assert_allclose(D, net[i], rtol=1e-10)
 
 
+def test_projecting_a_planted_model_onto_eagle_changes_nothing(planted):
+    # The weight projection re-runs the network from its products on the prompts' own scale: for
+    # a model that is exactly EAGLE the projected model is the model.
+    model, task, _, _ = planted
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=32,
+        control=False,
+        test_batch=64,
+        tuning_batch=32,
+        views=("eagle", "fidelity", "projection"),
+    )
+    assert ex.test["projected_mse"] == pytest.approx(ex.test["mse"], rel=1e-9)
+
+
 def test_normalised_planted_model_is_separated_from_its_control(normalize):
     a, c = PLANTED_STEPS[normalize]
     model, task = planted(a, c, normalize=normalize)
