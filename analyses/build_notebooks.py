@@ -92,6 +92,19 @@ routing = routing_score(shares)
 display(routing)
 print("largest change of any head's share between problem types:",
       f"{routing.max_share_change.max():.2f}")"""),
+    ("code", """\
+# The verdicts below, checked on the numbers above: this cell fails when one no longer holds.
+heads = ex.fits[ex.fits["head"] >= 0]
+for layer, group in heads.groupby("layer"):
+    for orders in group.orders:  # every head: a polynomial in G from order 0 up, no gaps
+        assert list(orders) == list(range(len(orders))), (layer, list(orders))
+    assert (group.share > 0).all(), f"layer {layer}: a head works against its layer's update"
+assert 1.5 < two / full < 6, "two heads per layer: about threefold the error"
+assert two < ex.test["zero_mse"] / 5, "two heads per layer: well below the zero predictor"
+assert single > ex.test["zero_mse"], "one head per layer: the model explodes"
+assert pruning.removed.iloc[-4:].str.startswith("L0").all(), "the last heads removed are layer 0's"
+assert routing.max_share_change.max() < 0.25, "no head's share moves much between problem types"
+"""),
     ("md", """\
 ## Verdicts
 
@@ -186,6 +199,18 @@ display(pd.DataFrame(runs))
 hist = pd.DataFrame(hist)
 display(plots.error_curves(hist, "iteration"))
 display(plots.error_curves(hist, "seconds"))"""),
+    ("code", """\
+# The reading below, checked on the numbers above: this cell fails when it no longer holds.
+assert ex.verdict["label"] == "EAGLE"
+assert abs(ex.test["projected_mse"] / ex.test["mse"] - 1) < 0.02, "projection: MSE unchanged"
+assert one.relative[0] < 1e-3, "layer 0 is an EAGLE step"
+assert min(one.relative_A[1], one.relative_B[1]) > 0.05, "layer 1's A/B update departs"
+assert max(one.relative_C[1], one.relative_D[1]) < 0.01, "layer 1's C/D update is EAGLE"
+assert 0.02 < rel(faithful, net) < 0.2, "the faithful export differs by several percent"
+assert all(r["info"] == 0 and r["relative error"] < 1e-9 for r in rows), "normalized: exact"
+it = pd.DataFrame(runs).set_index("solver").iterations
+assert it["cg"] >= 100 * it["eagle"], "hundreds of times fewer iterations than CG at κ = 1e4"
+"""),
     ("md", """\
 ## Reading
 
@@ -288,6 +313,18 @@ claims = [
      > diversity.sort_values("diversity").rounds.iloc[-1] else "refuted"),
 ]
 display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measurement", "verdict"]))"""),
+    ("code", """\
+# The verdicts written as text above, checked on the numbers: this cell fails when one no
+# longer holds (the others are computed from the measurement).
+w = ex.weights
+assert w.W_QK.iloc[0].endswith("I_18, 0)") and "dense" not in w.W_VP.iloc[0], "layer 0: EAGLE"
+assert all("dense" in q + v for q, v in zip(w.W_QK.iloc[1:], w.W_VP.iloc[1:])), "later: dense"
+e2e = c_fid[c_fid.reading == "end_to_end"] if "reading" in c_fid else c_fid
+assert e2e.sort_values("layer").better_than_paper.tolist() == [True, False, False, False], (
+    "end to end: better in layer 1 only")
+assert 0.3 < eta0 < 3 and 0.3 < gamma0 < 1.9, "η, γ of the paper's order; γ below 1.9"
+assert k4.ratio >= 100 and (gd_rounds / eagle_rounds.values >= 10).all()
+"""),
 ]
 
 

@@ -446,7 +446,9 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
         if not path.exists():
             continue
         model, task, _ = checkpoint.load(path)
-        ex = extract(model, task, probe_batch_size=256, seed=0, control=False, views=("eagle",))
+        ex = extract(
+            model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity")
+        )
         held = build_context(
             model, task, probes=probe_batch(task, 512, 1), test_batch=8, tuning_batch=8
         )

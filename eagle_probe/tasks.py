@@ -180,14 +180,17 @@ def _orthonormal(generator: torch.Generator, b: int, rows: int, cols: int) -> to
 
 
 def _kappa_blocks(cfg: TaskConfig, b: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """A = P diag(σ) Qᵀ with σ geometric from 1 to 1/κ; B = W A, C = A Y, so rank X = rank A."""
+    """A = P diag(σ) Qᵀ with σ geometric from 1 to 1/κ; B = W A, C = A Y, so rank X = rank A.
+
+    Y ~ N(0, 1/n): a query column A y then has the second moments of A's own columns,
+    E[(A y)(A y)ᵀ] = A Aᵀ / n (the queries follow the law of the samples)."""
     s = min(cfg.rank, cfg.d, cfg.n)
     sigma = torch.logspace(0, -math.log10(cfg.kappa), s, dtype=torch.float64)  # (s,)
     P = _orthonormal(g, b, cfg.d, s)  # (b, d, s)
     Q = _orthonormal(g, b, cfg.n, s)  # (b, n, s)
     A = (P * sigma) @ Q.transpose(-1, -2)  # (b, d, n)
     W = _randn(g, b, cfg.d_prime, cfg.d)  # (b, d', d)
-    Y = _randn(g, b, cfg.n, cfg.n_prime)  # (b, n, n')
+    Y = _randn(g, b, cfg.n, cfg.n_prime) / math.sqrt(cfg.n)  # (b, n, n')
     return A, W @ A, A @ Y, W @ A @ Y
 
 

@@ -1,12 +1,16 @@
-import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
-from conftest import ROOT
+import torch
+from conftest import ROOT, TRAINED, numpy_eagle, prompt_norm
 
+from eagle_probe import checkpoint, solvers
 from eagle_probe.bench import SUITES, run_bench
+from eagle_probe.capture import float64_copy, probe_batch
 from eagle_probe.cli import main
+from eagle_probe.extract import extract
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,61 @@ def test_quick_suite_numbers_make_sense(quick):
     assert eagle.reached.all() and (eagle.rounds.values < gd.rounds.values).all()
     div = t["diversity"].sort_values("diversity")
     assert div.rounds.iloc[0] > div.rounds.iloc[-1], "fewer rounds with more diversity"
-    assert set(t["fidelity"].model) == {"centralized", "distributed", "constrained"}
+
+
+# Table 1 of the paper, ×1e-4, layers 1–4 (written out here, not read from the package)
+PAPER_TABLE1 = {
+    "centralized": [2.36, 5.27, 3.70, 2.16],
+    "distributed": [0.62, 1.40, 1.28, 1.32],
+    "constrained": [0.01, 0.02, 0.13, 0.14],
+}
+
+
+def _stream(A, B, C, D):
+    """The residual stream [[A, C], [B, -D]] (the network's D slot carries -D)."""
+    return np.concatenate([np.concatenate([A, C], -1), np.concatenate([B, -D], -1)], -2)
+
+
+@pytest.mark.slow
+def test_quick_suite_fidelity_values(quick):
+    fid = quick[1]["fidelity"]
+    assert set(fid.model) == set(PAPER_TABLE1)
+    assert set(fid.reading) == {"one_step", "end_to_end"}
+    for (name, _), rows in fid.groupby(["model", "reading"]):
+        rows = rows.sort_values("layer")
+        assert rows.layer.tolist() == [0, 1, 2, 3]  # 0-based
+        np.testing.assert_allclose(rows.paper, np.array(PAPER_TABLE1[name]) * 1e-4, rtol=1e-12)
+        assert (rows.better_than_paper == (rows.fidelity <= rows.paper)).all()
+        assert np.isfinite(rows.fidelity).all() and (rows.fidelity > 0).all()
+    # The centralized rows, recomputed here: EAGLE in NumPy with the steps the extraction reads
+    # from the probes (256 prompts, seed 0), against the network's stream from the hooks on the
+    # held-out prompts (512, seed 1); squared gaps in prompt units (× s², s = ‖A‖₂ per prompt),
+    # mean over entries. End to end: EAGLE from the prompt; one step: from the network's Z_l.
+    model, task, _ = checkpoint.load(TRAINED / "centralized.pt")
+    ex = extract(model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity"))
+    a, c = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
+    p = probe_batch(task, 512, 1)
+    A, B, C = (t.numpy() for t in (p.A, p.B, p.C))
+    s = prompt_norm(A, model.cfg.normalize)[:, None, None]
+    iterates = numpy_eagle(A / s, B / s, C / s, a, c)
+    with torch.no_grad():
+        _, cache = float64_copy(model).run_with_cache(p.z0())
+    Z = [cache["blocks.0.hook_resid_pre"].numpy()]
+    Z += [cache[f"blocks.{layer}.hook_resid_post"].numpy() for layer in range(4)]
+    d, n = task.d, task.n
+    want = {"end_to_end": [], "one_step": []}
+    for layer in range(4):
+        want["end_to_end"].append(
+            float(np.mean((Z[layer + 1] - _stream(*iterates[layer + 1])) ** 2 * s**2))
+        )
+        Zl = Z[layer]
+        Al, Bl, Cl, slot = Zl[:, :d, :n], Zl[:, d:, :n], Zl[:, :d, n:], Zl[:, d:, n:]
+        A1, B1, C1, dD = numpy_eagle(Al, Bl, Cl, a[layer : layer + 1], c[layer : layer + 1])[1]
+        step = _stream(A1, B1, C1, -slot + dD)
+        want["one_step"].append(float(np.mean((Z[layer + 1] - step) ** 2 * s**2)))
+    for reading, values in want.items():
+        rows = fid[(fid.model == "centralized") & (fid.reading == reading)].sort_values("layer")
+        np.testing.assert_allclose(rows.fidelity, values, rtol=1e-6, err_msg=reading)
 
 
 def test_unknown_suite_is_a_user_error(tmp_path, capsys):
@@ -46,8 +104,27 @@ def test_unknown_suite_is_a_user_error(tmp_path, capsys):
 
 
 def test_suites_are_parameter_grids():
+    for name, suite in SUITES.items():
+        for field in ("kappas", "sizes", "machines"):
+            grid = getattr(suite, field)
+            assert isinstance(grid, tuple) and list(grid) == sorted(set(grid)), (name, field)
+        assert all(k >= 1 for k in suite.kappas) and all(m >= 1 for m in suite.machines)
+        assert set(suite.baselines) <= set(solvers.SOLVERS), name
+        assert suite.centralized == bool(suite.kappas and suite.sizes), name
     assert SUITES["paper"].sizes == (240, 2000) and SUITES["paper"].kappas[-1] == 1e8
-    assert json.dumps(list(SUITES))
+
+
+@pytest.mark.slow
+def test_quick_suite_covers_its_whole_grid(quick):
+    _, t = quick
+    suite = SUITES["quick"]
+    solvers_run = ("eagle", "eagle_fast") + suite.baselines
+    grid = {(n, k, s) for n in suite.sizes for k in suite.kappas for s in solvers_run}
+    c = t["centralized"]
+    assert set(zip(c.n, c.kappa, c.solver, strict=True)) == grid and len(c) == len(grid)
+    d = t["distributed"]
+    assert sorted(set(d.machines)) == list(suite.machines)
+    assert len(d) == len(suite.machines) * len(set(d.method)) and len(set(d.method)) == 3
 
 
 def test_movielens_completion_when_the_files_are_present():

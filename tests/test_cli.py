@@ -44,18 +44,62 @@ def test_train_writes_checkpoint_and_metrics_json(tiny_model):
     assert names == ["tiny.json", "tiny.pt"]
 
 
+def _by_hand(path, batch: int, seed: int) -> dict[str, float]:
+    """The evaluate numbers computed here from the checkpoint, prompt by prompt."""
+    import numpy as np
+    import torch
+
+    from eagle_probe import checkpoint
+    from eagle_probe.tasks import make_generator, sample
+
+    model, task, _ = checkpoint.load(path)
+    p = sample(task, batch, make_generator(seed), dtype=torch.float64)
+    with torch.no_grad():
+        pred = model(p.z0().to(model.cfg.torch_dtype)).to(torch.float64)
+    err = (pred - p.D).square().mean(dim=(-1, -2)).numpy()
+    zero = p.D.square().mean(dim=(-1, -2)).numpy()
+    return {
+        "mse": err.mean(),
+        "zero_mse": zero.mean(),
+        "median_mse": float(np.median(err)),
+        "worst_mse": err.max(),
+        "improvement": zero.mean() / err.mean(),
+    }
+
+
 def test_evaluate_json(tiny_model, capsys):
-    assert main(["evaluate", str(tiny_model), "--json", "--batch", "500"]) == 0
+    assert main(["evaluate", str(tiny_model), "--json", "--batch", "501", "--seed", "7"]) == 0
     result = json.loads(capsys.readouterr().out)
-    for key in ("mse", "zero_mse", "optimal_mse", "median_mse", "worst_mse"):
-        assert key in result
-    assert result["prompts"] == 500 and result["optimal_mse"] < 1e-20
+    assert result["prompts"] == 501 and result["optimal_mse"] < 1e-20
+    for key, value in _by_hand(tiny_model, 501, 7).items():
+        assert result[key] == pytest.approx(value, rel=1e-6), key
+    assert result["median_mse"] <= result["mse"] <= result["worst_mse"]
+    assert result["mse"] < result["zero_mse"], "30 training steps already beat predicting 0"
+    # --seed draws other prompts
+    assert main(["evaluate", str(tiny_model), "--json", "--batch", "501", "--seed", "8"]) == 0
+    other = json.loads(capsys.readouterr().out)
+    assert other["mse"] != result["mse"]
+    assert other["mse"] == pytest.approx(_by_hand(tiny_model, 501, 8)["mse"], rel=1e-6)
 
 
 def test_evaluate_table(tiny_model, capsys):
-    assert main(["evaluate", str(tiny_model), "--batch", "100"]) == 0
+    assert main(["evaluate", str(tiny_model), "--batch", "101", "--seed", "3"]) == 0
     out = capsys.readouterr().out
-    assert "zero predictor MSE" in out and "worst prompt MSE" in out
+    assert "101 fresh prompts" in out
+    printed = {}
+    for line in out.splitlines()[1:]:
+        label, _, value = line.strip().rpartition("  ")
+        printed[label.strip()] = value.strip()
+    want = _by_hand(tiny_model, 101, 3)
+    rows = {
+        "test MSE": "mse",
+        "zero predictor MSE": "zero_mse",
+        "median prompt MSE": "median_mse",
+        "worst prompt MSE": "worst_mse",
+    }
+    for label, key in rows.items():
+        assert printed[label] == f"{want[key]:.3e}", (label, printed)
+    assert f"{want['improvement']:.1f}x below the zero predictor" in out
 
 
 def test_existing_output_needs_force(tiny_model, capsys):

@@ -1,34 +1,47 @@
+import importlib.util
 import json
 
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    NORMALIZE_PATHS,
+    PLANTED_STEPS,
+    numpy_eagle,
+    planted_model,
+    prompt_norm,
+)
 
 from eagle_probe import checkpoint
 from eagle_probe.capture import capture, probe_batch
 from eagle_probe.cli import main
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.extract import extract
+from eagle_probe.export import write_solver
+from eagle_probe.extract import build_context, extract
 from eagle_probe.fit import eagle_expansion, fit_polynomial
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
-from eagle_probe.tasks import Prompt, TaskConfig
+from eagle_probe.fit.eagle import fit_steps
+from eagle_probe.fit.fidelity import fidelity_table
+from eagle_probe.tasks import Prompt, make_generator, sample
 
 
-def planted(a, c, *, heads=1, dtype="float64", n=8, d=6, n_prime=2, d_prime=2):
-    cfg = ModelConfig(
-        n=n,
-        d=d,
-        n_prime=n_prime,
-        d_prime=d_prime,
-        n_layers=len(a),
-        n_heads=heads,
-        normalize="none",  # the planted steps act on the prompt itself
-        dtype=dtype,
-    )
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, a, c))
-    task = TaskConfig(n=n, d=d, n_prime=n_prime, d_prime=d_prime, rank=min(4, n, d))
-    return model, task
+def planted(a, c, *, heads=1, dtype="float64", normalize="none", **sizes):
+    return planted_model(a, c, heads=heads, dtype=dtype, normalize=normalize, **sizes)
+
+
+def probe_iterates(task, normalize, a, c, batch, seed):
+    """EAGLE on the probes `extract` draws (same task, batch and seed), in the model's internal
+    units, computed in NumPy: (iterates [(A_l, B_l, C_l, D_l)], per-prompt scale s (b, 1, 1))."""
+    p = probe_batch(task, batch, seed)
+    A, B, C = (t.numpy() for t in (p.A, p.B, p.C))
+    s = prompt_norm(A, normalize)[:, None, None]
+    return numpy_eagle(A / s, B / s, C / s, a, c), s
+
+
+def off_eagle(model, eps=0.05):
+    """The planted model with a small non-EAGLE term in layer 1's W_Q (fidelity > 0)."""
+    with torch.no_grad():
+        model.blocks[1].attn.W_Q[0, 0, 1] += eps
+    return model
 
 
 CASES = [
@@ -37,12 +50,29 @@ CASES = [
     ([0.01], [0.2], 2),
 ]
 
+# The views these tests read (the others are tested in tests/fit)
+STEP_VIEWS = ("eagle", "fidelity", "polynomial")
 
+# Steps per case on the `none` path; the normalised paths see ‖A‖₂ ≤ 1, so their steps are
+# these times the median ‖A‖₂² of the small task (about 14, see conftest.PLANTED_STEPS).
+SCALE = {"none": 1.0, "spectral": 10.0, "frobenius": 12.0}
+
+
+@pytest.mark.parametrize("normalize", NORMALIZE_PATHS)
 @pytest.mark.parametrize("a, c, heads", CASES)
 @pytest.mark.parametrize("dtype, tol", [("float64", 1e-8), ("float32", 1e-4)])
-def test_planted_steps_are_recovered(a, c, heads, dtype, tol):
-    model, task = planted(a, c, heads=heads, dtype=dtype)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
+def test_planted_steps_are_recovered(a, c, heads, dtype, tol, normalize):
+    a, c = [x * SCALE[normalize] for x in a], [x * SCALE[normalize] for x in c]
+    model, task = planted(a, c, heads=heads, dtype=dtype, normalize=normalize)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=STEP_VIEWS,
+    )
     np.testing.assert_allclose(ex.layers.a_step, a, rtol=tol, atol=tol * max(a))
     np.testing.assert_allclose(ex.layers.c_step, c, rtol=tol)
     assert (ex.layers.r2 > 1 - 1e-10).all() and (ex.layers.one_step_residual < 1e-6).all()
@@ -52,6 +82,152 @@ def test_planted_steps_are_recovered(a, c, heads, dtype, tol):
     # each head carries 1/heads of every layer's update
     shares = ex.fits[ex.fits["head"] >= 0].share
     np.testing.assert_allclose(shares, 1 / heads, rtol=1e-6)
+
+
+def test_eta_gamma_use_the_batch_max_norm_of_each_layers_a(planted):
+    model, task, a, c = planted
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        seed=5,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=("eagle", "fidelity"),
+    )
+    iterates, _ = probe_iterates(task, model.cfg.normalize, a, c, 64, 5)
+    # ‖A_l‖₂² per prompt for the A block entering layer l, internal units
+    norm2 = np.array([np.linalg.norm(it[0], ord=2, axis=(-2, -1)) ** 2 for it in iterates[:-1]])
+    np.testing.assert_allclose(ex.layers.eta, np.array(a) * norm2.max(axis=1), rtol=1e-8)
+    np.testing.assert_allclose(ex.layers.gamma, np.array(c) * norm2.max(axis=1), rtol=1e-8)
+    # the batch max differs from the batch mean by far more than the tolerance above (except
+    # at the input of a spectrally normalised model, where every ‖A_0‖₂ is 1)
+    assert (norm2.max(axis=1) > 1.001 * norm2.mean(axis=1))[1:].all()
+
+
+def test_fidelity_is_the_table1_metric_in_prompt_units(planted):
+    model, task, a, c = planted
+    model = off_eagle(model)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        seed=2,
+        control=False,
+        test_batch=64,
+        tuning_batch=64,
+        views=("eagle", "fidelity"),
+    )
+    a_fit, c_fit = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
+    assert np.abs(c_fit - c).max() < 0.3 * max(c), "the perturbation leaves the steps near c"
+    # network stream from the hooks, EAGLE stream in NumPy with the fitted steps, both internal
+    iterates, s = probe_iterates(task, model.cfg.normalize, a_fit, c_fit, 64, 2)
+    p = probe_batch(task, 64, 2)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(p.z0())
+    for layer in range(model.cfg.n_layers):
+        A, B, C, D = iterates[layer + 1]
+        eagle = np.concatenate(
+            [np.concatenate([A, C], -1), np.concatenate([B, -D], -1)], -2
+        )  # the network's D slot carries -D
+        net = cache[f"blocks.{layer}.hook_resid_post"].numpy()
+        expected = float(np.mean((net - eagle) ** 2 * s**2))
+        assert ex.layers.fidelity[layer] == pytest.approx(expected, rel=1e-8)
+    assert ex.layers.fidelity.iloc[-1] > 1e-8, "the perturbed model is not EAGLE"
+
+
+@pytest.mark.parametrize("normalize", ["spectral", "frobenius"])
+def test_fidelity_scales_with_the_square_of_the_probes(normalize):
+    # A normalising model sees the same internal prompt at every scale k, so every gap in prompt
+    # units, and the Table-1 metric with it, is multiplied by k².
+    a, c = PLANTED_STEPS[normalize]
+    model, task = off_eagle(planted(a, c, normalize=normalize)[0]), planted(a, c)[1]
+    p = probe_batch(task, 32, 4)
+
+    def table1(prompt):  # the EAGLE steps fitted on `prompt` and their Table-1 fidelity
+        ctx = build_context(model, task, probes=prompt, test_batch=8, tuning_batch=8)
+        steps = fit_steps(ctx.cap, ctx.geometry)
+        table = fidelity_table(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
+        return steps, table.sort_values(["reading", "layer"]).total.to_numpy()
+
+    base_steps, base = table1(p)
+    end_to_end, one_step = base.reshape(2, -1)
+    assert (end_to_end[1:] > 1e-8).all() and one_step[1] > 1e-8, "layer 1 departs from EAGLE"
+    for k in (1e-3, 7.0):
+        steps, scaled = table1(Prompt(p.A * k, p.B * k, p.C * k, p.D * k))
+        want = k**2 * base
+        np.testing.assert_allclose(scaled, want, rtol=1e-7, atol=1e-12 * want.max())
+        np.testing.assert_allclose(steps.a_step, base_steps.a_step, rtol=1e-7)
+
+
+def _load_solver(path):
+    spec = importlib.util.spec_from_file_location("exported_solver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_faithful_export_equals_the_network(planted, tmp_path):
+    model, task, _, _ = planted
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=32,
+        control=False,
+        test_batch=32,
+        tuning_batch=32,
+        views=("eagle", "fidelity"),
+    )
+    solver = _load_solver(write_solver(tmp_path / "solver.py", ex.to_json()))
+    p = sample(task, 12, make_generator(9), dtype=torch.float64)
+    with torch.no_grad():
+        net = model(p.z0()).numpy()
+    # prompts at very different scales: the normalised paths must undo their own scale
+    for i, k in enumerate(np.geomspace(1e-3, 1e3, 12)):
+        D = solver.complete(
+            k * p.A[i].numpy(), k * p.B[i].numpy(), k * p.C[i].numpy(), mode="faithful"
+        )
+        with torch.no_grad():
+            want = model(k * p.z0()[i : i + 1]).numpy()[0]
+        np.testing.assert_allclose(D, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+        if k == 1.0:
+            np.testing.assert_allclose(D, net[i], rtol=1e-10)
+
+
+def test_projecting_a_planted_model_onto_eagle_changes_nothing(planted):
+    # The weight projection re-runs the network from its products on the prompts' own scale: for
+    # a model that is exactly EAGLE the projected model is the model.
+    model, task, _, _ = planted
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=32,
+        control=False,
+        test_batch=64,
+        tuning_batch=32,
+        views=("eagle", "fidelity", "projection"),
+    )
+    assert ex.test["projected_mse"] == pytest.approx(ex.test["mse"], rel=1e-9)
+
+
+def test_normalised_planted_model_is_separated_from_its_control(normalize):
+    a, c = PLANTED_STEPS[normalize]
+    model, task = planted(a, c, normalize=normalize)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=64,
+        test_batch=64,
+        tuning_batch=64,
+        seed=3,
+        views=("eagle", "fidelity"),
+    )
+    ctrl_gap = [lay["one_step"]["relative"] for lay in ex.control["fidelity"].json["layers"]]
+    assert all(g > 0.5 for g in ctrl_gap)
+    assert (ex.layers.fidelity_rel < 1e-12).all() and (
+        ex.layers.fidelity_one_step_rel < 1e-12
+    ).all()
 
 
 def test_gradient_descent_plants_have_only_order_zero():

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, planted_model, prompt_norm
 from transformer_lens import FactoredMatrix
 
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights, token_mask
@@ -19,16 +20,6 @@ def _prompt(cfg: ModelConfig, batch: int = 3, seed: int = 1):
     return sample(task, batch, make_generator(seed), dtype=torch.float64)
 
 
-def numpy_eagle(A, B, C, a_steps, c_steps):
-    """Algorithm 1 of the paper with S = I, written out independently in NumPy."""
-    D = np.zeros((B.shape[0], B.shape[1], C.shape[2]))
-    for a, c in zip(a_steps, c_steps, strict=True):
-        At = np.swapaxes(A, -1, -2)
-        gram = At @ A
-        A, B, C, D = A - a * A @ gram, B - a * B @ gram, C - c * A @ At @ C, D + c * B @ At @ C
-    return D
-
-
 @pytest.mark.parametrize("heads", [1, 3])
 def test_planted_eagle_weights_run_algorithm_1_with_negated_readout(heads):
     cfg = ModelConfig(
@@ -41,7 +32,7 @@ def test_planted_eagle_weights_run_algorithm_1_with_negated_readout(heads):
     with torch.no_grad():
         pred = model(p.z0()).numpy()
         slot = model.run_with_cache(p.z0())[1]["blocks.2.hook_resid_post"][:, cfg.d :, cfg.n :]
-    expected = numpy_eagle(p.A.numpy(), p.B.numpy(), p.C.numpy(), a, c)
+    expected = numpy_eagle(p.A.numpy(), p.B.numpy(), p.C.numpy(), a, c)[-1][3]
     np.testing.assert_allclose(pred, expected, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(slot.numpy(), -expected, rtol=1e-12, atol=1e-14)
 
@@ -175,12 +166,34 @@ def test_seed_text_masks():
     assert 0 < float(sparse[:, :5].mean()) < 0.7 and torch.all(sparse[:, 5:] == 0)
 
 
-@pytest.mark.parametrize("normalize", ["frobenius", "spectral"])
-def test_prompt_normalisation_makes_the_model_scale_equivariant(normalize):
+@pytest.mark.parametrize("normalize", NORMALIZE_PATHS)
+def test_prompt_scale_is_the_configured_norm_of_a(normalize):
     model = _model(normalize=normalize)
-    z0 = _prompt(model.cfg).z0()
-    with torch.no_grad():
-        torch.testing.assert_close(model(1e3 * z0), 1e3 * model(z0))
+    p = _prompt(model.cfg, batch=16)
+    scale = model.prompt_scale(p.z0())
+    assert scale.shape == (16, 1, 1)
+    np.testing.assert_allclose(scale[:, 0, 0].numpy(), prompt_norm(p.A, normalize), rtol=1e-12)
+    if normalize != "none":  # the two norms differ on these prompts (rank 3)
+        other = {"spectral": "frobenius", "frobenius": "spectral"}[normalize]
+        assert np.all(np.abs(scale[:, 0, 0].numpy() / prompt_norm(p.A, other) - 1) > 1e-3)
+
+
+@pytest.mark.parametrize("normalize", NORMALIZE_PATHS)
+def test_normalised_planted_model_runs_eagle_on_the_scaled_prompt(normalize):
+    # prediction = s · D_EAGLE(A/s, B/s, C/s) with s the configured norm of A, at every scale
+    a, c = PLANTED_STEPS[normalize]
+    model, task = planted_model(a, c, normalize=normalize)
+    p = sample(task, 8, make_generator(3), dtype=torch.float64)
+    for k in (1e-3, 1.0, 1e3):
+        A, B, C = (k * t.numpy() for t in (p.A, p.B, p.C))
+        s = prompt_norm(A, normalize)[:, None, None]
+        want = numpy_eagle(A / s, B / s, C / s, a, c)[-1][3] * s
+        with torch.no_grad():
+            got = model(k * p.z0()).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13 * np.abs(want).max())
+    if normalize != "none":  # and the prediction is scale-equivariant
+        with torch.no_grad():
+            torch.testing.assert_close(model(1e3 * p.z0()), 1e3 * model(p.z0()))
 
 
 def test_readout_sign_options():

@@ -44,6 +44,51 @@ def test_paper_distribution_matches_its_second_moment():
     assert abs(float(p.D.square().mean()) / expected - 1) < 0.05
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        TaskConfig(),
+        TaskConfig(kappa=1e3),
+        TaskConfig(task="least_squares", n=30, d=8),
+        TaskConfig(task="least_squares", n=30, d=8, kappa=1e2, rank=6),
+        TaskConfig(task="completion", rank=4),
+        TaskConfig(task="completion", rank=4, kappa=1e2),
+        TaskConfig(task="nystrom", kernel="rbf", n=10, d=10),
+        TaskConfig(task="nystrom", kernel="polynomial", n=10, d=10),
+        TaskConfig(noise=0.01),
+    ],
+    ids=[
+        "paper",
+        "paper_kappa",
+        "least_squares",
+        "least_squares_kappa",
+        "completion",
+        "completion_kappa",
+        "nystrom_rbf",
+        "nystrom_poly",
+        "paper_noise",
+    ],
+)
+def test_queries_follow_the_law_of_the_samples(cfg):
+    # Row i of A and of C holds feature i of the samples and of the queries: the same law, so the
+    # same second moment per feature row. (Nyström: A's diagonal k(x_i, x_i) is no sample of a
+    # fresh point; only its off-diagonal entries are compared.)
+    p = sample(cfg, 4000, make_generator(11), dtype=torch.float64)
+    A, C = p.A.square(), p.C.square()  # (b, d, n), (b, d, n')
+    if cfg.task == "nystrom":
+        keep = ~torch.eye(cfg.d, cfg.n, dtype=torch.bool)
+        samples = (A * keep).sum(dim=(0, 2)) / (keep.sum(dim=1) * A.shape[0])
+    else:
+        samples = A.mean(dim=(0, 2))  # (d,)
+    queries = C.mean(dim=(0, 2))  # (d,)
+    ratio = queries / samples
+    assert float((ratio - 1).abs().max()) < 0.1, f"query/sample second moment: {ratio}"
+    if cfg.task == "least_squares" and cfg.kappa is None:  # feature i has variance α^i
+        torch.testing.assert_close(
+            samples, cfg.alpha ** torch.arange(cfg.d, dtype=torch.float64), rtol=0.05, atol=0
+        )
+
+
 def test_kappa_prescribes_the_condition_number():
     p = sample(TaskConfig(kappa=1e4, rank=10), 3, make_generator(3), dtype=torch.float64)
     s = torch.linalg.svdvals(p.A)[:, :10]

@@ -4,14 +4,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
+import torch
 
 from eagle_probe import checkpoint
 from eagle_probe.evaluate import evaluate
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig, make_generator
-from eagle_probe.train import TrainConfig, lr_factor, train
+from eagle_probe.train import TrainConfig, _seeds, lr_factor, train
 
 TASK = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
 
@@ -46,12 +48,27 @@ def test_tiny_training_beats_the_zero_predictor(regime):
     assert metrics["best_val_mse"] == min(r["val_mse"] for r in metrics["history"])
 
 
-def test_same_seed_same_model():
-    run = TrainConfig(steps=20, batch=32, eval_every=10, eval_batch=64, seed=4)
-    a, _ = train(_cfg(), TASK, run, progress=False)
+def test_same_seed_same_model_and_training_moves_it():
+    run = TrainConfig(steps=40, batch=64, lr=1e-2, eval_every=10, eval_batch=256, seed=4)
+    a, metrics = train(_cfg(), TASK, run, progress=False)
     b, _ = train(_cfg(), TASK, run, progress=False)
     for key, value in a.state_dict().items():
         assert (value == b.state_dict()[key]).all()
+    # ... and it is not the initialisation: training changed the weights and lowered the error
+    init = LinearTransformer(_cfg(), generator=make_generator(_seeds(run.seed)[0]))
+    moved = [
+        float((value - init.state_dict()[key]).abs().max())
+        for key, value in a.state_dict().items()
+        if key.endswith(("W_Q", "W_K", "W_V", "W_P"))
+    ]
+    assert min(moved) > 1e-3, moved
+    trained_mse = evaluate(a, TASK, batch=1000, seed=3)["mse"]
+    assert trained_mse < 0.9 * evaluate(init, TASK, batch=1000, seed=3)["mse"]
+    val = [row["val_mse"] for row in metrics["history"]]
+    assert val[-1] < val[0]
+    # and another seed gives another model
+    c, _ = train(_cfg(), TASK, replace(run, seed=5), progress=False)
+    assert not torch.equal(a.blocks[0].attn.W_Q, c.blocks[0].attn.W_Q)
 
 
 def test_data_shards_default_to_one_per_process():
@@ -63,18 +80,51 @@ def test_data_shards_default_to_one_per_process():
         TrainConfig(batch=30, data_shards=4)
 
 
-def test_value_freezing_and_curriculum_run():
-    run = TrainConfig(
-        steps=40,
-        batch=32,
-        eval_every=20,
-        eval_batch=64,
-        freeze_values_last=0.5,
-        curriculum=True,
-        clip_qk=0.05,
+def _values(model) -> list[torch.Tensor]:
+    return [t for b in model.blocks for t in (b.attn.W_V, b.attn.W_P)]
+
+
+def _queries(model) -> list[torch.Tensor]:
+    return [t for b in model.blocks for t in (b.attn.W_Q, b.attn.W_K)]
+
+
+def test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on():
+    # Same seed, constant rate: the first 20 steps of a 40-step run are a 20-step run. Freezing the
+    # last half must leave W_V, W_P exactly where the 20-step run left them, and only them.
+    base = dict(batch=32, eval_every=10, eval_batch=64, keep_best=False, clip_qk=0.05, lr=1e-2)
+    half, _ = train(_cfg(), TASK, TrainConfig(steps=20, **base), progress=False)
+    frozen, _ = train(
+        _cfg(), TASK, TrainConfig(steps=40, freeze_values_last=0.5, **base), progress=False
     )
-    model, metrics = train(_cfg(), TASK, run, progress=False)
-    assert metrics["steps_done"] == 40
+    free, _ = train(_cfg(), TASK, TrainConfig(steps=40, **base), progress=False)
+    for x, y in zip(_values(frozen), _values(half), strict=True):
+        assert torch.equal(x, y)
+    for x, y in zip(_queries(frozen), _queries(half), strict=True):
+        assert not torch.equal(x, y)
+    for x, y in zip(_values(free), _values(half), strict=True):
+        assert not torch.equal(x, y)
+
+
+def test_curriculum_moves_the_training_task_from_isotropic_to_the_target(monkeypatch):
+    from eagle_probe import train as train_module
+
+    seen = []
+    real_sample = train_module.sample
+
+    def recording_sample(config, batch, generator, **kwargs):
+        if batch == 32:  # training batches (the validation set has eval_batch = 64 prompts)
+            seen.append(config.alpha)
+        return real_sample(config, batch, generator, **kwargs)
+
+    monkeypatch.setattr(train_module, "sample", recording_sample)
+    run = TrainConfig(
+        steps=20, batch=32, eval_every=20, eval_batch=64, curriculum=True, curriculum_until=0.5
+    )
+    train(_cfg(), TASK, run, progress=False)
+    # α_t = 1 + min(1, (t / 20) / 0.5) · (0.7 − 1): isotropic at the start, the target from t = 10
+    expected = [1.0 + min(1.0, t / 10) * (TASK.alpha - 1.0) for t in range(20)]
+    assert seen == pytest.approx(expected, abs=1e-12)
+    assert TASK.alpha == 0.7
 
 
 def test_warmup_cosine_schedule():

@@ -1,0 +1,79 @@
+"""The shipped checkpoints in trained_models/: the numbers recorded beside them are reproducible.
+
+Each `.pt` has a metrics `.json` beside it whose `test` block is `eagle-probe evaluate` on 8,192
+prompts drawn with seed 12345. Evaluating again on the same prompts must give the same numbers up
+to float32 round-off (measured: 1e-7 relative on the machine that trained them); the tolerance
+below is 1e-4, three orders of magnitude above that and far below any real change (swapping the
+prompt norm moves the centralized MSE by 40 %).
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import TRAINED, prompt_norm
+
+from eagle_probe import checkpoint
+from eagle_probe.capture import float64_copy
+from eagle_probe.evaluate import evaluate
+from eagle_probe.tasks import make_generator, sample
+
+MODELS = sorted(p.stem for p in TRAINED.glob("*.pt"))
+RECORDED_BATCH, RECORDED_SEED = 8192, 12345  # the protocol of `eagle-probe evaluate`
+ROUNDOFF = 1e-4
+
+
+def test_every_checkpoint_has_its_metrics():
+    assert len(MODELS) == 4
+    for name in MODELS:
+        recorded = json.loads((TRAINED / f"{name}.json").read_text())["test"]
+        assert recorded["prompts"] == RECORDED_BATCH
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def shipped(request):
+    model, task, _ = checkpoint.load(TRAINED / f"{request.param}.pt")
+    recorded = json.loads((TRAINED / f"{request.param}.json").read_text())
+    return request.param, model, task, recorded
+
+
+def test_evaluate_reproduces_the_recorded_test_numbers(shipped):
+    name, model, task, recorded = shipped
+    result = evaluate(model, task, batch=RECORDED_BATCH, seed=RECORDED_SEED)
+    want = recorded["test"]
+    for key in ("mse", "median_mse", "worst_mse", "zero_mse", "worst_norm_a", "max_norm_a"):
+        assert result[key] == pytest.approx(want[key], rel=ROUNDOFF), (name, key)
+    assert result["nonfinite_prompts"] == want["nonfinite_prompts"] == 0
+    assert want["improvement"] > 10, f"{name}: the README promises >= 10x below the zero predictor"
+
+
+def test_worst_prompt_is_the_largest_error_and_above_the_median(shipped):
+    name, model, task, _ = shipped
+    p = sample(task, 2047, make_generator(77), dtype=torch.float64)  # odd: one median
+    with torch.no_grad():
+        pred = model(p.z0().to(model.cfg.torch_dtype)).to(torch.float64)
+    per_prompt = (pred - p.D).square().mean(dim=(-1, -2)).numpy()  # computed here, by hand
+    result = evaluate(model, task, batch=2047, seed=77)
+    assert result["mse"] == pytest.approx(per_prompt.mean(), rel=1e-6)
+    assert result["median_mse"] == pytest.approx(np.median(per_prompt), rel=1e-5)
+    assert result["worst_mse"] == pytest.approx(per_prompt.max(), rel=1e-6)
+    worst = int(np.argmax(per_prompt))
+    norm_a = np.linalg.norm(p.A.numpy(), ord=2, axis=(-2, -1))
+    assert result["worst_norm_a"] == pytest.approx(norm_a[worst], rel=1e-9)
+    assert result["max_norm_a"] == pytest.approx(norm_a.max(), rel=1e-9)
+    assert result["worst_mse"] >= result["median_mse"]
+    assert result["worst_mse"] > 5 * result["mse"], "heavy tail: the worst prompt stands out"
+
+
+def test_prompt_scale_is_the_configured_matrix_norm(shipped):
+    name, model, task, recorded = shipped
+    assert model.cfg.normalize == "spectral", "README: every shipped model normalises spectrally"
+    assert "--normalize" not in recorded["command"] or "spectral" in recorded["command"]
+    p = sample(task, 64, make_generator(5), dtype=torch.float32)
+    scale = model.prompt_scale(p.z0())[:, 0, 0].numpy()
+    np.testing.assert_allclose(scale, prompt_norm(p.A.numpy(), "spectral"), rtol=1e-5)
+    # and the model really divides by it: a prompt scaled by k gives k times the prediction
+    m64, z0 = float64_copy(model), p.z0().to(torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(m64(1e2 * z0), 1e2 * m64(z0), rtol=1e-10, atol=0)
