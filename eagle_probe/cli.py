@@ -471,7 +471,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     from eagle_probe import checkpoint
     from eagle_probe.export import write_solver
-    from eagle_probe.extract import extract, render_table
+    from eagle_probe.extract import extract
+    from eagle_probe.report import write_report
 
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -480,7 +481,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     result = extract(
         model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
     )
-    print(render_table(result, str(args.model)))
+    print(result.render(str(args.model)))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         payload = result.to_json()
@@ -489,7 +490,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["timings"]["total"] = time.perf_counter() - start
         checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
         write_solver(out / "solver.py", payload, result.projectors)
-        print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
+        write_report(result, out, str(args.model))
+        print(f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}")
     return 0
 
 
