@@ -121,6 +121,7 @@ def sketch_spectra(spectrum: pd.DataFrame) -> Figure:
 # a view's name to its function, and the report draws the figures of the views the extraction ran.
 
 _DPI = 110
+_TEXT_BOX = {"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8}
 _BLOCK_COLOURS = {"A": "C0", "B": "C1", "C": "C2", "D": "C3", "total": "0.25"}
 
 
@@ -414,7 +415,15 @@ def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
     ax.barh(y, shown, color=[b[2] for b in bars], height=0.7)
     for yi, v, s in zip(y, vals, shown, strict=True):
         text = f"{v:.3g}" if np.isfinite(v) else "not finite"
-        ax.text(s if np.isfinite(s) else floor, yi, f" {text}", va="center", fontsize=7)
+        ax.annotate(
+            text,
+            (s if np.isfinite(s) else floor, yi),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+            bbox=_TEXT_BOX,
+        )
     if np.isfinite(zero) and zero > 0:
         ax.axvline(zero, color="C3", ls="--", lw=1.2, label=f"zero predictor ({zero:.3g})")
     ax.axvline(p["network_mse"], color="0.35", ls=":", lw=1.0, label="network")
@@ -464,6 +473,7 @@ def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
                 textcoords="offset points",
                 ha="center",
                 fontsize=7,
+                bbox=_TEXT_BOX,
             )
     ax.set_yscale("log")
     ax.set_ylim(top=ax.get_ylim()[1] * 3)

@@ -6,6 +6,7 @@ is far worse than the zero predictor: the report must say so first, whatever the
 
 import base64
 import struct
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import numpy as np
@@ -197,6 +198,21 @@ def test_heatmaps_centre_the_colours_and_mark_the_block_boundary(extraction, pla
         assert n - 0.5 in lines
     # one colour bar per heatmap
     assert len(fig.axes) == 2 * len(images)
+
+
+def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_them(extraction):
+    rng = np.random.default_rng(0)
+    qk = extraction.views["projection"].extra["qk"] + rng.normal(size=(2, 1, 8, 8))
+    vp = extraction.views["projection"].extra["vp"] + rng.normal(size=(2, 1, 8, 8))
+    weights = replace(extraction.views["weights"], extra={"qk": qk, "vp": vp})
+    ex = replace(extraction, views={**extraction.views, "weights": weights})
+    fig = plots.extraction_heatmaps(ex)["weights"]
+    drawn = [np.asarray(im.get_array()) for ax in fig.axes for im in ax.get_images()]
+    expected = [qk[0, 0], qk[1, 0], vp[0, 0], vp[1, 0]]  # top row W_QK, bottom row W_VP
+    for got, want in zip(drawn, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert "projected" not in fig.get_suptitle()
+    assert "projected" in plots.extraction_heatmaps(extraction)["weights"].get_suptitle()
 
 
 def test_fidelity_figure_shows_the_paper_only_where_it_has_numbers(extraction):
