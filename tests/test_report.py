@@ -244,3 +244,23 @@ def test_every_view_figure_function_returns_figures(extraction):
         for name, fig in fn(extraction).items():
             assert isinstance(fig, Figure), (view, name)
             assert fig.get_suptitle() or any(ax.get_title() for ax in fig.axes), name
+
+
+def test_cli_extract_out_writes_the_report(planted, extraction, tmp_path, monkeypatch, capsys):
+    import eagle_probe.extract
+    from eagle_probe import checkpoint
+    from eagle_probe.cli import main
+
+    model, task = planted
+    ckpt = tmp_path / "planted<b>.pt"
+    checkpoint.save(ckpt, model, task)
+    # the extraction itself is tested elsewhere; here only what the CLI does with it
+    monkeypatch.setattr(eagle_probe.extract, "extract", lambda *args, **kwargs: extraction)
+    out = tmp_path / "out"
+    assert main(["extract", str(ckpt), "--out", str(out)]) == 0
+    assert "report.html" in capsys.readouterr().out
+    names = {p.name for p in out.iterdir()}
+    assert {"extraction.json", "solver.py", "report.html"} <= names
+    assert {f"{f}.png" for f in FIGURES} <= names
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "planted&lt;b&gt;.pt" in page and "planted<b>" not in page
