@@ -165,14 +165,15 @@ def _block_axis(ax, n: int, width: int, xlabel: str, ylabel: str) -> None:
     ax.set_ylabel(ylabel, fontsize=7)
 
 
-MAX_PANELS = 8  # head columns per heatmap figure
+MAX_PANELS = 8  # (layer, head) pairs per heatmap figure
+MAX_COLUMNS = 4  # pairs per line of a heatmap figure; each line is a W_QK row over a W_VP row
 
 
 def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
-    """W_QK (top row) and W_VP (bottom row) of every layer and head, each panel with its colour
-    bar, diverging colours centred at 0 and the A|C feature boundary dashed. Columns are (layer,
-    head) pairs, at most MAX_PANELS per figure, whole layers per figure: one figure `weights` when
-    everything fits, else `weights_layer{l}` (or `weights_layers{a}-{b}`)."""
+    """W_QK over W_VP for every layer and head, each panel with its colour bar, diverging colours
+    centred at 0 and the A|C feature boundary dashed. Whole layers per figure, at most MAX_PANELS
+    (layer, head) pairs, in lines of MAX_COLUMNS: one figure `weights` when everything fits, else
+    `weights_layer{l}` (or `weights_layers{a}-{b}`)."""
     got = network_products(ex)
     if got is None:
         return {}
@@ -185,25 +186,32 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
     what = "" if source == "network" else ", projected onto the EAGLE family"
     figs = {}
     for layers in chunks:
-        cols = [(layer, h) for layer in layers for h in range(H)]
-        fig = _figure(max(2.7 * len(cols) + 0.4, 6.0), 5.6)
-        axes = fig.subplots(2, len(cols), squeeze=False)
-        for k, (layer, h) in enumerate(cols):
+        pairs = [(layer, h) for layer in layers for h in range(H)]
+        cols = min(MAX_COLUMNS, len(pairs))
+        lines = -(-len(pairs) // cols)
+        fig = _figure(max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3)
+        axes = fig.subplots(2 * lines, cols, squeeze=False)
+        for k, (layer, h) in enumerate(pairs):
+            line, col = divmod(k, cols)
             for row, (W, name, xl, yl) in enumerate(
                 (
                     (qk[layer, h], "W_QK", "key feature", "query feature"),
                     (vp[layer, h], "W_VP", "written feature", "value feature"),
                 )
             ):
-                ax = axes[row][k]
+                ax = axes[2 * line + row][col]
                 lim = max(float(np.nanmax(np.abs(W))) if W.size else 0.0, 1e-12)
                 im = ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
                 _block_axis(ax, n, width, xl, yl)
                 ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
                 cb = fig.colorbar(im, ax=ax, shrink=0.8)
                 cb.ax.tick_params(labelsize=6)
-                if k == len(cols) - 1:
+                if col == cols - 1:
                     cb.set_label("entry (dimensionless)", fontsize=7)
+        for k in range(len(pairs), lines * cols):
+            line, col = divmod(k, cols)
+            axes[2 * line][col].set_visible(False)
+            axes[2 * line + 1][col].set_visible(False)
         if len(chunks) == 1:
             key = "weights"
         elif len(layers) == 1:
@@ -212,7 +220,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
             key = f"weights_layers{layers[0]}-{layers[-1]}"
         fig.suptitle(
             f"Products per layer{' and head' if H > 1 else ''}{what}: "
-            "W_QK = W_Q W_Kᵀ (top), W_VP = W_V W_Pᵀ (bottom)",
+            "W_QK = W_Q W_Kᵀ above W_VP = W_V W_Pᵀ",
             fontsize=10,
         )
         figs[key] = fig
@@ -320,72 +328,101 @@ def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
 ATTRIBUTION_CAP = 1e4  # MSE ratios above this are drawn cut at it, their value printed
 
 
+def _attribution_bars(ax, part, pos, low: float, top: float, flat: set) -> None:
+    """Bars of MSE ratios (rows of the attribution table) at x = pos[(layer, head)], one colour
+    per block, starting at 1 (no change): up where zeroing the block hurts, down where it helps."""
+    blocks = ("AA", "AC", "CA", "CC")
+    width = 0.8 / len(blocks)
+    for i, block in enumerate(blocks):
+        b = part[part.block == block]
+        if b.empty:
+            continue
+        raw = b.ratio.to_numpy(dtype=float)
+        r = np.clip(np.nan_to_num(raw, nan=np.inf), low, ATTRIBUTION_CAP)
+        x = np.array([pos[(lay, h)] for lay, h in zip(b.layer, b["head"], strict=True)])
+        x = x + (i - (len(blocks) - 1) / 2) * width
+        label = f"block {block}" + (" (no effect: bars at 1)" if block in flat else "")
+        ax.bar(x, r - 1.0, bottom=1.0, width=width, color=f"C{i}", label=label)
+        for xi, v in zip(x, raw, strict=True):
+            if not np.isfinite(v) or v > ATTRIBUTION_CAP:
+                ax.annotate(
+                    f"{v:.0e}" if np.isfinite(v) else "not finite",
+                    (xi, ATTRIBUTION_CAP),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    rotation=90,
+                    fontsize=6,
+                )
+    ax.set_yscale("log")
+    ax.set_ylim(low, top)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.tick_params(labelsize=7)
+
+
 def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
-    """Held-out MSE with one weight block zeroed, over the network's MSE, per layer and head."""
+    """Held-out MSE with one weight block zeroed, over the network's MSE, per layer and head: one
+    panel per product with the layers along x (one head), or one panel per layer and product with
+    the heads along x (several heads)."""
     t = ex.views["attribution"].tables["attribution"]
     if t.empty:
         return {}
-    groups = list(dict.fromkeys(zip(t.layer, t["head"], strict=True)))
-    multi = ex.geometry.heads > 1
-    names = [f"L{lay} h{h}" if multi else f"L{lay}" for lay, h in groups]
-    pos = {g: i for i, g in enumerate(groups)}
-    blocks = ("AA", "AC", "CA", "CC")
     ratio = t.ratio.to_numpy(dtype=float)
     finite = ratio[np.isfinite(ratio) & (ratio > 0)]
     low = min(float(finite.min()) / 1.5, 0.5) if finite.size else 0.5
+    cut = finite.size < ratio.size or (finite.size and finite.max() > ATTRIBUTION_CAP)
+    top = ATTRIBUTION_CAP * 30 if cut else max(float(finite.max()) * 2, 2.0)
     flat = {  # blocks whose every ablation leaves the MSE within 1%
         b for b, part in t.groupby("block") if np.all(np.abs(part.ratio.to_numpy() - 1) < 0.01)
     }
-    fig = _figure(max(7.0, 0.42 * len(groups) * 2 + 2), 6.0)
-    axes = fig.subplots(2, 1, sharex=True)
-    width = 0.8 / len(blocks)
-    for ax, product in zip(axes, ("W_QK", "W_VP"), strict=True):
-        part = t[t["product"] == product]
-        for i, block in enumerate(blocks):
-            b = part[part.block == block]
-            if b.empty:
-                continue
-            raw = b.ratio.to_numpy(dtype=float)
-            r = np.clip(np.nan_to_num(raw, nan=np.inf), low, ATTRIBUTION_CAP)
-            x = np.array([pos[(lay, h)] for lay, h in zip(b.layer, b["head"], strict=True)])
-            x = x + (i - (len(blocks) - 1) / 2) * width
-            # bars start at 1 (no change): up where zeroing the block hurts, down where it helps
-            label = f"block {block}" + (" (no effect: bars at 1)" if block in flat else "")
-            ax.bar(x, r - 1.0, bottom=1.0, width=width, color=f"C{i}", label=label)
-            for xi, v in zip(x, raw, strict=True):
-                if not np.isfinite(v) or v > ATTRIBUTION_CAP:
-                    ax.annotate(
-                        f"{v:.0e}" if np.isfinite(v) else "not finite",
-                        (xi, ATTRIBUTION_CAP),
-                        xytext=(0, 2),
-                        textcoords="offset points",
-                        ha="center",
-                        va="bottom",
-                        rotation=90,
-                        fontsize=6,
-                    )
-        ax.set_ylim(low, ATTRIBUTION_CAP * 30)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_yscale("log")
-        ax.set_ylabel(f"{product}: MSE ablated /\nMSE network (ratio)", fontsize=8)
-        if multi:
-            for k in range(1, len(groups)):
-                if groups[k][0] != groups[k - 1][0]:
-                    ax.axvline(k - 0.5, color="0.6", lw=0.6)
-    axes[-1].set_xticks(range(len(groups)), names, rotation=90 if multi else 0, fontsize=7)
-    axes[-1].set_xlabel("layer" + (" and head" if multi else "") + " (0-based)")
+    products = ("W_QK", "W_VP")
+    ylabel = "MSE ablated / MSE network\n(ratio)"
+    if ex.geometry.heads == 1:
+        layers = sorted(t.layer.unique())
+        pos = {(lay, 0): i for i, lay in enumerate(layers)}
+        fig = _figure(max(7.0, 0.9 * len(layers) + 3), 6.0)
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, product in zip(axes, products, strict=True):
+            _attribution_bars(ax, t[t["product"] == product], pos, low, top, flat)
+            ax.set_ylabel(f"{product}: {ylabel}", fontsize=8)
+        axes[-1].set_xticks(range(len(layers)), [str(lay) for lay in layers])
+        axes[-1].set_xlabel("layer (0-based)")
+        grid = list(axes)
+    else:
+        layers = sorted(t.layer.unique())
+        heads = sorted(t["head"].unique())
+        pos = {(lay, h): i for lay in layers for i, h in enumerate(heads)}
+        fig = _figure(max(8.0, 2 * (0.42 * len(heads) + 1.2)), 2.3 * len(layers) + 1.0)
+        axes = fig.subplots(len(layers), 2, squeeze=False, sharex=True, sharey=True)
+        for r, layer in enumerate(layers):
+            for c, product in enumerate(products):
+                ax = axes[r][c]
+                sel = t[(t.layer == layer) & (t["product"] == product)]
+                _attribution_bars(ax, sel, pos, low, top, flat)
+                ax.set_title(f"{product}, layer {layer}", fontsize=8)
+                if c == 0:
+                    ax.set_ylabel(ylabel, fontsize=7)
+        for ax in axes[-1]:
+            ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+            ax.set_xlabel("head")
+        grid = list(axes.reshape(-1))
     handles, labels = [], []
-    for ax in axes:
+    for ax in grid:
         for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
             if lb not in labels:
                 handles.append(hd)
                 labels.append(lb)
+    order = sorted(range(len(labels)), key=lambda k: labels[k])
     fig.legend(
-        handles, labels, loc="outside right center", fontsize=8, title="block\n(rows × columns)"
+        [handles[k] for k in order],
+        [labels[k] for k in order],
+        loc="outside right center",
+        fontsize=8,
+        title="block\n(rows × columns)",
     )
-    fig.suptitle(
-        f"Held-out MSE with one weight block zeroed (bars cut at {ATTRIBUTION_CAP:g})", fontsize=10
-    )
+    title = "Held-out MSE with one weight block zeroed"
+    fig.suptitle(title + (f" (bars cut at {ATTRIBUTION_CAP:g})" if cut else ""), fontsize=10)
     return {"attribution": fig}
 
 
