@@ -10,6 +10,7 @@ from dataclasses import replace
 from html.parser import HTMLParser
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -17,6 +18,7 @@ from matplotlib.figure import Figure
 from eagle_probe import plots
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.extract import extract
+from eagle_probe.fit.base import ViewResult
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.report import write_report
 from eagle_probe.tasks import TaskConfig
@@ -264,3 +266,35 @@ def test_cli_extract_out_writes_the_report(planted, extraction, tmp_path, monkey
     assert {f"{f}.png" for f in FIGURES} <= names
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "planted&lt;b&gt;.pt" in page and "planted<b>" not in page
+
+
+def test_attribution_bars_run_from_one_to_the_ratio_and_cut_blow_ups(extraction):
+    rows = [
+        (0, 0, "W_QK", "AA", 3.0),
+        (0, 1, "W_VP", "CC", 0.5),
+        (1, 0, "W_QK", "AC", 1e9),
+        (1, 1, "W_VP", "AA", float("inf")),
+    ]
+    table = pd.DataFrame(rows, columns=["layer", "head", "product", "block", "ratio"])
+    table["mse"] = table.ratio
+    view = ViewResult("attribution", {}, {"attribution": table})
+    ex = replace(
+        extraction,
+        views={**extraction.views, "attribution": view},
+        geometry=replace(extraction.geometry, heads=2),
+    )
+    fig = plots.extraction_attribution(ex)["attribution"]
+    titled = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert set(titled) == {f"{p}, layer {lay}" for p in ("W_QK", "W_VP") for lay in (0, 1)}
+
+    def ends(ax):
+        return sorted((bar.get_y(), bar.get_y() + bar.get_height()) for bar in ax.patches)
+
+    cap = plots.ATTRIBUTION_CAP
+    assert ends(titled["W_QK, layer 0"]) == [(1.0, pytest.approx(3.0))]
+    assert ends(titled["W_VP, layer 0"]) == [(1.0, pytest.approx(0.5))]  # zeroing it helps
+    assert ends(titled["W_QK, layer 1"]) == [(1.0, pytest.approx(cap))]
+    assert ends(titled["W_VP, layer 1"]) == [(1.0, pytest.approx(cap))]
+    notes = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert {"1e+09", "not finite"} <= notes
+    assert "cut at" in fig.get_suptitle()
