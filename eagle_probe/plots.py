@@ -189,8 +189,13 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
         pairs = [(layer, h) for layer in layers for h in range(H)]
         cols = min(MAX_COLUMNS, len(pairs))
         lines = -(-len(pairs) // cols)
-        fig = _figure(max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3)
-        axes = fig.subplots(2 * lines, cols, squeeze=False)
+        w, h = max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3
+        # a fixed grid, not constrained layout: with dozens of colour bars that costs seconds
+        fig = Figure(figsize=(w, h), dpi=_DPI)
+        margins = {"left": 0.6 / w, "right": 1 - 0.55 / w, "bottom": 0.45 / h, "top": 1 - 0.6 / h}
+        axes = fig.subplots(
+            2 * lines, cols, squeeze=False, gridspec_kw={**margins, "wspace": 0.55, "hspace": 0.45}
+        )
         for k, (layer, h) in enumerate(pairs):
             line, col = divmod(k, cols)
             for row, (W, name, xl, yl) in enumerate(
@@ -204,7 +209,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
                 im = ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
                 _block_axis(ax, n, width, xl, yl)
                 ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
-                cb = fig.colorbar(im, ax=ax, shrink=0.8)
+                cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
                 cb.ax.tick_params(labelsize=6)
                 if col == cols - 1:
                     cb.set_label("entry (dimensionless)", fontsize=7)
