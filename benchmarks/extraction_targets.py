@@ -34,7 +34,7 @@ def planted(rng: np.random.Generator) -> pd.DataFrame:
             gd = trial % 3 == 0
             a = np.zeros(layers) if gd else rng.uniform(0.002, 0.01, layers)
             c = rng.uniform(0.005, 0.02, layers)
-            cfg = ModelConfig(n_layers=layers, n_heads=heads, dtype=dtype)
+            cfg = ModelConfig(n_layers=layers, n_heads=heads, normalize="none", dtype=dtype)
             model = LinearTransformer(cfg)
             model.load_state_dict(eagle_weights(cfg, a.tolist(), c.tolist()))
             ex = extract(model, TaskConfig(), control=False, test_batch=64)

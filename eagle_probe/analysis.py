@@ -31,8 +31,8 @@ def _mse(model: LinearTransformer, prompt: Prompt, hooks=()) -> float:
 
 
 def _ablate(heads: list[int]):
-    def hook(value, hook):
-        value[:, heads] = 0.0
+    def hook(value, hook):  # value: hook_result (b, T, h, E)
+        value[:, :, heads] = 0.0
         return value
 
     return hook
@@ -41,13 +41,13 @@ def _ablate(heads: list[int]):
 def head_ablation(
     model: LinearTransformer, task: TaskConfig, *, batch: int = 2048, seed: int = 3
 ) -> pd.DataFrame:
-    """Test MSE with each single head zeroed through `hook_head_out` (run_with_hooks)."""
+    """Test MSE with each single head zeroed through `hook_result` (run_with_hooks)."""
     prompt = sample(task, batch, make_generator(seed), dtype=torch.float64)
     base = _mse(model, prompt)
     rows = []
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.heads):
-            mse = _mse(model, prompt, [(f"blocks.{layer}.attn.hook_head_out", _ablate([head]))])
+            mse = _mse(model, prompt, [(f"blocks.{layer}.attn.hook_result", _ablate([head]))])
             rows.append({"layer": layer, "head": head, "mse": mse, "mse_ratio": mse / base})
     return pd.DataFrame(rows)
 
@@ -72,7 +72,7 @@ def greedy_pruning(
 
     def hooks(state):
         return [
-            (f"blocks.{layer}.attn.hook_head_out", _ablate(heads))
+            (f"blocks.{layer}.attn.hook_result", _ablate(heads))
             for layer, heads in state.items()
             if heads
         ]
@@ -118,7 +118,7 @@ def pruning_by_ablation(
             continue
         removed[layer].append(head)
         hooks = [
-            (f"blocks.{lay}.attn.hook_head_out", _ablate(heads))
+            (f"blocks.{lay}.attn.hook_result", _ablate(heads))
             for lay, heads in removed.items()
             if heads
         ]

@@ -109,11 +109,11 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
     b, L, d, n, dp, npr = z0.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
     _, cache = model.run_with_cache(z0)
     Z = torch.stack(
-        [cache["hook_resid_pre"]] + [cache[f"blocks.{i}.hook_resid_post"] for i in range(L)]
+        [cache["hook_embed"]] + [cache["resid_post", i] for i in range(L)]
     )  # (L+1, b, T, E)
-    head_out = torch.stack([cache[f"blocks.{i}.attn.hook_head_out"] for i in range(L)])
-    scores = torch.stack([cache[f"blocks.{i}.attn.hook_scores"] for i in range(L)])
-    scale = model.prompt_scale(z0)[:, 0, 0]  # (b,)
+    head_out = cache.stack_activation("result").transpose(2, 3)  # (L, b, h, T, E)
+    scores = cache.stack_activation("attn_scores")  # (L, b, h, T, T)
+    scale = cache["hook_scale"][:, 0, 0]  # (b,)
 
     # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
     groups = math.ceil(d / npr)
@@ -124,7 +124,7 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
     probe[:, :, :d, n:] = basis * scale[:, None, None, None]  # C_prompt = s e_j → C_internal = e_j
     probe = probe.reshape(b * groups, *z0.shape[1:])
     names = [f"blocks.{i}.hook_resid_post" for i in range(L)]
-    names += [f"blocks.{i}.attn.hook_head_out" for i in range(L)]
+    names += [f"blocks.{i}.attn.hook_result" for i in range(L)]
     _, pcache = model.run_with_cache(probe, names_filter=lambda name: name in names)
 
     def slot_response(t: torch.Tensor) -> torch.Tensor:
@@ -135,10 +135,10 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
         return t[..., :d]
 
     v = [torch.zeros(b, dp, d, dtype=torch.float64)]
-    v += [slot_response(pcache[f"blocks.{i}.hook_resid_post"][:, d:, n:]) for i in range(L)]
+    v += [slot_response(pcache["resid_post", i][:, d:, n:]) for i in range(L)]
     v = torch.stack(v)  # (L+1, b, d', d)
     v_heads = torch.stack(
-        [slot_response(pcache[f"blocks.{i}.attn.hook_head_out"][:, :, d:, n:]) for i in range(L)]
+        [slot_response(pcache["result", i].transpose(1, 2)[:, :, d:, n:]) for i in range(L)]
     )  # (L, b, h, d', d)
     x = -v.transpose(-1, -2)  # (L+1, b, d, d')
     dx_heads = -v_heads.transpose(-1, -2)  # (L, b, h, d, d')

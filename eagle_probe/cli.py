@@ -160,8 +160,9 @@ def build_parser() -> Parser:
     train.add_argument(
         "--data-shards",
         type=_positive_int,
-        default=1,
-        help="draw each batch as this many seeded chunks (a multiple of the torchrun processes)",
+        default=None,
+        help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
+        "(default: one per process, so 1 without torchrun)",
     )
     train.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
     train.add_argument(
@@ -302,7 +303,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         init_std=args.init_std,
     )
     train_cfg = TrainConfig(
-        steps=args.steps,
+        steps=TrainConfig.steps if args.steps is None else args.steps,
         batch=args.batch,
         lr=args.lr,
         schedule=args.schedule,
@@ -439,6 +440,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
         d_prime=args.d_prime,
         n_layers=len(a_steps),
         n_heads=args.heads,
+        normalize="none",  # the planted steps act on the prompt itself
         dtype=args.dtype,
     )
     task = TaskConfig(

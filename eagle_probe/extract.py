@@ -25,10 +25,10 @@ from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult
 from eagle_probe.fit.eagle import choose_reading
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import LinearTransformer
-from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 SCHEMA_VERSION = 2
-CONTROL_VIEWS = ("eagle", "fidelity", "projection", "polynomial")  # run on the untrained control
+CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
 
 
 def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
@@ -68,12 +68,13 @@ def build_context(
     tuning_batch: int = 1024,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
+    probes: Prompt | None = None,
 ) -> Context:
-    """Everything the views read, for one model."""
+    """Everything the views read, for one model. `probes` replaces the fresh probe batch."""
     if probe_batch_size < 2:
         raise EagleProbeError(f"probe batch must hold at least 2 prompts, got {probe_batch_size}")
     m64 = float64_copy(model)
-    cap = capture(m64, probe_batch(task, probe_batch_size, seed))
+    cap = capture(m64, probes if probes is not None else probe_batch(task, probe_batch_size, seed))
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
     geometry = choose_reading(cap, geometry_of(m64, qk))
@@ -113,6 +114,8 @@ class Extraction:
     network: dict[str, float]  # held-out MSE of the network and of the zero predictor
     geometry: Geometry
     timings: dict[str, float] = field(default_factory=dict)
+    held_out: HeldOut | None = field(default=None, repr=False)  # the prompts the MSEs are on
+    network_pred: np.ndarray | None = field(default=None, repr=False)  # (b, d', n') on them
 
     # --- tables for people ------------------------------------------------------------------
 
@@ -161,6 +164,11 @@ class Extraction:
     def terms(self) -> pd.DataFrame:
         """Design-form terms (layer, head, order, alpha, step) of the polynomial fits."""
         return self.views["polynomial"].tables["terms"]
+
+    @property
+    def weights(self) -> pd.DataFrame:
+        """Structure of W_QK and W_VP per layer and head (sparsified)."""
+        return self.views["weights"].tables["weights"]
 
     @property
     def test(self) -> dict[str, float]:
@@ -336,4 +344,6 @@ def extract(
         network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
         geometry=ctx.geometry,
         timings=timings,
+        held_out=ctx.held_out,
+        network_pred=ctx.network_pred,
     )

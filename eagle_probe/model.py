@@ -18,16 +18,23 @@ Regimes (registry `REGIMES`):
 Seed-text variants of the token mask: `token_mask="block_diagonal"` (data shards: a token attends
 only to visible tokens of its own shard) and `token_mask="sparse"` (a fixed random sparse mask).
 
-Hook points (shapes for a batch of b prompts, h heads, T = d + d' tokens, E = n + n'):
-  hook_resid_pre                   [b, T, E]   the (normalised) prompt
-  blocks.{l}.hook_resid_pre        [b, T, E]
-  blocks.{l}.attn.hook_q / hook_k  [b, h, T, qk]
-  blocks.{l}.attn.hook_v           [b, h, T, vp]
-  blocks.{l}.attn.hook_scores      [b, h, T, T]  masked, before multiplying the values
-  blocks.{l}.attn.hook_head_out    [b, h, T, E]  each head's contribution to the residual
-  blocks.{l}.hook_attn_out         [b, T, E]
+Hook points, named and shaped as in TransformerLens (b = batch, h = heads, T = d + d' tokens,
+E = n + n' = d_model). There is no softmax, so the pattern is the masked score itself.
+  hook_scale                       [b, 1, 1]   per-prompt scale s: the layers see Z / s
+  hook_embed                       [b, T, E]   the prompt in internal units, Z_0 = Z_prompt / s
+  blocks.{l}.hook_resid_pre        [b, T, E]   stream entering layer l
+  blocks.{l}.attn.hook_q / hook_k  [b, T, h, qk]
+  blocks.{l}.attn.hook_v           [b, T, h, vp]
+  blocks.{l}.attn.hook_attn_scores [b, h, T, T]  (Z W_Q)(Z W_K)ᵀ ⊙ M, query by key
+  blocks.{l}.attn.hook_pattern     [b, h, T, T]  the weights on the values (= attn_scores)
+  blocks.{l}.attn.hook_z           [b, T, h, vp] pattern @ v, per head
+  blocks.{l}.attn.hook_result      [b, T, h, E]  each head's contribution to the stream
+  blocks.{l}.hook_attn_out         [b, T, E]     sum over heads
   blocks.{l}.hook_resid_post       [b, T, E]
-  hook_prediction                  [b, d', n']  the model's estimate of D
+  hook_prediction                  [b, d', n']   the model's estimate of D (prompt units):
+                                                 readout_scale · resid_post[L-1][:, d:, n:] · s
+`run_with_cache` returns a TransformerLens `ActivationCache`; `model.QK` and `model.OV` are the
+per-head products W_Q W_Kᵀ and W_V W_Pᵀ as `FactoredMatrix` objects of shape [L, h, E, E].
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
-from transformer_lens import HookedRootModule
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from eagle_probe.errors import EagleProbeError
@@ -70,7 +77,9 @@ class ModelConfig:
     mask_density: float = 0.5  # sparse: probability that a visible entry of M is kept
     mask_seed: int = 0  # sparse: seed of the fixed random mask
     readout: str = "negate"  # one of READOUTS: prediction = scale · D slot, scale -1 by default
-    normalize: str = "none"  # one of NORMALIZE: divide the prompt by this norm of A, rescale D
+    # one of NORMALIZE: divide the prompt by this norm of A (hook_scale), rescale D; "none" is the
+    # paper's plain model, which is unstable to train
+    normalize: str = "spectral"
     init: str = "normal"  # one of INITS
     init_std: float = 0.02  # standard deviation of the normal part of the initialisation
     dtype: str = "float32"  # parameter dtype, one of DTYPES
@@ -126,6 +135,16 @@ class ModelConfig:
     @property
     def width(self) -> int:
         return self.n + self.n_prime
+
+    @property
+    def d_model(self) -> int:
+        """TransformerLens's name for the residual width E = n + n'."""
+        return self.width
+
+    @property
+    def attn_only(self) -> bool:
+        """No MLPs (read by TransformerLens's `ActivationCache.decompose_resid`)."""
+        return True
 
     @property
     def block(self) -> int:
@@ -204,11 +223,13 @@ class Attention(nn.Module):
         self.W_P = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
         self.register_buffer("qk_mask", qk_row_mask(cfg).to(dtype))  # (h, E)
         self.register_buffer("mask", token_mask(cfg).to(dtype))  # (T, T)
-        self.hook_q = HookPoint()  # [b, h, T, qk]
-        self.hook_k = HookPoint()  # [b, h, T, qk]
-        self.hook_v = HookPoint()  # [b, h, T, vp]
-        self.hook_scores = HookPoint()  # [b, h, T, T]
-        self.hook_head_out = HookPoint()  # [b, h, T, E]
+        self.hook_q = HookPoint()  # [b, T, h, qk]
+        self.hook_k = HookPoint()  # [b, T, h, qk]
+        self.hook_v = HookPoint()  # [b, T, h, vp]
+        self.hook_attn_scores = HookPoint()  # [b, h, T, T]
+        self.hook_pattern = HookPoint()  # [b, h, T, T]
+        self.hook_z = HookPoint()  # [b, T, h, vp]
+        self.hook_result = HookPoint()  # [b, T, h, E]
 
     def effective_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
         """W_Q, W_K with the locality mask applied: (h, E, qk) each."""
@@ -223,17 +244,19 @@ class Attention(nn.Module):
 
         def per_head(W: torch.Tensor, width: int) -> torch.Tensor:
             out = flat @ W.permute(1, 0, 2).reshape(E, h * width)  # (bT, h·width)
-            return out.view(b, T, h, width).transpose(1, 2)  # (b, h, T, width)
+            return out.view(b, T, h, width)  # (b, T, h, width)
 
-        q = self.hook_q(per_head(W_Q, qk))  # (b, h, T, qk)
-        k = self.hook_k(per_head(W_K, qk))  # (b, h, T, qk)
-        v = self.hook_v(per_head(self.W_V, vp))  # (b, h, T, vp)
-        scores = self.hook_scores((q @ k.transpose(-1, -2)) * self.mask)  # (b, h, T, T)
-        mixed = scores @ v  # (b, h, T, vp)
+        q = self.hook_q(per_head(W_Q, qk))  # (b, T, h, qk)
+        k = self.hook_k(per_head(W_K, qk))  # (b, T, h, qk)
+        v = self.hook_v(per_head(self.W_V, vp))  # (b, T, h, vp)
+        scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)  # (b, h, T, T)
+        scores = self.hook_attn_scores(scores * self.mask)  # (b, h, T, T)
+        pattern = self.hook_pattern(scores)  # no softmax: the scores weight the values
+        z_heads = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # (b, T, h, vp)
         # project each head back to the stream: (h, bT, vp) @ (h, vp, E)
-        out = mixed.transpose(0, 1).reshape(h, b * T, vp) @ self.W_P.transpose(1, 2)
-        head_out = self.hook_head_out(out.view(h, b, T, E).transpose(0, 1))  # (b, h, T, E)
-        return head_out.sum(dim=1)  # (b, T, E)
+        out = z_heads.permute(2, 0, 1, 3).reshape(h, b * T, vp) @ self.W_P.transpose(1, 2)
+        result = self.hook_result(out.view(h, b, T, E).permute(1, 2, 0, 3))  # (b, T, h, E)
+        return result.sum(dim=2)  # (b, T, E)
 
 
 class Block(nn.Module):
@@ -261,7 +284,8 @@ class LinearTransformer(HookedRootModule):
             self.readout_scale = nn.Parameter(scale)
         else:
             self.register_buffer("readout_scale", scale)
-        self.hook_resid_pre = HookPoint()  # [b, T, E]
+        self.hook_scale = HookPoint()  # [b, 1, 1]
+        self.hook_embed = HookPoint()  # [b, T, E]
         self.hook_prediction = HookPoint()  # [b, d', n']
         if generator is not None:
             self.initialize(generator)
@@ -289,12 +313,28 @@ class LinearTransformer(HookedRootModule):
                 )
                 W[..., :half] = q[..., : W.shape[1], :half] * std
 
+    @property
+    def QK(self) -> FactoredMatrix:
+        """W_Q W_Kᵀ of every layer and head as a `FactoredMatrix` [L, h, E, E] (detached;
+        distributed: with the locality mask applied)."""
+        qk = [b.attn.effective_qk() for b in self.blocks]
+        W_Q = torch.stack([q for q, _ in qk]).detach()  # (L, h, E, qk)
+        W_K = torch.stack([k for _, k in qk]).detach()  # (L, h, E, qk)
+        return FactoredMatrix(W_Q, W_K.transpose(-1, -2))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """W_V W_Pᵀ of every layer and head as a `FactoredMatrix` [L, h, E, E] (detached)."""
+        W_V = torch.stack([b.attn.W_V for b in self.blocks]).detach()  # (L, h, E, vp)
+        W_P = torch.stack([b.attn.W_P for b in self.blocks]).detach()  # (L, h, E, vp)
+        return FactoredMatrix(W_V, W_P.transpose(-1, -2))
+
     def W_QK(self, layer: int | None = None) -> torch.Tensor:
-        """W_Q W_Kᵀ per layer and head: (L, h, E, E), or (h, E, E) for one layer."""
+        """`QK` as a plain tensor: (L, h, E, E), or (h, E, E) for one layer."""
         return self._per_layer(layer, lambda a: torch.einsum("hek,hfk->hef", *a.effective_qk()))
 
     def W_VP(self, layer: int | None = None) -> torch.Tensor:
-        """W_V W_Pᵀ per layer and head: (L, h, E, E), or (h, E, E) for one layer."""
+        """`OV` as a plain tensor: (L, h, E, E), or (h, E, E) for one layer."""
         return self._per_layer(layer, lambda a: torch.einsum("hev,hfv->hef", a.W_V, a.W_P))
 
     def _per_layer(self, layer, fn) -> torch.Tensor:
@@ -304,6 +344,17 @@ class LinearTransformer(HookedRootModule):
             return torch.stack([fn(b.attn) for b in self.blocks]).detach().clone()
 
     # --- running -----------------------------------------------------------------------------
+
+    def run_with_cache(
+        self, *args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs
+    ) -> tuple[torch.Tensor, ActivationCache | dict[str, torch.Tensor]]:
+        """`HookedRootModule.run_with_cache`, returning an `ActivationCache` (as a
+        HookedTransformer does), so `cache["attn_scores", 0]` and `cache.stack_activation(...)`
+        work; `return_cache_object=False` gives the plain dict."""
+        out, cache = super().run_with_cache(*args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if return_cache_object:
+            cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return out, cache
 
     def check_prompt(self, z0: torch.Tensor) -> None:
         cfg = self.cfg
@@ -335,8 +386,8 @@ class LinearTransformer(HookedRootModule):
         self.check_prompt(z0)
         cfg = self.cfg
         z0 = z0.to(cfg.torch_dtype)
-        scale = self.prompt_scale(z0)  # (b, 1, 1)
-        z = self.hook_resid_pre(z0 / scale)
+        scale = self.hook_scale(self.prompt_scale(z0))  # (b, 1, 1)
+        z = self.hook_embed(z0 / scale)  # (b, T, E)
         for block in self.blocks:
             z = block(z)
         d_slot = z[:, cfg.d :, cfg.n :]  # (b, d', n')
@@ -358,7 +409,8 @@ def eagle_weights(
     """A state dict whose layer l runs one EAGLE step with A-step a_l and C-step c_l.
 
     Centralized layout: W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') (BRIEF §3). With h heads
-    each head carries 1/h of the value, so the summed update is the same.
+    each head carries 1/h of the value, so the summed update is the same. The steps act in the
+    model's internal units: only with `normalize="none"` do they act on the prompt itself.
     """
     if cfg.regime != "centralized" or cfg.qk < cfg.n or cfg.vp < cfg.width:
         raise EagleProbeError("EAGLE weights can be planted only in a centralized model")

@@ -29,7 +29,11 @@ def _g(x, digits: int = 3) -> str:
     if isinstance(x, str):
         return x
     x = float(x)
-    if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1e6:  # the table never shows a number above 1e6; JSON keeps the value
+        return ">1e6" if x > 0 else "<-1e6"
+    if x != 0 and abs(x) < 1e-3:
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}g}"
 

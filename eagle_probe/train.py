@@ -19,7 +19,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -55,13 +55,17 @@ class TrainConfig:
     eval_batch: int = 8192  # size of the fixed held-out validation set
     keep_best: bool = True  # return the weights with the best validation MSE
     seed: int = 0  # seeds initialisation, training prompts and the validation set
-    data_shards: int = 1  # the batch is drawn as this many chunks, each from its own stream
+    # the batch is drawn as this many chunks, each from its own seeded stream, split over the
+    # processes; None: one chunk per process (1 without torchrun, the world size under it)
+    data_shards: int | None = None
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
         for name in ("steps", "batch", "eval_every", "eval_batch", "data_shards"):
             value = getattr(self, name)
+            if name == "data_shards" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -74,7 +78,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.spike_factor > 1.0:
             raise ValueError(f"spike_factor must be > 1, got {self.spike_factor!r}")
-        if self.batch % self.data_shards:
+        if self.data_shards is not None and self.batch % self.data_shards:
             raise ValueError(
                 f"data_shards={self.data_shards} must divide the batch of {self.batch} prompts"
             )
@@ -170,11 +174,18 @@ def train(
     model.train()
     dtype = model_cfg.torch_dtype
     rank, world = _process_group()
-    if cfg.data_shards % world:
+    shards = world if cfg.data_shards is None else cfg.data_shards
+    if shards % world:
         raise ValueError(
             f"{world} processes need data_shards to be a multiple of {world} "
-            f"(got {cfg.data_shards}); pass --data-shards {world}"
+            f"(got {cfg.data_shards}); pass --data-shards {world} or leave it unset"
         )
+    if cfg.batch % shards:
+        raise ValueError(
+            f"a batch of {cfg.batch} prompts does not split into {shards} equal shards "
+            f"(one per process); pass a --batch that {shards} divides"
+        )
+    cfg = replace(cfg, data_shards=shards)  # the metrics record the shards that ran
     # Shard j of every batch comes from its own stream, so a run on `world` processes that each
     # draw their own shards sees exactly the prompts of a one-process run with the same shards.
     offset = 7919 * start_step

@@ -11,7 +11,6 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "trained_models"
-SHARED = ROOT.parent / "shared"
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

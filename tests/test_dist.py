@@ -41,7 +41,8 @@ def test_bad_world_size():
 
 
 @pytest.mark.slow
-def test_ddp_with_two_ranks_matches_one_process(tmp_path):
+def test_ddp_with_two_ranks_matches_one_process_with_two_shards(tmp_path):
+    """torchrun without --data-shards shards by the process count (the issue's command, smaller)."""
     import os
     import subprocess
     import sys
@@ -64,8 +65,6 @@ def test_ddp_with_two_ranks_matches_one_process(tmp_path):
         "--eval-batch",
         "128",
         "--no-progress",
-        "--data-shards",
-        "2",
         "--init-std",
         "0.1",
     ]
@@ -89,7 +88,16 @@ def test_ddp_with_two_ranks_matches_one_process(tmp_path):
         timeout=300,
     )
     subprocess.run(
-        [sys.executable, "-m", "eagle_probe", *args, "-o", str(tmp_path / "one.pt")],
+        [
+            sys.executable,
+            "-m",
+            "eagle_probe",
+            *args,
+            "--data-shards",
+            "2",
+            "-o",
+            str(tmp_path / "one.pt"),
+        ],
         check=True,
         env=env,
         capture_output=True,
@@ -98,6 +106,7 @@ def test_ddp_with_two_ranks_matches_one_process(tmp_path):
     ddp, _, m_ddp = checkpoint.load(tmp_path / "ddp.pt")
     one, _, m_one = checkpoint.load(tmp_path / "one.pt")
     assert m_ddp["processes"] == 2 and m_one["processes"] == 1
+    assert m_ddp["train_config"]["data_shards"] == m_one["train_config"]["data_shards"] == 2
     for key, value in one.state_dict().items():
         assert (ddp.state_dict()[key] - value).abs().max() <= 1e-4 * max(1.0, value.abs().max())
     losses = [r["train_loss"] for r in m_ddp["history"]]

@@ -21,7 +21,7 @@ def _load(path):
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     a, c = [0.006, 0.004, 0.003], [0.01, 0.009, 0.008]
-    cfg = ModelConfig(n=10, d=8, n_layers=3, n_heads=2, dtype="float64")
+    cfg = ModelConfig(n=10, d=8, n_layers=3, n_heads=2, normalize="none", dtype="float64")
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
     task = TaskConfig(n=10, d=8, rank=5)

@@ -16,7 +16,14 @@ from eagle_probe.tasks import Prompt, TaskConfig
 
 def planted(a, c, *, heads=1, dtype="float64", n=8, d=6, n_prime=2, d_prime=2):
     cfg = ModelConfig(
-        n=n, d=d, n_prime=n_prime, d_prime=d_prime, n_layers=len(a), n_heads=heads, dtype=dtype
+        n=n,
+        d=d,
+        n_prime=n_prime,
+        d_prime=d_prime,
+        n_layers=len(a),
+        n_heads=heads,
+        normalize="none",  # the planted steps act on the prompt itself
+        dtype=dtype,
     )
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
@@ -35,7 +42,7 @@ CASES = [
 @pytest.mark.parametrize("dtype, tol", [("float64", 1e-8), ("float32", 1e-4)])
 def test_planted_steps_are_recovered(a, c, heads, dtype, tol):
     model, task = planted(a, c, heads=heads, dtype=dtype)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     np.testing.assert_allclose(ex.layers.a_step, a, rtol=tol, atol=tol * max(a))
     np.testing.assert_allclose(ex.layers.c_step, c, rtol=tol)
     assert (ex.layers.r2 > 1 - 1e-10).all() and (ex.layers.one_step_residual < 1e-6).all()
@@ -49,7 +56,7 @@ def test_planted_steps_are_recovered(a, c, heads, dtype, tol):
 
 def test_gradient_descent_plants_have_only_order_zero():
     model, task = planted([0, 0, 0, 0], [0.02, 0.03, 0.01, 0.02], heads=2)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     assert all(list(o) == [0] for o in ex.fits.orders)
     assert set(ex.terms.order) == {0}
     layer_terms = ex.terms[ex.terms["head"] == -1]
@@ -60,7 +67,7 @@ def test_gradient_descent_plants_have_only_order_zero():
 def test_design_form_matches_the_eagle_expansion_at_low_depth():
     a, c = [0.04, 0.03, 0.02], [0.1, 0.09, 0.08]
     model, task = planted(a, c)
-    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64)
+    ex = extract(model, task, probe_batch_size=64, control=False, test_batch=64, tuning_batch=64)
     expected = eagle_expansion(a, c)
     for layer in (0, 1):
         fitted = ex.terms[(ex.terms.layer == layer) & (ex.terms["head"] == -1)]
@@ -99,16 +106,19 @@ def test_query_linearity_is_measured():
 
 def test_untrained_control_is_separated_from_a_planted_model():
     model, task = planted([0.05, 0.04, 0.03], [0.09, 0.08, 0.07])
-    ex = extract(model, task, probe_batch_size=64, test_batch=64, seed=3)
-    ctrl = ex.control["layers"]
-    assert all(r["r2"] < 0.5 for r in ctrl) and (ex.layers.r2 > 0.999).all()
-    assert all(r["fidelity_rel"] > 0.5 for r in ctrl)
-    assert (ex.layers.fidelity_rel < 1e-12).all()
+    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=64, seed=3)
+    ctrl_r2 = [lay["r2"] for lay in ex.control["polynomial"].json["layers"]]
+    ctrl_gap = [lay["one_step"]["relative"] for lay in ex.control["fidelity"].json["layers"]]
+    assert all(r < 0.5 for r in ctrl_r2) and (ex.layers.r2 > 0.999).all()
+    assert all(g > 0.5 for g in ctrl_gap)
+    assert (ex.layers.fidelity_rel < 1e-12).all() and (
+        ex.layers.fidelity_one_step_rel < 1e-12
+    ).all()
 
 
 def test_weight_structure_and_simplified_model():
     model, task = planted([0.05, 0.04], [0.09, 0.08], heads=2)
-    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=256)
+    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=256, tuning_batch=32)
     assert ex.weights.W_QK.tolist() == ["diag(1 I_8, 0)"] * 4
     assert ex.weights.W_VP.iloc[0] == "diag(-0.025 I_8, -0.045 I_2)"
     assert ex.test["simplified_mse"] == pytest.approx(ex.test["mse"], rel=1e-9)
@@ -150,14 +160,17 @@ def test_cli_plant_then_extract(tmp_path, capsys):
     out = tmp_path / "ex"
     assert main(["extract", str(ckpt), "--out", str(out), "--probe-batch", "32"]) == 0
     printed = capsys.readouterr().out
-    assert "layer" in printed and "fidelity" in printed and "W_QK = diag(1 I_8, 0)" in printed
+    assert "layer" in printed and "fid 1-step" in printed and "W_QK = diag(1 I_8, 0)" in printed
     data = json.loads((out / "extraction.json").read_text())
     assert data["model"]["sha256"] == checkpoint.sha256(ckpt)
     layers = data["layers"]
     assert [round(lay["a_step"], 10) for lay in layers] == [0.05, 0.04]
-    for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "r2", "terms"):
+    for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "fidelity_one_step", "label"):
         assert key in layers[0]
-    assert layers[0]["terms"][0] == {"order": 0, "alpha": pytest.approx(-0.09), "head": -1}
+    for view in ("eagle", "fidelity", "projection", "optimum", "polynomial", "verdict"):
+        assert view in data["views"]
+    proj = data["views"]["projection"]["layers"]
+    assert [round(lay["a_step"], 10) for lay in proj] == [0.05, 0.04]
     # an existing, non-empty output directory needs --force
     assert main(["extract", str(ckpt), "--out", str(out)]) == 2
     assert "pass --force" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from transformer_lens import FactoredMatrix
 
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights, token_mask
 from eagle_probe.tasks import TaskConfig, make_generator, sample
@@ -30,7 +31,9 @@ def numpy_eagle(A, B, C, a_steps, c_steps):
 
 @pytest.mark.parametrize("heads", [1, 3])
 def test_planted_eagle_weights_run_algorithm_1_with_negated_readout(heads):
-    cfg = ModelConfig(**(SMALL | {"n_layers": 3, "n_heads": heads, "dtype": "float64"}))
+    cfg = ModelConfig(
+        **(SMALL | {"n_layers": 3, "n_heads": heads, "normalize": "none", "dtype": "float64"})
+    )
     model = LinearTransformer(cfg)
     a, c = [0.02, 0.015, 0.01], [0.05, 0.04, 0.03]
     model.load_state_dict(eagle_weights(cfg, a, c))
@@ -49,27 +52,50 @@ def test_cache_has_every_hook_with_documented_shapes():
     p = _prompt(cfg, batch=4)
     _, cache = model.run_with_cache(p.z0())
     T, E, b = cfg.tokens, cfg.width, 4
-    assert cache["hook_resid_pre"].shape == (b, T, E)
+    assert cache["hook_embed"].shape == (b, T, E)
+    assert cache["hook_scale"].shape == (b, 1, 1)
     for layer in range(cfg.n_layers):
-        assert cache[f"blocks.{layer}.attn.hook_scores"].shape == (b, 2, T, T)
-        assert cache[f"blocks.{layer}.attn.hook_head_out"].shape == (b, 2, T, E)
-        assert cache[f"blocks.{layer}.hook_resid_post"].shape == (b, T, E)
-        assert cache[f"blocks.{layer}.attn.hook_q"].shape == (b, 2, T, cfg.qk)
+        for name in ("resid_pre", "attn_out", "resid_post"):
+            assert cache[f"blocks.{layer}.hook_{name}"].shape == (b, T, E)
+        attn = f"blocks.{layer}.attn."
+        for name in ("attn_scores", "pattern"):
+            assert cache[attn + f"hook_{name}"].shape == (b, 2, T, T)
+        assert cache[attn + "hook_result"].shape == (b, T, 2, E)
+        assert cache[attn + "hook_q"].shape == cache[attn + "hook_k"].shape == (b, T, 2, cfg.qk)
+        assert cache[attn + "hook_v"].shape == cache[attn + "hook_z"].shape == (b, T, 2, cfg.vp)
     assert cache["hook_prediction"].shape == (b, cfg.d_prime, cfg.n_prime)
+    assert len(cache) == 3 + 10 * cfg.n_layers
+
+
+def test_attention_hooks_compose_as_documented():
+    """q, k, v, scores, z and result are the factors the layer multiplies, in TL's layouts."""
+    model = _model(n_heads=2)
+    attn = model.blocks[1].attn
+    _, cache = model.run_with_cache(_prompt(model.cfg).z0())
+    x = cache["resid_pre", 1]  # (b, T, E)
+    q = torch.einsum("bte,hek->bthk", x, attn.W_Q)
+    torch.testing.assert_close(cache["q", 1], q)
+    scores = torch.einsum("bthk,bshk->bhts", q, cache["k", 1]) * attn.mask
+    torch.testing.assert_close(cache["attn_scores", 1], scores)
+    z = torch.einsum("bhts,bshv->bthv", scores, cache["v", 1])
+    torch.testing.assert_close(cache["z", 1], z)
+    result = torch.einsum("bthv,hev->bthe", z, attn.W_P)
+    torch.testing.assert_close(cache["result", 1], result)
+    torch.testing.assert_close(cache["attn_out", 1], result.sum(2))
 
 
 def test_residual_stream_adds_up():
     model = _model(n_heads=2)
     _, cache = model.run_with_cache(_prompt(model.cfg).z0())
     pre, post = cache["blocks.1.hook_resid_pre"], cache["blocks.1.hook_resid_post"]
-    heads = cache["blocks.1.attn.hook_head_out"].sum(1)
+    heads = cache["blocks.1.attn.hook_result"].sum(2)
     torch.testing.assert_close(post, pre + heads)
 
 
 def test_scores_never_attend_to_hidden_rows():
     model = _model()
     _, cache = model.run_with_cache(_prompt(model.cfg).z0())
-    assert torch.all(cache["blocks.0.attn.hook_scores"][..., model.cfg.d :] == 0)
+    assert torch.all(cache["blocks.0.attn.hook_attn_scores"][..., model.cfg.d :] == 0)
 
 
 def test_ablating_a_head_by_hook_equals_zeroing_its_weights():
@@ -77,11 +103,11 @@ def test_ablating_a_head_by_hook_equals_zeroing_its_weights():
     z0 = _prompt(model.cfg).z0()
 
     def ablate(value, hook):
-        value[:, 1] = 0.0
+        value[:, :, 1] = 0.0  # hook_result is (b, T, h, E)
         return value
 
     with torch.no_grad():
-        hooked = model.run_with_hooks(z0, fwd_hooks=[("blocks.0.attn.hook_head_out", ablate)])
+        hooked = model.run_with_hooks(z0, fwd_hooks=[("blocks.0.attn.hook_result", ablate)])
         zeroed = LinearTransformer(model.cfg)
         zeroed.load_state_dict(model.state_dict())
         zeroed.blocks[0].attn.W_P[1] = 0.0
@@ -99,8 +125,27 @@ def test_w_qk_and_w_vp_accessors():
     assert model.W_QK().shape == (2, 2, 8, 8)
 
 
-def test_distributed_heads_see_only_their_own_block():
+def test_qk_and_ov_are_factored_matrices_of_the_products():
+    model = _model(n_heads=2)
+    assert isinstance(model.QK, FactoredMatrix) and isinstance(model.OV, FactoredMatrix)
+    assert model.QK.shape == model.OV.shape == (2, 2, 8, 8)
+    attn = model.blocks[0].attn
+    torch.testing.assert_close(model.QK.AB[0, 1], attn.W_Q[1] @ attn.W_K[1].T)
+    torch.testing.assert_close(model.OV.AB[0, 1], attn.W_V[1] @ attn.W_P[1].T)
+    torch.testing.assert_close(model.QK.AB, model.W_QK())
+    torch.testing.assert_close(model.OV.AB, model.W_VP())
+
+
+def test_distributed_qk_carries_the_locality_mask():
     model = _model(regime="distributed", machines=3)
+    qk = model.QK.AB  # (L, h, E, E)
+    assert torch.all(qk[:, 0, 2:, :] == 0) and torch.all(qk[:, 0, :, 2:] == 0)
+    torch.testing.assert_close(qk, model.W_QK())
+
+
+def test_distributed_heads_see_only_their_own_block():
+    # unnormalised: bumping one block must not rescale the others through ‖A‖₂
+    model = _model(regime="distributed", machines=3, normalize="none")
     cfg = model.cfg
     assert cfg.heads == 3 and cfg.qk == 2 and cfg.vp == 4
     z0 = _prompt(cfg).z0()
@@ -108,7 +153,7 @@ def test_distributed_heads_see_only_their_own_block():
     bumped[:, : cfg.d, 2:4] += 1.0  # columns of machine 1
     _, c0 = model.run_with_cache(z0)
     _, c1 = model.run_with_cache(bumped)
-    s0, s1 = c0["blocks.0.attn.hook_scores"], c1["blocks.0.attn.hook_scores"]
+    s0, s1 = c0["attn_scores", 0], c1["attn_scores", 0]
     torch.testing.assert_close(s0[:, [0, 2]], s1[:, [0, 2]])
     assert not torch.allclose(s0[:, 1], s1[:, 1])
     qk = model.W_QK(0)

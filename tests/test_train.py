@@ -54,6 +54,15 @@ def test_same_seed_same_model():
         assert (value == b.state_dict()[key]).all()
 
 
+def test_data_shards_default_to_one_per_process():
+    assert TrainConfig().data_shards is None
+    run = TrainConfig(steps=2, batch=32, eval_every=2, eval_batch=64, seed=4)
+    _, metrics = train(_cfg(), TASK, run, progress=False)
+    assert metrics["train_config"]["data_shards"] == 1 and metrics["processes"] == 1
+    with pytest.raises(ValueError, match="must divide the batch"):
+        TrainConfig(batch=30, data_shards=4)
+
+
 def test_value_freezing_and_curriculum_run():
     run = TrainConfig(
         steps=40,

@@ -1,10 +1,17 @@
-"""Which weight blocks carry the function: zero one block of W_QK or W_VP in one layer and head
-and measure the held-out MSE.
+"""Which weight blocks carry the function: zero one block of W_QK or W_VP and measure the
+held-out MSE.
 
-Blocks are named by the features they connect: A for the n sample columns (A and B tokens' left
-part), C for the n' query columns. W_QK's block X×Y pairs the query token's X features with the
-key token's Y features; W_VP's block X×Y reads the value's X features and writes the Y features.
-Only the layers from the ablated one onward are recomputed.
+Blocks are named by the features they connect: A for the n sample columns, C for the n' query
+columns. W_QK's block X×Y pairs the query token's X features with the key token's Y features;
+W_VP's block X×Y reads the value's X features and writes the Y features. Two ablations:
+
+- per layer and head (`blocks`): one block of one head in one layer. A layer's output is the sum
+  of its heads' contributions and each contribution is linear in each product, so the ablated
+  layer is the full layer minus that block's part; only the later layers are recomputed.
+- everywhere (`everywhere`): the same block zeroed in every layer and head at once — the decisive
+  test for a block the algorithm family does not have (e.g. W_QK's A×C block).
+
+Scored on the first `PROMPTS` held-out prompts (the cost grows with layers² × heads² otherwise).
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.base import Context, HeldOut, ViewResult, register
 
 BLOCKS = ("AA", "AC", "CA", "CC")
+PROMPTS = 512
 
 
 def _slices(n: int, block: str) -> tuple[slice, slice]:
@@ -22,29 +30,44 @@ def _slices(n: int, block: str) -> tuple[slice, slice]:
     return part[block[0]], part[block[1]]
 
 
+def _only(W: np.ndarray, n: int, block: str) -> np.ndarray:
+    """W (E × E) with everything but `block` zeroed."""
+    out = np.zeros_like(W)
+    rs, cs = _slices(n, block)
+    out[rs, cs] = W[rs, cs]
+    return out
+
+
 @register("attribution")
 def attribution_view(ctx: Context) -> ViewResult:
-    geo, held = ctx.geometry, ctx.held_out
+    geo = ctx.geometry
+    held = HeldOut(z0=ctx.held_out.z0[:PROMPTS], D=ctx.held_out.D[:PROMPTS])
     s = geo.prompt_scale(held.z0)[:, None, None]
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
     base = held.mse(geo.readout_of(stream[-1], held.z0))
-    rows = []
     L, H = ctx.qk.shape[:2]
+
+    def finish(Z: np.ndarray, layer: int) -> float:
+        with np.errstate(over="ignore", invalid="ignore"):
+            for later in range(layer + 1, L):
+                Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
+            return held.mse(geo.readout * Z[:, geo.d :, geo.n :] * s)
+
+    rows = []
     for layer in range(L):
+        Z = stream[layer]
         for head in range(H):
-            for product in ("W_QK", "W_VP"):
+            qk, vp = ctx.qk[layer, head], ctx.vp[layer, head]
+            for product, W in (("W_QK", qk), ("W_VP", vp)):
                 for block in BLOCKS:
-                    src = ctx.qk if product == "W_QK" else ctx.vp
-                    rs, cs = _slices(geo.n, block)
-                    if not np.any(src[layer, head][rs, cs]):
+                    part = _only(W, geo.n, block)
+                    if not np.any(part):
                         continue
-                    qk, vp = ctx.qk[layer].copy(), ctx.vp[layer].copy()
-                    (qk if product == "W_QK" else vp)[head][rs, cs] = 0.0
+                    pair = (part, vp) if product == "W_QK" else (qk, part)
                     with np.errstate(over="ignore", invalid="ignore"):
-                        Z = geo.layer(stream[layer], qk, vp)
-                        for later in range(layer + 1, L):
-                            Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
-                    mse = held.mse(geo.readout * Z[:, geo.d :, geo.n :] * s)
+                        # the block's own contribution to the layer's update, removed
+                        delta = geo.layer(Z, pair[0][None], pair[1][None]) - Z
+                    mse = finish(stream[layer + 1] - delta, layer)
                     rows.append(
                         {
                             "layer": layer,
@@ -55,13 +78,34 @@ def attribution_view(ctx: Context) -> ViewResult:
                             "ratio": mse / base if base > 0 else float("inf"),
                         }
                     )
+    everywhere = []
+    for product in ("W_QK", "W_VP"):
+        for block in BLOCKS:
+            qk, vp = ctx.qk.copy(), ctx.vp.copy()
+            target = qk if product == "W_QK" else vp
+            rs, cs = _slices(geo.n, block)
+            if not np.any(target[..., rs, cs]):
+                continue
+            target[..., rs, cs] = 0.0
+            mse = held.mse(geo.predict(held.z0, qk, vp))
+            everywhere.append(
+                {
+                    "product": product,
+                    "block": block,
+                    "mse": mse,
+                    "ratio": mse / base if base > 0 else float("inf"),
+                }
+            )
     table = pd.DataFrame(rows, columns=["layer", "head", "product", "block", "mse", "ratio"])
     return ViewResult(
         "attribution",
         {
-            "ablation": "zero the block in one layer and head; held-out MSE",
+            "ablation": "zero the block; held-out MSE on the first "
+            f"{held.z0.shape[0]} held-out prompts",
+            "prompts": int(held.z0.shape[0]),
             "network_mse": base,
             "blocks": table.to_dict("records"),
+            "everywhere": everywhere,
         },
-        {"attribution": table},
+        {"attribution": table, "everywhere": pd.DataFrame(everywhere)},
     )

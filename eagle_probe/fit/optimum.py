@@ -26,6 +26,7 @@ from eagle_probe.fit.geometry import Geometry
 # Converged: no single step size, changed by a relative ε, changes the loss by more than
 # GTOL · ε relative, i.e. max_i |θ_i ∂L/∂θ_i| ≤ GTOL · L (a stationary point up to round-off).
 GTOL = 1e-6
+EXACT = 1e-12  # or the fit is exact: RMS residual ≤ EXACT × RMS target
 
 
 def _right(X: np.ndarray, M: np.ndarray) -> np.ndarray:
@@ -117,13 +118,14 @@ def fit_steps(
             rss += float(r @ r)
         return rss / m, JtJ, Jtr
 
+    floor = EXACT**2 * float(np.mean(target**2))  # a loss this small is an exact fit
     loss, JtJ, Jtr = normal(theta)
     mu, history, converged = 1e-3, [loss], False
     for _ in range(max_iter):
         grad = 2.0 * Jtr / m
         if not math.isfinite(loss):
             break
-        if np.max(np.abs(grad * theta)) <= gtol * loss or loss == 0.0:
+        if np.max(np.abs(grad * theta)) <= gtol * loss or loss <= floor:
             converged = True
             break
         improved = False
@@ -146,14 +148,14 @@ def fit_steps(
         if not improved:
             break  # no decrease along any damped step: stationary to round-off
     grad = 2.0 * Jtr / m
-    rel = float(np.max(np.abs(grad * theta)) / loss) if loss > 0 else 0.0
+    rel = float(np.max(np.abs(grad * theta)) / max(loss, floor, np.finfo(float).tiny))
     return {
         "a_steps": theta[:L].tolist(),
         "c_steps": theta[L:].tolist(),
         "loss": loss,
         "gradient_norm": float(np.linalg.norm(grad)),
         "relative_gradient": rel,
-        "converged": bool(converged or rel <= gtol),
+        "converged": bool(converged or rel <= gtol or loss <= floor),
         "iterations": len(history) - 1,
     }
 
@@ -198,6 +200,12 @@ def optimum_view(ctx: Context) -> ViewResult:
             )
         out[name] = fit
         out[f"{name}_mse"] = fit["mse"]
+        if fit["mse"] > 2 * fit["loss"] + 1e-300 and name == "optimal":
+            warnings.append(
+                f"the {name} EAGLE's held-out MSE {fit['mse']:.3g} is far above its tuning loss "
+                f"{fit['loss']:.3g}: steps tuned on {tune.z0.shape[0]} prompts fail on others "
+                "(typically rare prompts with a large ‖A‖ when prompts are not normalised)"
+            )
         if not fit["converged"]:
             warnings.append(
                 f"the {name} EAGLE fit stopped before converging (relative gradient "

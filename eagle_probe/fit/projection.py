@@ -97,12 +97,16 @@ def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
 def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
     """Held-out MSE of the network's products, of all layers projected, and of each layer alone."""
     geo, held = ctx.geometry, ctx.held_out
-    net = held.mse(geo.predict(held.z0, ctx.qk, ctx.vp))
+    stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
+    net = held.mse(geo.readout_of(stream[-1], held.z0))
     each = []
     for layer in range(ctx.qk.shape[0]):
-        qk, vp = ctx.qk.copy(), ctx.vp.copy()
-        qk[layer], vp[layer] = pqk[layer], pvp[layer]
-        each.append(held.mse(geo.predict(held.z0, qk, vp)))
+        Z = stream[layer]  # the layers before `layer` are the network's own
+        with np.errstate(over="ignore", invalid="ignore"):
+            Z = geo.layer(Z, pqk[layer], pvp[layer])
+            for later in range(layer + 1, ctx.qk.shape[0]):
+                Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
+        each.append(held.mse(geo.readout_of(Z, held.z0)))
     return {
         "network_mse": net,
         "projected_mse": held.mse(geo.predict(held.z0, pqk, pvp)),

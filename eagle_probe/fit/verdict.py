@@ -10,7 +10,8 @@ The model is
 - "EAGLE" when projecting every layer's weights onto the regime's EAGLE family changes the
   held-out MSE by at most PROJECTION_COST (in function the network is that EAGLE, whatever its
   layers' departures in directions that cancel or do not reach the output), or every layer is;
-- "EAGLE-like" when every layer is at least EAGLE-like;
+- "EAGLE-like" when every layer is at least EAGLE-like and the projection at most doubles the
+  MSE (LIKE_PROJECTION_COST);
 - "not EAGLE" otherwise, and whatever its layers when it is not clearly better than the zero
   predictor (MSE above ZERO_FRACTION of the zero predictor's) or than its untrained control.
 """
@@ -24,17 +25,20 @@ from eagle_probe.fit.base import Context, ViewResult, register
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
 LIKE_GAP = 0.5
 PROJECTION_COST = 0.05  # relative MSE increase with the layer projected onto the family
-CONTROL_FACTOR = 2.0  # the untrained control's relative gap must be at least this many times larger
-ZERO_FRACTION = (
-    0.5  # a model above this fraction of the zero predictor's MSE does not solve the task
-)
-BLOCK_NAMES = {"A": "A", "B": "B", "C": "C", "D": "D"}
+# the untrained control's relative one-step gap must be at least this many times the layer's
+CONTROL_FACTOR = 2.0
+LIKE_PROJECTION_COST = 1.0  # the EAGLE-family model stays within 2× of the network's MSE
+USED_BLOCK = 2.0  # an off-family block is "used" when zeroing it everywhere multiplies the MSE by this
+# a model above this fraction of the zero predictor's MSE is no better than predicting zero
+ZERO_FRACTION = 0.8
 
 THRESHOLDS = {
     "eagle_gap": EAGLE_GAP,
     "like_gap": LIKE_GAP,
     "projection_cost": PROJECTION_COST,
     "control_factor": CONTROL_FACTOR,
+    "like_projection_cost": LIKE_PROJECTION_COST,
+    "used_block": USED_BLOCK,
     "zero_fraction": ZERO_FRACTION,
 }
 
@@ -79,6 +83,31 @@ def layer_labels(ctx: Context) -> list[dict]:
     return out
 
 
+EAGLE_BLOCKS = {("W_QK", "AA"), ("W_VP", "AA"), ("W_VP", "CC")}
+BLOCK_MEANING = {
+    ("W_QK", "AC"): "query A/B features against key C features",
+    ("W_QK", "CA"): "query C/D features against key A features",
+    ("W_QK", "CC"): "query C/D features against key C features",
+    ("W_VP", "AC"): "values' A features written into the C/D columns",
+    ("W_VP", "CA"): "values' C features written into the A/B columns",
+}
+
+
+def off_family_blocks(ctx: Context) -> list[dict]:
+    """Blocks outside EAGLE's (centralized) shape whose removal everywhere multiplies the MSE by
+    at least USED_BLOCK, largest effect first."""
+    att = ctx.results.get("attribution")
+    if att is None or ctx.geometry.regime != "centralized":
+        return []
+    used = [
+        b
+        for b in att.json["everywhere"]
+        if (b["product"], b["block"]) not in EAGLE_BLOCKS
+        and (not math.isfinite(b["ratio"]) or b["ratio"] >= USED_BLOCK)
+    ]
+    return sorted(used, key=lambda b: -b["ratio"] if math.isfinite(b["ratio"]) else -math.inf)
+
+
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     parts = [
@@ -110,6 +139,12 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             if math.isfinite(lay["projection_cost"])
             else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
             f"{_fmt(lay['one_step_relative'])}{where})."
+        )
+    for b in off_family_blocks(ctx):
+        parts.append(
+            f"It relies on {b['product']}'s {b['block'][0]}×{b['block'][1]} block "
+            f"({BLOCK_MEANING[b['product'], b['block']]}), which EAGLE does not have: zeroing it "
+            f"in every layer and head multiplies the MSE by {_fmt(b['ratio'])}."
         )
     opt = ctx.results.get("optimum")
     if opt is not None and net > 0:
@@ -153,9 +188,10 @@ def verdict_view(ctx: Context) -> ViewResult:
     else:
         proj = ctx.results.get("projection")
         cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * net
+        near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * net
         if labels == {"EAGLE"} or cheap:
             label = "EAGLE"
-        elif labels <= {"EAGLE", "EAGLE-like"}:
+        elif labels <= {"EAGLE", "EAGLE-like"} and near:
             label = "EAGLE-like"
         else:
             label = "not EAGLE"
@@ -165,10 +201,17 @@ def verdict_view(ctx: Context) -> ViewResult:
         if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
             label = "not EAGLE"
             warnings.append("no layer fits EAGLE clearly better than the untrained control does")
+    for b in off_family_blocks(ctx):
+        warnings.append(
+            f"the network uses {b['product']}'s {b['block']} block "
+            f"({BLOCK_MEANING[b['product'], b['block']]}), outside EAGLE's shape: zeroing it "
+            f"everywhere multiplies the MSE by {_fmt(b['ratio'])}"
+        )
     return ViewResult(
         "verdict",
         {
             "thresholds": THRESHOLDS,
+            "off_family_blocks": off_family_blocks(ctx),
             "layers": layers,
             "model": {"label": label, "text": model_text(ctx, layers, label)},
         },

@@ -96,7 +96,7 @@ def test_exported_solver(problem):
 )
 def test_planted_extraction(layers, heads, a, c):
     a, c = a[:layers], c[:layers]
-    cfg = ModelConfig(n=6, d=5, n_layers=layers, n_heads=heads, dtype="float64")
+    cfg = ModelConfig(n=6, d=5, n_layers=layers, n_heads=heads, normalize="none", dtype="float64")
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
     ex = extract(
