@@ -298,3 +298,28 @@ def test_attribution_bars_run_from_one_to_the_ratio_and_cut_blow_ups(extraction)
     notes = {t.get_text() for ax in fig.axes for t in ax.texts}
     assert {"1e+09", "not finite"} <= notes
     assert "cut at" in fig.get_suptitle()
+
+
+def test_terms_figure_shows_inclusion_frequency_and_scalar_coefficients(extraction):
+    layers = [
+        {"layer": 0, "terms": [{"name": "A+=AAtA", "coefficient": -0.3, "frequency": 1.0}]},
+        {
+            "layer": 1,
+            "terms": [
+                {"name": "A+=AAtA", "coefficient": -0.2, "frequency": 0.9},
+                {"name": "C+=ACtC", "coefficient": [[1.0]], "norm": 2.0, "frequency": 0.4},
+            ],
+        },
+    ]
+    view = ViewResult("terms", {"layers": layers})
+    ex = replace(extraction, views={**extraction.views, "terms": view})
+    fig = plots.extraction_terms(ex)["terms"]
+    ax = fig.axes[0]
+    (image,) = ax.get_images()
+    freq = np.asarray(image.get_array())
+    np.testing.assert_array_equal(freq[0], [1.0, 0.9])  # A+=AAtA in both layers
+    assert np.isnan(freq[1, 0]) and freq[1, 1] == 0.4  # C+=ACtC only in layer 1
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["A+=AAtA", "C+=ACtC"]
+    assert sorted(t.get_text() for t in ax.texts) == ["-0.2", "-0.3"]  # matrices get no number
+    empty = replace(extraction, views={**extraction.views, "terms": ViewResult("terms", {})})
+    assert plots.extraction_terms(empty) == {}
