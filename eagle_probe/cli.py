@@ -583,6 +583,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from eagle_probe.export import faithful_gap, write_solver
     from eagle_probe.extract import extract
     from eagle_probe.files import jsonable
+    from eagle_probe.report import write_report
 
     out = _out_dir(args.out, args.force)
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
@@ -614,8 +615,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
             payload["warnings"].append(warning)
             print(f"warning: {warning}")
         (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+        write_report(result, tmp, str(args.model))
         _publish(args)
-        print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
+        print(f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}")
     return 0
 
 

@@ -1,13 +1,25 @@
-"""Figures for the notebooks and reports. Each function returns a matplotlib Figure."""
+"""Figures for the notebooks and reports. Each function returns a matplotlib Figure (built
+without pyplot, so any backend, Agg included, works); callers decide where to save it.
+
+The figures of an extraction are registered per view in `VIEW_FIGURES`: the report draws, for
+every view an extraction ran, the figures of that view.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from eagle_probe.model import LinearTransformer
+
+if TYPE_CHECKING:
+    from eagle_probe.extract import Extraction
 
 
 def weight_heatmaps(model: LinearTransformer, layer: int) -> Figure:
@@ -101,3 +113,469 @@ def sketch_spectra(spectrum: pd.DataFrame) -> Figure:
         ax.set(title=f"layer {layer}", xlabel="eigenvalue index", ylabel="|λ| / max")
     axes[0].legend(fontsize=7)
     return fig
+
+
+# --- figures of an extraction, one function per view ---------------------------------------------
+#
+# Every function below takes an `Extraction` and returns {figure name: Figure}; `VIEW_FIGURES` maps
+# a view's name to its function, and the report draws the figures of the views the extraction ran.
+
+_DPI = 110
+_TEXT_BOX = {"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8}
+_BLOCK_COLOURS = {"A": "C0", "B": "C1", "C": "C2", "D": "C3", "total": "0.25"}
+
+
+def _figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+
+
+def _positive(values, floor: float) -> np.ndarray:
+    """Values for a log axis: non-finite stays NaN (not drawn), zero and below go to `floor`."""
+    v = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(v), np.maximum(v, floor), np.nan)
+
+
+def _floor(*arrays) -> float:
+    """A floor one decade below the smallest positive finite value (1e-12 if there is none)."""
+    v = np.concatenate([np.asarray(a, dtype=float).reshape(-1) for a in arrays])
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(v.min()) / 10 if v.size else 1e-12
+
+
+def network_products(ex: Extraction) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(W_QK, W_VP, source) of an extraction, each (L, h, E, E): the network's own products when
+    the `weights` view carries them, else the products projected onto the EAGLE family."""
+    w = ex.views.get("weights")
+    if w is not None and "qk" in w.extra and "vp" in w.extra:
+        return np.asarray(w.extra["qk"]), np.asarray(w.extra["vp"]), "network"
+    p = ex.views.get("projection")
+    if p is not None and "qk" in p.extra and "vp" in p.extra:
+        return np.asarray(p.extra["qk"]), np.asarray(p.extra["vp"]), "projected"
+    return None
+
+
+def _block_axis(ax, n: int, width: int, xlabel: str, ylabel: str) -> None:
+    """Tick the A (first n) and C (last n') feature columns and draw the A|C boundary."""
+    centres = [(n - 1) / 2, n + (width - n - 1) / 2]
+    ax.set_xticks(centres, [f"A 0–{n - 1}", "C"], fontsize=7)
+    ax.set_yticks(centres, [f"A 0–{n - 1}", "C"], fontsize=7, rotation=90, va="center")
+    for pos in (ax.axvline, ax.axhline):
+        pos(n - 0.5, color="k", lw=0.8, ls="--")
+    ax.set_xlabel(xlabel, fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+
+
+MAX_PANELS = 8  # (layer, head) pairs per heatmap figure
+MAX_COLUMNS = 4  # pairs per line of a heatmap figure; each line is a W_QK row over a W_VP row
+
+
+def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
+    """W_QK over W_VP for every layer and head, each panel with its colour bar, diverging colours
+    centred at 0 and the A|C feature boundary dashed. Whole layers per figure, at most MAX_PANELS
+    (layer, head) pairs, in lines of MAX_COLUMNS: one figure `weights` when everything fits, else
+    `weights_layer{l}` (or `weights_layers{a}-{b}`)."""
+    got = network_products(ex)
+    if got is None:
+        return {}
+    qk, vp, source = got
+    n = ex.geometry.n
+    width = qk.shape[-1]
+    L, H = qk.shape[:2]
+    per = max(1, MAX_PANELS // H)  # layers per figure
+    chunks = [list(range(s, min(s + per, L))) for s in range(0, L, per)]
+    what = "" if source == "network" else ", projected onto the EAGLE family"
+    figs = {}
+    for layers in chunks:
+        pairs = [(layer, h) for layer in layers for h in range(H)]
+        cols = min(MAX_COLUMNS, len(pairs))
+        lines = -(-len(pairs) // cols)
+        w, h = max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3
+        # a fixed grid, not constrained layout: with dozens of colour bars that costs seconds
+        fig = Figure(figsize=(w, h), dpi=_DPI)
+        margins = {"left": 0.6 / w, "right": 1 - 0.55 / w, "bottom": 0.45 / h, "top": 1 - 0.6 / h}
+        axes = fig.subplots(
+            2 * lines, cols, squeeze=False, gridspec_kw={**margins, "wspace": 0.55, "hspace": 0.45}
+        )
+        for k, (layer, h) in enumerate(pairs):
+            line, col = divmod(k, cols)
+            for row, (W, name, xl, yl) in enumerate(
+                (
+                    (qk[layer, h], "W_QK", "key feature", "query feature"),
+                    (vp[layer, h], "W_VP", "written feature", "value feature"),
+                )
+            ):
+                ax = axes[2 * line + row][col]
+                lim = max(float(np.nanmax(np.abs(W))) if W.size else 0.0, 1e-12)
+                im = ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+                _block_axis(ax, n, width, xl, yl)
+                ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
+                cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+                cb.ax.tick_params(labelsize=6)
+                if col == cols - 1:
+                    cb.set_label("entry (dimensionless)", fontsize=7)
+        for k in range(len(pairs), lines * cols):
+            line, col = divmod(k, cols)
+            axes[2 * line][col].set_visible(False)
+            axes[2 * line + 1][col].set_visible(False)
+        if len(chunks) == 1:
+            key = "weights"
+        elif len(layers) == 1:
+            key = f"weights_layer{layers[0]}"
+        else:
+            key = f"weights_layers{layers[0]}-{layers[-1]}"
+        fig.suptitle(
+            f"Products per layer{' and head' if H > 1 else ''}{what}: "
+            "W_QK = W_Q W_Kᵀ above W_VP = W_V W_Pᵀ",
+            fontsize=10,
+        )
+        figs[key] = fig
+    return figs
+
+
+def extraction_filters(ex: Extraction) -> dict[str, Figure]:
+    """Per layer the fitted design-form filter f_l(λ) against EAGLE's implied c_l m_l(λ)² on
+    [0, λ_max] of the probe spectrum, with the probe eigenvalues as a rug."""
+    extra = ex.views["polynomial"].extra
+    grid, curves = np.asarray(extra["grid"]), extra["curves"]
+    spectrum = np.asarray(extra.get("spectrum", []))
+    L = len(curves)
+    if L == 0:
+        return {}
+    cols = min(L, 4)
+    rows = -(-L // cols)
+    fig = _figure(3.3 * cols, 2.9 * rows + 0.5)
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    layers = ex.views["polynomial"].json.get("layers", [])
+    for layer, (ax, c) in enumerate(zip(axes, curves, strict=False)):
+        ax.plot(grid, c["fitted"], color="C0", lw=1.8, label="fitted f_l(λ) (design form)")
+        ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label="EAGLE: c_l m_l(λ)²")
+        if spectrum.size:
+            ax.plot(
+                spectrum,
+                np.zeros_like(spectrum),
+                "|",
+                color="k",
+                alpha=0.15,
+                ms=8,
+                transform=ax.get_xaxis_transform(),
+                label="probe eigenvalues",
+            )
+        r2 = layers[layer].get("r2") if layer < len(layers) else None
+        title = f"layer {layer}" + (f" (R² = {r2:.3f})" if r2 is not None else "")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("λ, eigenvalue of A Aᵀ (internal units)", fontsize=8)
+        ax.set_ylabel("f_l(λ) (internal units)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[:L]:
+        lo, hi = ax.get_ylim()
+        lo, hi = min(lo, 0.0), max(hi, 0.0)  # both filters on a scale that includes 0
+        ax.set_ylim(lo - 0.04 * (hi - lo), hi + 0.08 * (hi - lo))
+    for ax in axes[L:]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if spectrum.size:  # the rug's own marks are faint; the legend shows a solid one
+        handles[-1] = Line2D([], [], marker="|", ls="", color="k", ms=8)
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    fig.suptitle("Spectral filter of each layer: fitted against EAGLE's", fontsize=10)
+    return {"filters": fig}
+
+
+def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
+    """The Table-1 metric per layer and block, one-step and end-to-end, against the paper's."""
+    layers = ex.views["fidelity"].json["layers"]
+    if not layers:
+        return {}
+    blocks = ("A", "B", "C", "D", "total")
+    L = len(layers)
+    readings = (
+        ("one_step", r"one step: EAGLE($Z_l$) against $Z_{l+1}$"),
+        ("end_to_end", r"end to end: EAGLE run from $Z_0$ against $Z_{l+1}$"),
+    )
+    values = {
+        r: np.array(
+            [[lay[r]["blocks"][b] for b in blocks[:-1]] + [lay[r]["total"]] for lay in layers]
+        )
+        for r, _ in readings
+    }
+    paper = np.array([lay.get("paper", np.nan) for lay in layers], dtype=float)
+    floor = _floor(*values.values(), paper)
+    fig = _figure(max(7.5, 2.2 * L + 2.5), 3.8)
+    axes = fig.subplots(1, 2, sharey=True)
+    width = 0.8 / len(blocks)
+    x = np.arange(L)
+    for ax, (reading, title) in zip(axes, readings, strict=True):
+        v = _positive(values[reading], floor)
+        for i, b in enumerate(blocks):
+            ax.bar(
+                x + (i - (len(blocks) - 1) / 2) * width,
+                v[:, i],
+                width=width,
+                color=_BLOCK_COLOURS[b],
+                label=f"block {b}" if b != "total" else "all blocks",
+            )
+        if np.isfinite(paper).any():
+            ax.hlines(
+                paper, x - 0.45, x + 0.45, colors="k", lw=2.0, label="paper, Table 1 (all blocks)"
+            )
+        ax.set_yscale("log")
+        ax.set_xticks(x, [str(i) for i in x])
+        ax.set_xlabel("layer (0-based)")
+        ax.set_title(title, fontsize=9)
+    axes[0].set_ylabel(
+        r"$\|Z_{\mathrm{net}} - Z_{\mathrm{EAGLE}}\|_F^2\,/\,\#\mathrm{entries}$" "\n(prompt units)"
+    )
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    fig.suptitle("Fidelity to EAGLE per layer and block (lower is closer)", fontsize=10)
+    return {"fidelity": fig}
+
+
+ATTRIBUTION_CAP = 1e4  # MSE ratios above this are drawn cut at it, their value printed
+
+
+def _attribution_bars(ax, part, pos, low: float, top: float, flat: set) -> None:
+    """Bars of MSE ratios (rows of the attribution table) at x = pos[(layer, head)], one colour
+    per block, starting at 1 (no change): up where zeroing the block hurts, down where it helps."""
+    blocks = ("AA", "AC", "CA", "CC")
+    width = 0.8 / len(blocks)
+    for i, block in enumerate(blocks):
+        b = part[part.block == block]
+        if b.empty:
+            continue
+        raw = b.ratio.to_numpy(dtype=float)
+        r = np.clip(np.nan_to_num(raw, nan=np.inf), low, ATTRIBUTION_CAP)
+        x = np.array([pos[(lay, h)] for lay, h in zip(b.layer, b["head"], strict=True)])
+        x = x + (i - (len(blocks) - 1) / 2) * width
+        label = f"block {block}" + (" (no effect: bars at 1)" if block in flat else "")
+        ax.bar(x, r - 1.0, bottom=1.0, width=width, color=f"C{i}", label=label)
+        for xi, v in zip(x, raw, strict=True):
+            if not np.isfinite(v) or v > ATTRIBUTION_CAP:
+                ax.annotate(
+                    f"{v:.0e}" if np.isfinite(v) else "not finite",
+                    (xi, ATTRIBUTION_CAP),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    rotation=90,
+                    fontsize=6,
+                )
+    ax.set_yscale("log")
+    ax.set_ylim(low, top)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.tick_params(labelsize=7)
+
+
+def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
+    """Held-out MSE with one weight block zeroed, over the network's MSE, per layer and head: one
+    panel per product with the layers along x (one head), or one panel per layer and product with
+    the heads along x (several heads)."""
+    t = ex.views["attribution"].tables["attribution"]
+    if t.empty:
+        return {}
+    ratio = t.ratio.to_numpy(dtype=float)
+    finite = ratio[np.isfinite(ratio) & (ratio > 0)]
+    low = min(float(finite.min()) / 1.5, 0.5) if finite.size else 0.5
+    cut = finite.size < ratio.size or (finite.size and finite.max() > ATTRIBUTION_CAP)
+    top = ATTRIBUTION_CAP * 30 if cut else max(float(finite.max()) * 2, 2.0)
+    flat = {  # blocks whose every ablation leaves the MSE within 1%
+        b for b, part in t.groupby("block") if np.all(np.abs(part.ratio.to_numpy() - 1) < 0.01)
+    }
+    products = ("W_QK", "W_VP")
+    ylabel = "MSE ablated / MSE network\n(ratio)"
+    if ex.geometry.heads == 1:
+        layers = sorted(t.layer.unique())
+        pos = {(lay, 0): i for i, lay in enumerate(layers)}
+        fig = _figure(max(7.0, 0.9 * len(layers) + 3), 6.0)
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, product in zip(axes, products, strict=True):
+            _attribution_bars(ax, t[t["product"] == product], pos, low, top, flat)
+            ax.set_ylabel(f"{product}: {ylabel}", fontsize=8)
+        axes[-1].set_xticks(range(len(layers)), [str(lay) for lay in layers])
+        axes[-1].set_xlabel("layer (0-based)")
+        grid = list(axes)
+    else:
+        layers = sorted(t.layer.unique())
+        heads = sorted(t["head"].unique())
+        pos = {(lay, h): i for lay in layers for i, h in enumerate(heads)}
+        fig = _figure(max(8.0, 2 * (0.42 * len(heads) + 1.2)), 2.3 * len(layers) + 1.0)
+        axes = fig.subplots(len(layers), 2, squeeze=False, sharex=True, sharey=True)
+        for r, layer in enumerate(layers):
+            for c, product in enumerate(products):
+                ax = axes[r][c]
+                sel = t[(t.layer == layer) & (t["product"] == product)]
+                _attribution_bars(ax, sel, pos, low, top, flat)
+                ax.set_title(f"{product}, layer {layer}", fontsize=8)
+                if c == 0:
+                    ax.set_ylabel(ylabel, fontsize=7)
+        for ax in axes[-1]:
+            ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+            ax.set_xlabel("head")
+        grid = list(axes.reshape(-1))
+    handles, labels = [], []
+    for ax in grid:
+        for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lb not in labels:
+                handles.append(hd)
+                labels.append(lb)
+    order = sorted(range(len(labels)), key=lambda k: labels[k])
+    fig.legend(
+        [handles[k] for k in order],
+        [labels[k] for k in order],
+        loc="outside right center",
+        fontsize=8,
+        title="block\n(rows × columns)",
+    )
+    title = "Held-out MSE with one weight block zeroed"
+    fig.suptitle(title + (f" (bars cut at {ATTRIBUTION_CAP:g})" if cut else ""), fontsize=10)
+    return {"attribution": fig}
+
+
+def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
+    """Held-out MSE of the network, of its projection onto the EAGLE family (all layers, and each
+    layer alone) and, when the optimum ran, of EAGLE with fitted steps; the zero predictor as a
+    reference line."""
+    p = ex.views["projection"].json
+    bars = [("network", p["network_mse"], "0.35")]
+    bars.append(("all layers projected", p["projected_mse"], "C0"))
+    for lay in p["layers"]:
+        bars.append((f"layer {lay['layer']} projected alone", lay["mse"], "C9"))
+    if "optimum" in ex.views:
+        o = ex.views["optimum"].json
+        if "start_mse" in o:
+            bars.append(("EAGLE, steps read from weights", o["start_mse"], "C2"))
+        bars.append(("EAGLE closest to network (distilled)", o["distilled_mse"], "C2"))
+        bars.append(("best EAGLE, same depth (optimal)", o["optimal_mse"], "C2"))
+    labels = [b[0] for b in bars]
+    vals = np.array([b[1] for b in bars], dtype=float)
+    zero = float(ex.network.get("zero_mse", np.nan))
+    floor = _floor(vals, [zero])
+    shown = _positive(vals, floor)
+    fig = _figure(7.5, 0.36 * len(bars) + 1.6)
+    ax = fig.subplots()
+    y = np.arange(len(bars))[::-1]
+    ax.barh(y, shown, color=[b[2] for b in bars], height=0.7)
+    for yi, v, s in zip(y, vals, shown, strict=True):
+        text = f"{v:.3g}" if np.isfinite(v) else "not finite"
+        ax.annotate(
+            text,
+            (s if np.isfinite(s) else floor, yi),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+            bbox=_TEXT_BOX,
+        )
+    if np.isfinite(zero) and zero > 0:
+        ax.axvline(zero, color="C3", ls="--", lw=1.2, label=f"zero predictor ({zero:.3g})")
+    ax.axvline(p["network_mse"], color="0.35", ls=":", lw=1.0, label="network")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log")
+    lo, hi = np.nanmin(np.append(shown, zero)), np.nanmax(np.append(shown, zero))
+    ax.set_xlim(lo / 2, hi * 8)
+    ax.set_xlabel("held-out MSE on D (prompt units, log scale)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("What the EAGLE family costs in function", fontsize=10)
+    return {"projection_cost": fig}
+
+
+def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
+    """Per layer the relative one-step gap of the network and of its untrained control, with the
+    verdict's thresholds."""
+    v = ex.views["verdict"].json
+    layers = v.get("layers", [])
+    if not layers:
+        return {}
+    th = v.get("thresholds", {})
+    mine = np.array([lay["one_step_relative"] for lay in layers], dtype=float)
+    ctrl = np.array([lay.get("control_relative", np.nan) for lay in layers], dtype=float)
+    floor = _floor(mine, ctrl, [th.get("eagle_gap", np.nan)])
+    L = len(layers)
+    fig = _figure(max(6.0, 1.2 * L + 3), 3.6)
+    ax = fig.subplots()
+    x = np.arange(L)
+    has_ctrl = np.isfinite(ctrl).any()
+    w = 0.38 if has_ctrl else 0.6
+    ax.bar(
+        x - (w / 2 if has_ctrl else 0), _positive(mine, floor), width=w, color="C0", label="network"
+    )
+    if has_ctrl:
+        ax.bar(x + w / 2, _positive(ctrl, floor), width=w, color="0.7", label="untrained control")
+    for name, colour, text in (("eagle_gap", "C2", "EAGLE"), ("like_gap", "C1", "EAGLE-like")):
+        if name in th:
+            ax.axhline(
+                th[name], color=colour, ls="--", lw=1.0, label=f"{text} threshold ({th[name]:g})"
+            )
+    for xi, lay, m in zip(x, layers, _positive(mine, floor), strict=True):
+        if np.isfinite(m):
+            ax.annotate(
+                lay["label"],
+                (xi - (w / 2 if has_ctrl else 0), m),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                bbox=_TEXT_BOX,
+            )
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 3)
+    ax.set_xticks(x, [str(i) for i in x])
+    ax.set_xlabel("layer (0-based)")
+    ax.set_ylabel(
+        r"$\|Z_{l+1} - \mathrm{EAGLE}(Z_l)\|^2\,/\,\|Z_{l+1} - Z_l\|^2$" "\n(ratio)",
+        fontsize=8,
+    )
+    fig.legend(fontsize=7, loc="outside right center")
+    ax.set_title("How much of each layer's update one EAGLE step misses", fontsize=10)
+    return {"verdict_gaps": fig}
+
+
+def extraction_terms(ex: Extraction) -> dict[str, Figure]:
+    """Inclusion frequency of every discovered term per layer (terms view), coefficients printed."""
+    layers = ex.views["terms"].json.get("layers", [])
+    names = list(dict.fromkeys(t["name"] for lay in layers for t in lay.get("terms", [])))
+    if not names:
+        return {}
+    L = len(layers)
+    freq = np.full((len(names), L), np.nan)
+    coef: dict[tuple[int, int], str] = {}
+    for j, lay in enumerate(layers):
+        for t in lay.get("terms", []):
+            i = names.index(t["name"])
+            freq[i, j] = float(t.get("frequency", 1.0))
+            c = t.get("coefficient")
+            if isinstance(c, (int, float)):
+                coef[(i, j)] = f"{c:.3g}"
+    fig = _figure(max(5.0, 1.1 * L + 3), 0.34 * len(names) + 1.8)
+    ax = fig.subplots()
+    im = ax.imshow(freq, cmap="Greens", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    for (i, j), text in coef.items():
+        ax.text(
+            j, i, text, ha="center", va="center", fontsize=7, color="w" if freq[i, j] > 0.6 else "k"
+        )
+    ax.set_yticks(range(len(names)), names, fontsize=8, family="monospace")
+    ax.set_xticks(range(L), [str(j) for j in range(L)])
+    ax.set_xlabel("layer (0-based)")
+    fig.colorbar(im, ax=ax, label="inclusion frequency (fraction of bags)")
+    ax.set_title("Discovered terms: inclusion frequency, coefficient printed", fontsize=10)
+    return {"terms": fig}
+
+
+VIEW_FIGURES: dict[str, Callable[[Extraction], dict[str, Figure]]] = {
+    "weights": extraction_heatmaps,
+    "polynomial": extraction_filters,
+    "fidelity": extraction_fidelity,
+    "attribution": extraction_attribution,
+    "projection": extraction_projection_cost,
+    "verdict": extraction_gaps,
+    "terms": extraction_terms,
+}
+
+
+def extraction_figures(ex: Extraction) -> dict[str, Figure]:
+    """Every figure of an extraction, in the order of `VIEW_FIGURES`, for the views it ran."""
+    out: dict[str, Figure] = {}
+    for view, fn in VIEW_FIGURES.items():
+        if view in ex.views:
+            out.update(fn(ex))
+    return out

@@ -6,10 +6,17 @@ view with a figure function in `eagle_probe.plots.VIEW_FIGURES` adds figures to 
 
 from __future__ import annotations
 
+import base64
+import html
+import io
 import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
+
+from eagle_probe.errors import EagleProbeError
 
 if TYPE_CHECKING:
     from eagle_probe.extract import Extraction
@@ -116,3 +123,249 @@ def render_text(ex: Extraction, name: str = "model") -> str:
     for w in ex.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+# --- the HTML page -----------------------------------------------------------------------------
+
+UNITS = {  # per-layer table column -> unit shown under its header
+    "layer": "0-based",
+    "a (act.)": "internal units",
+    "c (act.)": "internal units",
+    "eta": "dimensionless",
+    "gamma": "dimensionless",
+    "a (wts)": "internal units",
+    "c (wts)": "internal units",
+    "fid 1-step": "prompt units",
+    "rel 1-step": "ratio",
+    "fid e2e": "prompt units",
+    "proj. cost %": "% of MSE",
+    "R2 design": "fraction",
+    "verdict": "label",
+}
+
+TABLE_NOTE = (
+    "a, c: EAGLE's A- and C-step of each layer, read from the activations (act.) and from "
+    "the weights' projection onto the EAGLE family (wts); eta, gamma: the same steps times the "
+    "batch-max ‖A_l‖₂², the paper's normalisation; fid: the Table-1 metric "
+    "‖Z_net − Z_EAGLE‖²_F / #entries, one step at a time (1-step) and with EAGLE run from the "
+    "input (e2e); rel 1-step: the one-step gap over the layer's own update ‖Z_{l+1} − Z_l‖²; "
+    "proj. cost: change of the held-out MSE with only this layer projected onto the EAGLE "
+    "family; R2 design: the spectral-filter (design form) fit's R²."
+)
+
+
+def _fidelity_note(ex: Extraction) -> str:
+    layers = ex.views["fidelity"].json["layers"]
+    worst = max(layers, key=lambda lay: lay["one_step"]["total"], default=None)
+    if worst is None:
+        return ""
+    blocks = worst["one_step"]["blocks"]
+    block = max(blocks, key=lambda k: blocks[k] if math.isfinite(blocks[k]) else -1.0)
+    return (
+        f"; here the largest one-step gap is layer {worst['layer']}'s "
+        f"({_g(worst['one_step']['total'])}, mostly block {block})"
+    )
+
+
+def _projection_note(ex: Extraction) -> str:
+    p = ex.views["projection"].json
+    net = p["network_mse"]
+    if not net > 0:
+        return ""
+    change = (p["projected_mse"] / net - 1) * 100
+    return f"; here projecting every layer changes the MSE by {change:+.1f}%"
+
+
+def _weights_caption(ex: Extraction) -> str:
+    from eagle_probe.plots import network_products
+
+    got = network_products(ex)
+    if got is not None and got[2] == "projected":
+        return (
+            "The products projected onto the EAGLE family (this extraction does not carry the "
+            "network's own products): compare the levels of the diagonal blocks across layers."
+        )
+    return (
+        "EAGLE's shape is a scalar times the identity in each square block and zeros across the "
+        "dashed A|C boundary: off-diagonal colour inside a block, or colour across the boundary, "
+        "is structure EAGLE does not have."
+    )
+
+
+CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its prefix) -> caption
+    "weights": _weights_caption,
+    "filters": lambda ex: (
+        "Where the solid fitted filter and the dashed EAGLE filter part over the dense part of the "
+        "eigenvalue rug, the layer does not filter the spectrum as an EAGLE step does; differences "
+        "away from the rug are not seen by the data."
+    ),
+    "fidelity": lambda ex: (
+        "Compare each layer's dark all-blocks bar with the black paper line, and read the "
+        "one-step panel for which layer and block departs (end to end, one layer's gap is carried "
+        "into every later layer)" + _fidelity_note(ex) + "."
+    ),
+    "attribution": lambda ex: (
+        "Tall bars mark the blocks the function depends on; EAGLE uses only the AA block of W_QK "
+        "and the AA and CC blocks of W_VP, so a tall bar in another block is computation beyond "
+        "EAGLE."
+    ),
+    "projection_cost": lambda ex: (
+        "Bars at the network's dotted line cost nothing, bars near the red zero-predictor line "
+        "lose the whole function, and the green bars show what EAGLE itself reaches with fitted "
+        "steps" + _projection_note(ex) + "."
+    ),
+    "verdict_gaps": lambda ex: (
+        "A blue bar below the green line is an EAGLE step, and the grey untrained control must sit "
+        "well above it for the label to count."
+    ),
+    "terms": lambda ex: (
+        "Dark cells are terms selected in almost every bag; EAGLE's four terms (A+=AAtA, B+=BAtA, "
+        "C+=AAtC, D+=BAtC) should be the only dark ones."
+    ),
+}
+
+
+def caption(name: str, ex: Extraction) -> str:
+    """The one-sentence caption of figure `name` (its longest registered prefix decides)."""
+    keys = [k for k in CAPTIONS if name == k or name.startswith(k + "_") or name.startswith(k)]
+    if not keys:
+        return ""
+    return CAPTIONS[max(keys, key=len)](ex)
+
+
+def png_bytes(fig) -> bytes:
+    """A matplotlib Figure as PNG bytes (no pyplot, any backend)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px;
+       margin: 2em auto; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
+.meta { color: #555; margin-top: 0; }
+.verdict { border-left: 6px solid #888; background: #f6f6f6; padding: 0.6em 1em; }
+.verdict.eagle { border-color: #2a9d2a; } .verdict.eagle-like { border-color: #e69500; }
+.verdict.not-eagle { border-color: #c62828; }
+.label { font-weight: bold; }
+.warnings li { color: #8a4b00; }
+table { border-collapse: collapse; font-size: 0.88em; font-variant-numeric: tabular-nums; }
+td.eagle { color: #1b7a1b; font-weight: bold; } td.eagle-like { color: #a86a00; font-weight: bold; }
+td.not-eagle { color: #b71c1c; font-weight: bold; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; white-space: nowrap; }
+th { background: #eee; } th .unit { display: block; font-weight: normal; color: #666;
+  font-size: 0.85em; }
+.scroll { overflow-x: auto; } .note { font-size: 0.85em; color: #555; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto;
+  border: 1px solid #ddd; }
+figcaption { font-size: 0.92em; color: #333; margin-top: 0.3em; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+"""
+
+
+def _table_html(ex: Extraction) -> str:
+    e = html.escape
+    table = ex.table()
+    head = "".join(
+        f'<th scope="col">{e(str(c))}<span class="unit">{e(UNITS.get(str(c), ""))}</span></th>'
+        for c in table.columns
+    )
+    rows = []
+    for record in table.itertuples(index=False):
+        cells = []
+        for column, v in zip(table.columns, record, strict=True):
+            text = v if isinstance(v, str) else _g(v)
+            css = f' class="{LABEL_CLASS[v]}"' if column == "verdict" and v in LABEL_CLASS else ""
+            cells.append(f"<td{css}>{e(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
+    """The report page: verdict, warnings, per-layer table, figures (PNG bytes, embedded)."""
+    e = html.escape
+    info, net = ex.info, ex.network
+    verdict = ex.verdict
+    label = verdict.get("label", "")
+    css = LABEL_CLASS.get(label, "")
+    below = f", {net['zero_mse'] / net['mse']:.1f}× below it" if net["mse"] > 0 else ""
+    meta = (
+        f"{info['regime']} regime, {info['layers']} layers × {info['heads']} head(s), "
+        f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
+        f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
+        f"seed {info['seed']}. Held-out MSE {_g(net['mse'])} (zero predictor "
+        f"{_g(net['zero_mse'])}{below}). Layers are 0-based; {info.get('units', '')}."
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>eagle-probe report: {e(name)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>Which algorithm does <code>{e(name)}</code> run?</h1>",
+        f'<p class="meta">{e(meta)}</p>',
+    ]
+    if verdict:
+        parts.append(
+            f'<section class="verdict {e(css)}" id="verdict"><p><span class="label">Verdict: '
+            f"{e(label)}.</span> {e(verdict.get('text', ''))}</p></section>"
+        )
+    else:
+        parts.append('<section class="verdict" id="verdict"><p>No verdict view ran.</p></section>')
+    warnings = ex.warnings
+    parts.append(f'<section id="warnings"><h2>Warnings ({len(warnings)})</h2>')
+    if warnings:
+        parts.append(
+            '<ul class="warnings">' + "".join(f"<li>{e(w)}</li>" for w in warnings) + "</ul>"
+        )
+    else:
+        parts.append("<p>None.</p>")
+    parts.append("</section>")
+    parts.append('<section id="layers"><h2>Per layer</h2>')
+    parts.append(_table_html(ex))
+    parts.append(f'<p class="note">{e(TABLE_NOTE)}</p></section>')
+    parts.append('<section id="figures"><h2>Figures</h2>')
+    for k, (fig_name, png) in enumerate(figures.items(), start=1):
+        data = base64.b64encode(png).decode("ascii")
+        text = caption(fig_name, ex)
+        parts.append(
+            f'<figure id="fig-{e(fig_name)}"><img src="data:image/png;base64,{data}" '
+            f'alt="{e(fig_name)}"><figcaption><b>Figure {k} ({e(fig_name)}).</b> '
+            f"{e(text)}</figcaption></figure>"
+        )
+    parts.append("</section>")
+    parts.append(
+        "<details><summary>The text report (as printed by <code>eagle-probe extract</code>)"
+        f"</summary><pre>{e(render_text(ex, name))}</pre></details>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(ex: Extraction, out_dir: Path, name: str) -> list[Path]:
+    """Write `out_dir/report.html` (self-contained: figures embedded as PNG data URIs, no external
+    CSS or JavaScript) and each figure as `out_dir/<figure>.png`; return the paths written.
+
+    `name` (e.g. the checkpoint path) only appears, escaped, in the page's text. `out_dir` must be
+    an existing directory; nothing is written outside it."""
+    from eagle_probe.checkpoint import atomic_write_bytes, atomic_write_text
+    from eagle_probe.plots import extraction_figures
+
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise EagleProbeError(f"report directory {out_dir} does not exist or is not a directory")
+    figures = {k: png_bytes(fig) for k, fig in extraction_figures(ex).items()}
+    written = []
+    for fig_name, png in figures.items():
+        path = out_dir / f"{fig_name}.png"
+        atomic_write_bytes(path, lambda handle, png=png: handle.write(png))
+        written.append(path)
+    page = out_dir / "report.html"
+    atomic_write_text(page, render_html(ex, name, figures))
+    return [page, *written]
