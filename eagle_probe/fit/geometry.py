@@ -82,7 +82,8 @@ class Geometry:
         return self.readout_of(self.stream(z0, qk, vp)[-1], z0)
 
     def readout_of(self, Z: np.ndarray, z0: np.ndarray) -> np.ndarray:
-        """Prediction (b, d', n') in prompt units from a final stream Z (b, T, E), internal units."""
+        """Prediction (b, d', n') in prompt units from a final stream Z (b, T, E) in internal
+        units."""
         s = self.prompt_scale(z0)[:, None, None]
         with np.errstate(over="ignore", invalid="ignore"):
             return self.readout * Z[:, self.d :, self.n :] * s

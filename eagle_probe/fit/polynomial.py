@@ -3,7 +3,8 @@
 In card notation (A_card = Aᵀ, b = Bᵀ, x = wᵀ, G = A Aᵀ) each layer's update of the implicit
 iterate is fitted as
 
-    x_{l+1} = x_l − Σ_p α_p G^p A_cardᵀ (b − A_card x_l) = x_l + f_l(G) r_l,   f_l(λ) = −Σ_p α_p λ^p,
+    x_{l+1} = x_l − Σ_p α_p G^p A_cardᵀ (b − A_card x_l) = x_l + f_l(G) r_l,
+    f_l(λ) = −Σ_p α_p λ^p,
 
 per layer and head (`fit_polynomial`, Chebyshev basis on [0, λ_max], degree by BIC). EAGLE implies
 f_l(λ) = c_l m_l(λ)² with m_0 = 1, m_{l+1} = m_l (1 − a_l λ m_l²) (`eagle_expansion`), so the two
