@@ -71,7 +71,9 @@ def test_quick_suite_fidelity_values(quick):
     # held-out prompts (512, seed 1); squared gaps in prompt units (× s², s = ‖A‖₂ per prompt),
     # mean over entries. End to end: EAGLE from the prompt; one step: from the network's Z_l.
     model, task, _ = checkpoint.load(TRAINED / "centralized.pt")
-    ex = extract(model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity"))
+    ex = extract(
+        model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity")
+    )
     a, c = ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy()
     p = probe_batch(task, 512, 1)
     A, B, C = (t.numpy() for t in (p.A, p.B, p.C))
