@@ -10,7 +10,8 @@ The family of a head's products (Frobenius-orthogonal projection onto a linear s
   projector onto the range of the head's own W_QK A-block (its learned sketch S Sᵀ).
 
 The steps the projection implies are EAGLE's: a_l = −Σ_h q_h v_h and c_l = −Σ_h q_h w_h
-(internal units; BRIEF §3 with W_QK = diag(I, 0), W_VP = diag(−a I, −c I)). q' ≠ 0 is reported:
+(internal units; W_QK = diag(I, 0), W_VP = diag(−a I, −c I) is one EAGLE step); distributed:
+the mean over the machines' heads, since Σ_μ A^μ A^μᵀ = A Aᵀ. q' ≠ 0 is reported:
 EAGLE has no query-side C term. The cost is measured in function, on held-out prompts: the test
 MSE with only layer l projected, and with every layer projected.
 """
@@ -85,6 +86,10 @@ def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
     heads["a_part"] = -heads.q * heads.v
     heads["c_part"] = -heads.q * heads.w
     steps = heads.groupby("layer")[["a_part", "c_part"]].sum()
+    if geo.regime == "distributed":
+        # head μ moves only machine μ's block (A, B) and adds its share of Σ_μ A^μ A^μᵀ C: with
+        # equal levels that is one EAGLE step with the per-head level, so the steps are the mean
+        steps = steps / qk.shape[1]
     return {
         "qk": pqk,
         "vp": pvp,
