@@ -60,4 +60,5 @@ def weights_view(ctx: Context) -> ViewResult:
         },
         {"weights": table},
         warnings,
+        extra={"qk": ctx.qk, "vp": ctx.vp},
     )
