@@ -122,6 +122,9 @@ def build_parser() -> Parser:
     )
     train.add_argument("--init", default="normal", help="normal or orthogonal_half")
     train.add_argument(
+        "--tokens", default="features", help="token layout: features (d + d' rows) or samples"
+    )
+    train.add_argument(
         "--init-std", type=_finite_float, default=0.02, help="std of the random initialisation"
     )
     train.add_argument(
@@ -301,6 +304,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         normalize=args.normalize,
         init=args.init,
         init_std=args.init_std,
+        tokens=args.tokens,
     )
     train_cfg = TrainConfig(
         steps=TrainConfig.steps if args.steps is None else args.steps,
