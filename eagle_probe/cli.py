@@ -214,6 +214,18 @@ def build_parser() -> Parser:
     pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
     pl.set_defaults(func=cmd_plant)
 
+    im = sub.add_parser("import", help="convert another codebase's weights into a checkpoint")
+    im.add_argument("weights", help="weights file (.pt, .npz or .safetensors)")
+    im.add_argument("--layout", required=True, help="eagle-probe, samples or ahn")
+    im.add_argument("--n", type=_positive_int, required=True, help="samples n of the prompts")
+    im.add_argument("--n-prime", type=_positive_int, default=1, help="queries n' (1)")
+    im.add_argument("--d", type=_positive_int, default=None, help="feature layout: rows d of A")
+    im.add_argument("--d-prime", type=_positive_int, default=None, help="outputs d' (1)")
+    im.add_argument("--dtype", default="float32", help="float32 or float64 (float32)")
+    im.add_argument("--force", action="store_true", help="overwrite an existing output")
+    im.add_argument("-o", "--out", required=True, help="checkpoint to write")
+    im.set_defaults(func=cmd_import)
+
     sw = sub.add_parser("sweep", help="train and extract a grid of seeds x regimes in parallel")
     sw.add_argument(
         "--regimes", default="centralized,distributed,constrained", help="comma-separated regimes"
@@ -454,6 +466,30 @@ def cmd_plant(args: argparse.Namespace) -> int:
     model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
     checkpoint.save(out, model, task, {"planted": {"a_steps": a_steps, "c_steps": c_steps}})
     print(f"wrote {out}: {len(a_steps)} planted EAGLE layers, {args.heads} head(s), {args.dtype}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint
+    from eagle_probe.layouts import import_file
+
+    out = Path(args.out)
+    _check_output(out, args.force)
+    model, task = import_file(
+        args.layout,
+        args.weights,
+        n=args.n,
+        n_prime=args.n_prime,
+        d=args.d,
+        d_prime=args.d_prime,
+        dtype=args.dtype,
+    )
+    cfg = model.cfg
+    checkpoint.save(out, model, task, {"imported": {"layout": args.layout, "from": args.weights}})
+    print(
+        f"wrote {out}: {cfg.tokens} layout, {cfg.n_layers} layers x {cfg.heads} head(s), "
+        f"d = {cfg.d}, d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}"
+    )
     return 0
 
 

@@ -261,7 +261,8 @@ def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
     """`layers` of extraction.json: the numbers the exported solver and older readers use."""
     out = []
     if "eagle" not in ex.views:
-        return [{"layer": int(r["layer"]), "label": r["label"]} for r in ex.layers.to_dict("records")]
+        rows = ex.layers.to_dict("records")
+        return [{"layer": int(r["layer"]), "label": r["label"]} for r in rows]
     for row in ex.layers.to_dict("records"):
         out.append(
             {

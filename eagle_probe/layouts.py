@@ -50,7 +50,7 @@ WEIGHT_NAMES = ("W_Q", "W_K", "W_V", "W_P")
 _KEY = re.compile(r"^blocks\.(\d+)\.attn\.(W_Q|W_K|W_V|W_P)$")
 
 
-# --- products <-> state_dict ----------------------------------------------------------------------
+# --- products <-> state_dict -------------------------------------------------------------------
 
 
 def products_to_state(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> dict[str, torch.Tensor]:
@@ -101,7 +101,7 @@ def state_products(model: LinearTransformer) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-# --- planted algorithms of the sample layout -------------------------------------------------------
+# --- planted algorithms of the sample layout ----------------------------------------------------
 
 
 def _stream_products(d: int, d_prime: int, layers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +171,7 @@ def sample_config(
     )
 
 
-# --- importers -------------------------------------------------------------------------------------
+# --- importers ----------------------------------------------------------------------------------
 
 
 def _check_n(name: str, value: object) -> int:
@@ -229,9 +229,7 @@ def _layer_weights(arrays: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]
     return layers
 
 
-def _from_factors(
-    cfg: ModelConfig, layers: list[dict[str, np.ndarray]]
-) -> LinearTransformer:
+def _from_factors(cfg: ModelConfig, layers: list[dict[str, np.ndarray]]) -> LinearTransformer:
     model = LinearTransformer(cfg)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     for layer, weights in enumerate(layers):
@@ -302,7 +300,8 @@ def import_arrays(
                 "feature layout: the weights do not fix d (rows of A); pass --d and --d-prime"
             )
         cfg = ModelConfig(
-            d=_check_n("d", d), d_prime=_check_n("d_prime", 1 if d_prime is None else d_prime),
+            d=_check_n("d", d),
+            d_prime=_check_n("d_prime", 1 if d_prime is None else d_prime),
             **common,
         )
     task = TaskConfig(
@@ -381,9 +380,7 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
     raise EagleProbeError(f"{path}: unknown weights file type; use .pt, .npz or .safetensors")
 
 
-def import_file(
-    layout: str, path: str | Path, **kwargs
-) -> tuple[LinearTransformer, TaskConfig]:
+def import_file(layout: str, path: str | Path, **kwargs) -> tuple[LinearTransformer, TaskConfig]:
     """`import_arrays` on the arrays of a weights file."""
     if layout not in LAYOUTS:
         raise EagleProbeError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")

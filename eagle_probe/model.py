@@ -37,10 +37,10 @@ E = n + n' = d_model). There is no softmax, so the pattern is the masked score i
 `run_with_cache` returns a TransformerLens `ActivationCache`; `model.QK` and `model.OV` are the
 per-head products W_Q W_Kᵀ and W_V W_Pᵀ as `FactoredMatrix` objects of shape [L, h, E, E].
 
-Token layouts (`tokens`, registry `TOKEN_LAYOUTS`). "features" is the layout above. "samples" is the
-layout of the in-context-learning literature (von Oswald et al. 2023, Ahn et al. 2023): the tokens
-are the n + n' samples, the stream is H = Zᵀ (b, n + n', d + d') with rows [x_i, y_i] and the n' query
-rows [x_q, 0] last, and one layer is
+Token layouts (`tokens`, registry `TOKEN_LAYOUTS`). "features" is the layout above. "samples" is
+the layout of the in-context-learning literature (von Oswald et al. 2023, Ahn et al. 2023): the
+tokens are the n + n' samples, the stream is H = Zᵀ (b, n + n', d + d') with rows [x_i, y_i] and
+the n' query rows [x_q, 0] last, and one layer is
 
     H ← H + Σ_h ((H W_Q^h)(H W_K^h)ᵀ ⊙ M_s) H W_V^h W_P^hᵀ / n
 
