@@ -130,6 +130,8 @@ def test_planted_gdpp_adds_the_data_preconditioning():
     for got, w in zip(lay["polynomial"]["alpha"], want, strict=True):
         assert abs(got - w) < 1e-6 * abs(w)
     assert lay["scalar"]["r2"] < R2_MIN  # plain GD does not explain it
+    square = lay["squared_preconditioner"]
+    assert abs(square["gamma"] / (gamma / N) - 1) < 1e-6 and square["square_gap"] < 1e-6
 
 
 def test_planted_preconditioned_gd_recovers_the_matrix():
@@ -185,6 +187,15 @@ def test_shipped_one_layer_lsa_is_one_gd_step_with_the_optimal_gain():
     assert abs(lay["scalar"]["alpha_0"] / want - 1) < 0.03
     assert lay["scalar"]["r2"] >= 0.999
     assert lay["label"] == "GD"
+
+
+def test_shipped_three_layer_lsa_is_gdpp():
+    model, task, _ = checkpoint.load(ROOT / "trained_models" / "lsa_3layer.pt")
+    ex = extract(model, task, probe_batch_size=256, test_batch=256, tuning_batch=16, control=False)
+    layers = ex.views["algorithm"].json["layers"]
+    assert [lay["label"] for lay in layers[1:]] == ["GD++", "GD++"]
+    assert layers[1]["polynomial"]["orders"] == [0, 1, 2]
+    assert layers[1]["squared_preconditioner"]["square_gap"] < 0.01  # α ∝ (1 − γλ)²
 
 
 def test_cli_trains_a_sample_layout_model(tmp_path):

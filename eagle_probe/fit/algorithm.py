@@ -18,6 +18,9 @@ and named by the first rule that holds (R² is uncentred, 1 − ‖Δx − fit�
   polynomial         the polynomial fit has R² ≥ R2_MIN but without order 1 (some other filter)
   unrecognised       none of these explains the update
 
+Where orders 0, 1 and 2 are all kept, `squared_preconditioner` tests the GD++ signature of one
+preconditioning on both sides of a step, α ∝ (1 − γλ)².
+
 α_p = −β_p, so gradient descent from zero with step η has α_0 = −η (the design's sign).
 """
 
@@ -31,7 +34,7 @@ from eagle_probe.fit._legacy import fit_polynomial, residual_direction
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.polynomial import essential_orders
 
-R2_MIN = 0.999  # a fit explains a layer when its R² reaches this
+R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
 MATRIX_GAIN = 0.5  # the matrix fit must cut the polynomial fit's relative residual by this factor
 SCALAR_TOL = 1e-3  # Γ is a multiple of I when ‖Γ − (tr Γ / d) I‖ / ‖Γ‖ is below this
 MAX_DEGREE = 6  # highest order the polynomial fit may use
@@ -106,6 +109,18 @@ def name_layer(scalar: dict, poly: dict, matrix: dict) -> str:
     return "unrecognised"
 
 
+def squared_preconditioner(poly: dict) -> dict | None:
+    """Where orders 0, 1, 2 are all kept: the GD++ signature α ∝ (1 − γ λ)² = 1 − 2γλ + γ²λ².
+
+    γ = −α_1 / (2 α_0), and `square_gap` = |α_2/α_0 − γ²| / |α_2/α_0| (0 for an exact square)."""
+    orders, alpha = poly["orders"], dict(zip(poly["orders"], poly["alpha"], strict=True))
+    if not {0, 1, 2} <= set(orders) or alpha[0] == 0 or alpha[2] == 0:
+        return None
+    gamma = -alpha[1] / (2 * alpha[0])
+    ratio = alpha[2] / alpha[0]
+    return {"gamma": gamma, "square_gap": abs(ratio - gamma**2) / abs(ratio)}
+
+
 def layer_fits(cap: Capture, layer: int) -> dict:
     """The three fits of one layer and its name."""
     G = cap.normal_matrix()
@@ -122,6 +137,7 @@ def layer_fits(cap: Capture, layer: int) -> dict:
         "scalar": scalar,
         "polynomial": poly,
         "matrix": matrix,
+        "squared_preconditioner": squared_preconditioner(poly),
     }
 
 
