@@ -348,6 +348,9 @@ for lay in ex.views["algorithm"].json["layers"]:
           f"orders {poly['orders']} R² {poly['r2']:.5f} | Γ R² {mat['r2']:.4f}, "
           f"departure {mat['departure_from_scalar']:.3f}")
     print("   α_p λ_max^p:", np.round(poly["scaled_alpha"], 4))
+    sq = lay["squared_preconditioner"]
+    if sq is not None:
+        print(f"   GD++ signature α ∝ (1 − γλ)²: γ = {sq['gamma']:.4f}, square gap {sq['square_gap']:.1e}")
 curves = ex.views["polynomial"].extra
 fig, ax = plt.subplots(figsize=(5, 3.2))
 for layer, c in enumerate(curves["curves"]):
