@@ -530,6 +530,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
         checkpoint.atomic_write_text(out / "extraction.json", json.dumps(payload, indent=2) + "\n")
+        if "eagle" not in result.views:  # sample layout: no EAGLE steps, no exported solver
+            print(f"wrote {out / 'extraction.json'}")
+            return 0
         write_solver(out / "solver.py", payload, result.projectors)
         print(f"wrote {out / 'extraction.json'} and {out / 'solver.py'}")
     return 0

@@ -167,3 +167,15 @@ def test_library_raises_on_bad_input():
     weights = {"allparam": np.ones((1, 1, 2, 3, 3))}
     layouts.import_arrays("ahn", weights, n=2)
     np.testing.assert_array_equal(weights["allparam"], np.ones((1, 1, 2, 3, 3)))  # not mutated
+
+
+def test_safetensors_file_is_read(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(6)
+    N, d = 6, 3
+    allparam = 0.3 * rng.standard_normal((1, 2, 2, d + 1, d + 1))
+    st.save_file({"allparam": allparam}, str(tmp_path / "w.safetensors"))
+    model, _ = layouts.import_file("ahn", tmp_path / "w.safetensors", n=N, dtype="float64")
+    Z, z0 = _prompt(rng, N, d)
+    want = ahn_forward(allparam, Z)
+    assert abs(float(model(z0).detach()[0, 0, 0]) - want) <= 1e-12 * abs(want)

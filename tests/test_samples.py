@@ -215,3 +215,16 @@ def test_sample_layout_refuses_other_regimes():
         ModelConfig(tokens="samples", regime="distributed", n=6, machines=3)
     with pytest.raises(ValueError, match="unknown tokens"):
         ModelConfig(tokens="rows")
+
+
+def test_cli_extracts_a_sample_layout_model(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "ex"
+    path = ROOT / "trained_models" / "lsa_1layer.pt"
+    assert main(["extract", str(path), "--out", str(out), "--probe-batch", "64"]) == 0
+    data = json.loads((out / "extraction.json").read_text())
+    assert data["model"]["tokens"] == "samples"
+    assert set(data["views"]) == {"polynomial", "algorithm"}
+    assert data["layers"] == [{"layer": 0, "label": "GD"}]
+    assert "GD" in capsys.readouterr().out
