@@ -179,3 +179,11 @@ def test_safetensors_file_is_read(tmp_path):
     Z, z0 = _prompt(rng, N, d)
     want = ahn_forward(allparam, Z)
     assert abs(float(model(z0).detach()[0, 0, 0]) - want) <= 1e-12 * abs(want)
+
+
+def test_a_distributed_state_dict_is_refused():
+    cfg = ModelConfig(regime="distributed", n=6, d=4, n_prime=1, d_prime=1, machines=3)
+    state = LinearTransformer(cfg).state_dict()
+    arrays = {k: v.numpy() for k, v in state.items()}
+    with pytest.raises(EagleProbeError, match="distributed"):
+        layouts.import_arrays("eagle-probe", arrays, n=6)
