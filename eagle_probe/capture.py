@@ -10,6 +10,11 @@ the same A and B with the query columns set to the basis vectors e_1 … e_d (n'
 D_slot_l = v_l C and, because the prediction is the negated slot, w_l = -v_l, x_l = -v_lᵀ. Whether
 D_l really is linear in the query is measured, not assumed: `linearity_deviation[l]` is the relative
 gap between the slot on the original queries and v_l applied to them.
+
+Both token layouts are captured in block orientation [[A, C], [B, D]]: in the sample layout the
+stream H = Zᵀ is transposed back, so the D slot is the label entries of the query rows and the
+probes set the query rows' features to e_1 … e_d. `layout` records which layout ran; `scores`
+stay query-by-key over the layout's own tokens.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 import torch
 
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.model import LinearTransformer
+from eagle_probe.model import LinearTransformer, from_stream
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 
@@ -31,6 +36,7 @@ class Capture:
 
     d: int
     n: int
+    # block orientation (d + d', n + n') in both layouts; (T, E) below are those sizes
     Z: np.ndarray  # (L + 1, b, T, E)  residual stream: Z[0] input, Z[l + 1] after layer l
     head_out: np.ndarray  # (L, b, h, T, E)  each head's contribution
     scores: np.ndarray  # (L, b, h, T, T)  masked attention scores
@@ -39,6 +45,7 @@ class Capture:
     dx_heads: np.ndarray  # (L, b, h, d, d')  each head's part of x_{l+1} - x_l
     linearity_deviation: np.ndarray  # (L + 1,)  relative nonlinearity of D_l in the query
     target: np.ndarray  # (b, d', n')  the true D, original units
+    layout: str = "features"  # the model's token layout ("features" or "samples")
 
     @property
     def layers(self) -> int:
@@ -111,7 +118,8 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
     Z = torch.stack(
         [cache["hook_embed"]] + [cache["resid_post", i] for i in range(L)]
     )  # (L+1, b, T, E)
-    head_out = cache.stack_activation("result").transpose(2, 3)  # (L, b, h, T, E)
+    Z = from_stream(cfg, Z)  # block orientation in both layouts
+    head_out = from_stream(cfg, cache.stack_activation("result").transpose(2, 3))  # (L,b,h,T,E)
     scores = cache.stack_activation("attn_scores")  # (L, b, h, T, T)
     scale = cache["hook_scale"][:, 0, 0]  # (b,)
 
@@ -135,10 +143,13 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
         return t[..., :d]
 
     v = [torch.zeros(b, dp, d, dtype=torch.float64)]
-    v += [slot_response(pcache["resid_post", i][:, d:, n:]) for i in range(L)]
+    v += [slot_response(from_stream(cfg, pcache["resid_post", i])[:, d:, n:]) for i in range(L)]
     v = torch.stack(v)  # (L+1, b, d', d)
     v_heads = torch.stack(
-        [slot_response(pcache["result", i].transpose(1, 2)[:, :, d:, n:]) for i in range(L)]
+        [
+            slot_response(from_stream(cfg, pcache["result", i].transpose(1, 2))[:, :, d:, n:])
+            for i in range(L)
+        ]
     )  # (L, b, h, d', d)
     x = -v.transpose(-1, -2)  # (L+1, b, d, d')
     dx_heads = -v_heads.transpose(-1, -2)  # (L, b, h, d, d')
@@ -164,4 +175,5 @@ def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
         dx_heads=np64(dx_heads),
         linearity_deviation=np64(deviation),
         target=np64(prompt.D),
+        layout=cfg.tokens,
     )

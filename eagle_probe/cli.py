@@ -173,6 +173,9 @@ def build_parser() -> Parser:
     )
     train.add_argument("--init", default="normal", help="normal or orthogonal_half")
     train.add_argument(
+        "--tokens", default="features", help="token layout: features (d + d' rows) or samples"
+    )
+    train.add_argument(
         "--init-std", type=_init_std, default=0.02, help="std of the random initialisation"
     )
     train.add_argument(
@@ -263,6 +266,18 @@ def build_parser() -> Parser:
     pl.add_argument("--force", action="store_true", help="overwrite an existing output")
     pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
     pl.set_defaults(func=cmd_plant)
+
+    im = sub.add_parser("import", help="convert another codebase's weights into a checkpoint")
+    im.add_argument("weights", help="weights file (.pt, .npz or .safetensors)")
+    im.add_argument("--layout", required=True, help="eagle-probe, samples or ahn")
+    im.add_argument("--n", type=_positive_int, required=True, help="samples n of the prompts")
+    im.add_argument("--n-prime", type=_positive_int, default=1, help="queries n' (1)")
+    im.add_argument("--d", type=_positive_int, default=None, help="feature layout: rows d of A")
+    im.add_argument("--d-prime", type=_positive_int, default=None, help="outputs d' (1)")
+    im.add_argument("--dtype", default="float32", help="float32 or float64 (float32)")
+    im.add_argument("--force", action="store_true", help="overwrite an existing output")
+    im.add_argument("-o", "--out", required=True, help="checkpoint to write")
+    im.set_defaults(func=cmd_import)
 
     sw = sub.add_parser("sweep", help="train and extract a grid of seeds x regimes in parallel")
     sw.add_argument(
@@ -387,6 +402,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             normalize=args.normalize,
             init=args.init,
             init_std=args.init_std,
+            tokens=args.tokens,
         )
         train_cfg = TrainConfig(
             steps=args.steps if args.steps is not None else TrainConfig().steps,
@@ -575,6 +591,34 @@ def _out_dir(text: str | None, force: bool) -> Path | None:
     return files.check_dir(files.as_path(text, "--out"), force=force)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint, files
+    from eagle_probe.layouts import import_file
+
+    out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
+    model, task = import_file(
+        args.layout,
+        args.weights,
+        n=args.n,
+        n_prime=args.n_prime,
+        d=args.d,
+        d_prime=args.d_prime,
+        dtype=args.dtype,
+    )
+    cfg = model.cfg
+    claim = _claim(args, files.output_files([out], force=args.force))
+    metrics = {"imported": {"layout": args.layout, "from": str(args.weights)}}
+    claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
+    _publish(args)
+    print(
+        f"wrote {out}: {cfg.tokens} layout, {cfg.n_layers} layers x {cfg.heads} head(s), "
+        f"d = {cfg.d}, d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}"
+    )
+    return 0
+
+
+
+
 def cmd_extract(args: argparse.Namespace) -> int:
     import time
 
@@ -598,6 +642,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
+        if "eagle" not in result.views:  # sample layout: no EAGLE steps, no exported solver
+            (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+            write_report(result, tmp, str(args.model))
+            _publish(args)
+            print(f"wrote {out / 'extraction.json'} and {out / 'report.html'}")
+            return 0
         write_solver(tmp / "solver.py", payload, result.projectors)
         gap = faithful_gap(
             tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n

@@ -30,6 +30,13 @@ from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 SCHEMA_VERSION = 2
 CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
 
+# Views that apply to each token layout (ModelConfig.tokens). The EAGLE views read the feature
+# layout's blocks of W_QK and W_VP; the sample layout is read through its implicit iterate only.
+VIEWS_FOR_LAYOUT = {
+    "features": fit.ORDER,
+    "samples": ("polynomial", "algorithm"),
+}
+
 
 def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
     """The regime's shape read from the model (the constrained sketch from its W_QK)."""
@@ -44,7 +51,7 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
         layers=cfg.n_layers,
         mask=model.blocks[0].attn.mask.detach().to(torch.float64).cpu().numpy()
         if cfg.n_layers
-        else np.ones((cfg.tokens, cfg.tokens)),
+        else np.ones((cfg.n_tokens, cfg.n_tokens)),
         readout=float(model.readout_scale.detach()),
         normalize=cfg.normalize,
         machines=cfg.machines if cfg.regime == "distributed" else 1,
@@ -126,6 +133,8 @@ class Extraction:
     @property
     def layers(self) -> pd.DataFrame:
         """One row per layer: EAGLE steps (activations and weights), fidelity, verdict."""
+        if "eagle" not in self.views:  # sample layout: the algorithm view's table
+            return self.views["algorithm"].tables["algorithm"].copy()
         table = self.views["eagle"].tables["eagle"].copy()
         fid = self.views["fidelity"].tables["fidelity"]
         one = fid[fid.reading == "one_step"].set_index("layer")
@@ -225,6 +234,8 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     """Per layer, with units: steps read from activations and from weights, fidelity one-step and
     end-to-end (prompt units), the projection's cost, the design form's R², the label."""
     t = ex.layers
+    if "eagle" not in ex.views:  # sample layout: the algorithm view's columns, orders as text
+        return t.assign(orders=[",".join(map(str, o)) for o in t.orders])
     cols = {
         "layer": t.layer,
         "a (act.)": t.a_step,
@@ -251,6 +262,9 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
 def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
     """`layers` of extraction.json: the numbers the exported solver and older readers use."""
     out = []
+    if "eagle" not in ex.views:
+        rows = ex.layers.to_dict("records")
+        return [{"layer": int(r["layer"]), "label": r["label"]} for r in rows]
     for row in ex.layers.to_dict("records"):
         out.append(
             {
@@ -285,6 +299,7 @@ def extract(
         raise EagleProbeError(
             f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
         )
+    names = tuple(v for v in names if v in VIEWS_FOR_LAYOUT[model.cfg.tokens])
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     ctx = build_context(
@@ -317,6 +332,7 @@ def extract(
     cfg = model.cfg
     info = {
         "regime": cfg.regime,
+        "tokens": cfg.tokens,
         "layers": cfg.n_layers,
         "heads": cfg.heads,
         "n": cfg.n,

@@ -25,7 +25,8 @@ E = n + n' = d_model). There is no softmax, so the pattern is the masked score i
   blocks.{l}.hook_resid_pre        [b, T, E]   stream entering layer l
   blocks.{l}.attn.hook_q / hook_k  [b, T, h, qk]
   blocks.{l}.attn.hook_v           [b, T, h, vp]
-  blocks.{l}.attn.hook_attn_scores [b, h, T, T]  (Z W_Q)(Z W_K)ᵀ ⊙ M, query by key
+  blocks.{l}.attn.hook_attn_scores [b, h, T, T]  (Z W_Q)(Z W_K)ᵀ ⊙ M, query by key (⊙ M_s / n in
+                                                 the sample layout)
   blocks.{l}.attn.hook_pattern     [b, h, T, T]  the weights on the values (= attn_scores)
   blocks.{l}.attn.hook_z           [b, T, h, vp] pattern @ v, per head
   blocks.{l}.attn.hook_result      [b, T, h, E]  each head's contribution to the stream
@@ -35,6 +36,19 @@ E = n + n' = d_model). There is no softmax, so the pattern is the masked score i
                                                  readout_scale · resid_post[L-1][:, d:, n:] · s
 `run_with_cache` returns a TransformerLens `ActivationCache`; `model.QK` and `model.OV` are the
 per-head products W_Q W_Kᵀ and W_V W_Pᵀ as `FactoredMatrix` objects of shape [L, h, E, E].
+
+Token layouts (`tokens`, registry `TOKEN_LAYOUTS`). "features" is the layout above. "samples" is
+the layout of the in-context-learning literature (von Oswald et al. 2023, Ahn et al. 2023): the
+tokens are the n + n' samples, the stream is H = Zᵀ (b, n + n', d + d') with rows [x_i, y_i] and
+the n' query rows [x_q, 0] last, and one layer is
+
+    H ← H + Σ_h ((H W_Q^h)(H W_K^h)ᵀ ⊙ M_s) H W_V^h W_P^hᵀ / n
+
+with M_s[i, j] = 1 for j < n: every row attends to the n sample rows only, so no query row acts as
+a key. The prediction is the negated label entries of the query rows, read back as (b, d', n').
+`forward` takes the same block prompt Z = [[A, C], [B, 0]] in both layouts (the sample layout
+transposes it into H after scaling), so training, evaluation and `complete` are layout-blind; the
+hooks carry the stream as the layers see it: T = n + n', E = d + d' in the sample layout.
 """
 
 from __future__ import annotations
@@ -55,6 +69,7 @@ READOUTS = ("negate", "learned", "direct")
 NORMALIZE = ("none", "frobenius", "spectral")
 INITS = ("normal", "orthogonal_half")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+TOKEN_LAYOUTS = ("features", "samples")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +98,8 @@ class ModelConfig:
     init: str = "normal"  # one of INITS
     init_std: float = 0.02  # standard deviation of the normal part of the initialisation
     dtype: str = "float32"  # parameter dtype, one of DTYPES
+    # one of TOKEN_LAYOUTS: tokens are the d + d' feature rows of Z, or the n + n' samples (H = Zᵀ)
+    tokens: str = "features"
 
     def __post_init__(self) -> None:
         choices = {
@@ -92,6 +109,7 @@ class ModelConfig:
             "normalize": NORMALIZE,
             "init": INITS,
             "dtype": tuple(DTYPES),
+            "tokens": TOKEN_LAYOUTS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -121,6 +139,13 @@ class ModelConfig:
             raise ValueError(f"mask_density must lie in (0, 1], got {self.mask_density!r}")
         if not (self.init_std > 0.0 and math.isfinite(self.init_std)):
             raise ValueError(f"init_std must be a positive number, got {self.init_std!r}")
+        if self.tokens == "samples" and (
+            self.regime != "centralized" or self.token_mask != "visible"
+        ):
+            raise ValueError(
+                "the sample layout (tokens='samples') supports only regime='centralized' with "
+                "token_mask='visible'"
+            )
 
     @property
     def heads(self) -> int:
@@ -129,17 +154,34 @@ class ModelConfig:
         return self.machines if self.regime == "distributed" else 1
 
     @property
-    def tokens(self) -> int:
-        return self.d + self.d_prime
+    def samples(self) -> bool:
+        """True in the sample layout (tokens are the n + n' samples)."""
+        return self.tokens == "samples"
+
+    @property
+    def prompt_shape(self) -> tuple[int, int]:
+        """(d + d', n + n'): the block prompt Z = [[A, C], [B, 0]] that `forward` takes."""
+        return self.d + self.d_prime, self.n + self.n_prime
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens T of the residual stream: d + d' feature rows, or n + n' samples."""
+        return self.n + self.n_prime if self.samples else self.d + self.d_prime
 
     @property
     def width(self) -> int:
-        return self.n + self.n_prime
+        """Residual width E: n + n' (feature layout) or d + d' (sample layout)."""
+        return self.d + self.d_prime if self.samples else self.n + self.n_prime
 
     @property
     def d_model(self) -> int:
-        """TransformerLens's name for the residual width E = n + n'."""
+        """TransformerLens's name for the residual width E."""
         return self.width
+
+    @property
+    def keys(self) -> int:
+        """Tokens that may act as keys: the d visible rows, or the n sample rows."""
+        return self.n if self.samples else self.d
 
     @property
     def attn_only(self) -> bool:
@@ -163,6 +205,8 @@ class ModelConfig:
     def vp(self) -> int:
         if self.vp_width is not None:
             return self.vp_width
+        if self.samples:
+            return self.width  # full value width d + d'
         extra = {"centralized": self.n, "distributed": self.block, "constrained": self.rank}
         return extra[self.regime] + self.n_prime
 
@@ -183,8 +227,11 @@ class ModelConfig:
 
 def token_mask(cfg: ModelConfig) -> torch.Tensor:
     """The fixed attention mask M: (T, T), M[i, j] = 1 where token i may attend to token j."""
-    T, d = cfg.tokens, cfg.d
+    T, d = cfg.n_tokens, cfg.d
     mask = torch.zeros(T, T, dtype=torch.float64)
+    if cfg.samples:
+        mask[:, : cfg.n] = 1.0  # M_s: the n sample rows are the only keys (no query row)
+        return mask
     mask[:, :d] = 1.0  # every token attends to the d visible rows [A C] only
     if cfg.token_mask == "block_diagonal":
         size = d // cfg.shards
@@ -223,6 +270,8 @@ class Attention(nn.Module):
         self.W_P = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
         self.register_buffer("qk_mask", qk_row_mask(cfg).to(dtype))  # (h, E)
         self.register_buffer("mask", token_mask(cfg).to(dtype))  # (T, T)
+        # the sample layout averages over the n keys (the 1/n of von Oswald et al. and Ahn et al.)
+        self.key_norm = 1.0 / cfg.n if cfg.samples else 1.0
         self.hook_q = HookPoint()  # [b, T, h, qk]
         self.hook_k = HookPoint()  # [b, T, h, qk]
         self.hook_v = HookPoint()  # [b, T, h, vp]
@@ -250,7 +299,7 @@ class Attention(nn.Module):
         k = self.hook_k(per_head(W_K, qk))  # (b, T, h, qk)
         v = self.hook_v(per_head(self.W_V, vp))  # (b, T, h, vp)
         scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)  # (b, h, T, T)
-        scores = self.hook_attn_scores(scores * self.mask)  # (b, h, T, T)
+        scores = self.hook_attn_scores(scores * (self.mask * self.key_norm))  # (b, h, T, T)
         pattern = self.hook_pattern(scores)  # no softmax: the scores weight the values
         z_heads = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # (b, T, h, vp)
         # project each head back to the stream: (h, bT, vp) @ (h, vp, E)
@@ -361,12 +410,13 @@ class LinearTransformer(HookedRootModule):
         if not isinstance(z0, torch.Tensor) or z0.ndim != 3:
             shape = tuple(z0.shape) if isinstance(z0, torch.Tensor) else type(z0).__name__
             raise EagleProbeError(
-                f"prompt must have shape (batch, {cfg.tokens}, {cfg.width}), got {shape}"
+                f"prompt must have shape (batch, {cfg.prompt_shape[0]}, {cfg.prompt_shape[1]}), "
+                f"got {shape}"
             )
-        if tuple(z0.shape[1:]) != (cfg.tokens, cfg.width):
+        if tuple(z0.shape[1:]) != cfg.prompt_shape:
             raise EagleProbeError(
                 f"prompt has shape {tuple(z0.shape)}, but this model takes "
-                f"(batch, d + d' = {cfg.tokens}, n + n' = {cfg.width})"
+                f"(batch, d + d' = {cfg.prompt_shape[0]}, n + n' = {cfg.prompt_shape[1]})"
             )
         if not bool(torch.isfinite(z0).all()):
             raise EagleProbeError("prompt contains NaN or Inf entries")
@@ -387,10 +437,10 @@ class LinearTransformer(HookedRootModule):
         cfg = self.cfg
         z0 = z0.to(cfg.torch_dtype)
         scale = self.hook_scale(self.prompt_scale(z0))  # (b, 1, 1)
-        z = self.hook_embed(z0 / scale)  # (b, T, E)
+        z = self.hook_embed(to_stream(cfg, z0 / scale))  # (b, T, E)
         for block in self.blocks:
             z = block(z)
-        d_slot = z[:, cfg.d :, cfg.n :]  # (b, d', n')
+        d_slot = from_stream(cfg, z)[:, cfg.d :, cfg.n :]  # (b, d', n')
         return self.hook_prediction(self.readout_scale * d_slot * scale)
 
     def complete(self, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -403,6 +453,16 @@ class LinearTransformer(HookedRootModule):
         return self(torch.cat([top, bottom], dim=-2))
 
 
+def to_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
+    """Block prompt (…, d + d', n + n') → the stream's orientation: itself, or H = Zᵀ."""
+    return z.transpose(-1, -2) if cfg.samples else z
+
+
+def from_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
+    """Stream (…, T, E) → block orientation [[A, C], [B, D]] (…, d + d', n + n')."""
+    return z.transpose(-1, -2) if cfg.samples else z
+
+
 def eagle_weights(
     cfg: ModelConfig, a_steps: list[float], c_steps: list[float]
 ) -> dict[str, torch.Tensor]:
@@ -412,7 +472,7 @@ def eagle_weights(
     each head carries 1/h of the value, so the summed update is the same. The steps act in the
     model's internal units: only with `normalize="none"` do they act on the prompt itself.
     """
-    if cfg.regime != "centralized" or cfg.qk < cfg.n or cfg.vp < cfg.width:
+    if cfg.regime != "centralized" or cfg.samples or cfg.qk < cfg.n or cfg.vp < cfg.width:
         raise EagleProbeError("EAGLE weights can be planted only in a centralized model")
     if len(a_steps) != cfg.n_layers or len(c_steps) != cfg.n_layers:
         raise EagleProbeError(
@@ -447,9 +507,10 @@ def forward_products(
     dtype = qk.dtype
     z0 = z0.to(dtype)
     scale = model.prompt_scale(z0)
-    z = z0 / scale
+    z = to_stream(cfg, z0 / scale)
     for layer, block in enumerate(model.blocks):
-        mask = block.attn.mask.to(dtype)  # (T, T)
+        mask = block.attn.mask.to(dtype) * block.attn.key_norm  # (T, T)
         scores = torch.einsum("bte,hef,bsf->bhts", z, qk[layer], z) * mask  # (b, h, T, T)
         z = z + torch.einsum("bhts,bse,hef->btf", scores, z, vp[layer])
+    z = from_stream(cfg, z)
     return model.readout_scale.to(dtype) * z[:, cfg.d :, cfg.n :] * scale

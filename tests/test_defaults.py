@@ -21,6 +21,7 @@ TRAIN_OPTIONS = {
     "normalize": (ModelConfig, "normalize"),
     "init": (ModelConfig, "init"),
     "init_std": (ModelConfig, "init_std"),
+    "tokens": (ModelConfig, "tokens"),
     "task": (TaskConfig, "task"),
     "n": (TaskConfig, "n"),
     "d": (TaskConfig, "d"),

@@ -42,7 +42,7 @@ def test_cache_has_every_hook_with_documented_shapes():
     cfg = model.cfg
     p = _prompt(cfg, batch=4)
     _, cache = model.run_with_cache(p.z0())
-    T, E, b = cfg.tokens, cfg.width, 4
+    T, E, b = cfg.n_tokens, cfg.width, 4
     assert cache["hook_embed"].shape == (b, T, E)
     assert cache["hook_scale"].shape == (b, 1, 1)
     for layer in range(cfg.n_layers):

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 from nbclient import NotebookClient
 
-NOTEBOOKS = ["head_specialization", "solver_vs_network", "reproduce_paper"]
+NOTEBOOKS = ["head_specialization", "solver_vs_network", "reproduce_paper", "lsa_models"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -33,7 +33,7 @@ def test_attn_scores_by_tuple_key(run):
     for layer in range(cfg.n_layers):
         scores = cache["attn_scores", layer]
         assert scores is cache[f"blocks.{layer}.attn.hook_attn_scores"]
-        assert scores.shape == (8, cfg.heads, cfg.tokens, cfg.tokens)
+        assert scores.shape == (8, cfg.heads, cfg.n_tokens, cfg.n_tokens)
         assert torch.all(scores[..., cfg.d :] == 0)  # no token attends to the hidden rows
     assert cache["attn_scores", -1] is cache["attn_scores", cfg.n_layers - 1]
 
@@ -43,7 +43,7 @@ def test_result_by_tuple_key_sums_to_attn_out(run):
     cfg = model.cfg
     for layer in range(cfg.n_layers):
         result = cache["result", layer]  # [batch, pos, head, d_model]
-        assert result.shape == (8, cfg.tokens, cfg.heads, cfg.d_model)
+        assert result.shape == (8, cfg.n_tokens, cfg.heads, cfg.d_model)
         torch.testing.assert_close(result.sum(2), cache["attn_out", layer])
 
 
@@ -51,7 +51,7 @@ def test_stack_activation_resid_post(run):
     model, _, cache, _ = run
     cfg = model.cfg
     stack = cache.stack_activation("resid_post")
-    assert stack.shape == (cfg.n_layers, 8, cfg.tokens, cfg.width)
+    assert stack.shape == (cfg.n_layers, 8, cfg.n_tokens, cfg.width)
     for layer in range(cfg.n_layers):
         assert torch.equal(stack[layer], cache[f"blocks.{layer}.hook_resid_post"])
     parts = cache.decompose_resid()  # embed, then each layer's attn_out
@@ -101,6 +101,6 @@ def test_stack_head_results_when_the_config_names_its_heads(run):
     if cfg.n_heads is None:
         pytest.skip("stack_head_results labels heads by cfg.n_heads")
     stack = cache.stack_head_results()  # (L·h, b, T, E): every head of every layer
-    assert stack.shape == (cfg.n_layers * cfg.heads, 8, cfg.tokens, cfg.width)
+    assert stack.shape == (cfg.n_layers * cfg.heads, 8, cfg.n_tokens, cfg.width)
     total = stack.sum(0) + cache["hook_embed"]
     torch.testing.assert_close(total, cache["resid_post", -1])

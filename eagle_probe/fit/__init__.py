@@ -5,6 +5,7 @@ may read the results of the views before it).
 """
 
 from eagle_probe.fit import (  # noqa: F401  (importing a view module registers it)
+    algorithm,
     attribution,
     eagle,
     fidelity,
@@ -31,6 +32,7 @@ ORDER = (
     "terms",
     "symbolic",
     "verdict",
+    "algorithm",
 )
 missing = set(VIEWS) ^ set(ORDER)
 if missing:

@@ -75,8 +75,13 @@ def polynomial_view(ctx: Context) -> ViewResult:
     """Design-form filters per layer against EAGLE's implied filter."""
     cap = ctx.cap
     fits, terms = _fits(cap)
-    steps = ctx.results["eagle"].tables["eagle"]
-    expansions = eagle_expansion(steps.a_step, steps.c_step)
+    # EAGLE's implied filter, where the eagle view ran (the feature layout); None otherwise
+    eagle = ctx.results.get("eagle")
+    expansions = (
+        eagle_expansion(eagle.tables["eagle"].a_step, eagle.tables["eagle"].c_step)
+        if eagle is not None
+        else [None] * cap.layers
+    )
     G = cap.normal_matrix()
     eig = np.linalg.eigvalsh(G).reshape(-1)
     lam_top = float(eig.max())
@@ -89,11 +94,12 @@ def polynomial_view(ctx: Context) -> ViewResult:
         row = fits[(fits.layer == layer) & (fits["head"] == -1)].iloc[0]
         fit = fit_polynomial(G, r, dx, max_degree=max(int(row["degree"]), 0))
         f_fit = fit.filter(grid)
-        f_eagle = Polynomial(expansions[layer])(grid)
-        gap_scale = max(float(np.abs(Polynomial(expansions[layer])(present)).max()), 1e-300)
-        gap = float(
-            np.abs(fit.filter(present) - Polynomial(expansions[layer])(present)).max() / gap_scale
-        )
+        f_eagle, gap = None, None
+        if expansions[layer] is not None:
+            implied = Polynomial(expansions[layer])
+            f_eagle = implied(grid)
+            gap_scale = max(float(np.abs(implied(present)).max()), 1e-300)
+            gap = float(np.abs(fit.filter(present) - implied(present)).max() / gap_scale)
         t = cheb.poly2cheb(Polynomial(fit.beta)(Polynomial([lam_top / 2, lam_top / 2])).coef)
         scaled = fit.beta * lam_top ** np.arange(fit.beta.size)
         orders = essential_orders(G, r, dx, fit)

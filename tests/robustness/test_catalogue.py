@@ -243,7 +243,7 @@ def test_internal_errors_exit_1_and_debug_shows_the_traceback(monkeypatch, capsy
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_model_refuses_non_finite_prompts(value):
     model = LinearTransformer(SMALL, generator=make_generator(0))
-    z0 = torch.zeros(2, SMALL.tokens, SMALL.width)
+    z0 = torch.zeros(2, *SMALL.prompt_shape)
     z0[1, 0, 0] = value
     with pytest.raises(ValueError, match="NaN or Inf"):
         model(z0)

@@ -1,0 +1,187 @@
+"""Name each layer's algorithm in the language of the in-context-learning literature.
+
+Every layer's update of the implicit iterate (card notation: G = A Aᵀ, r_l = A Bᵀ − G x_l) is fitted
+three ways on the probe batch:
+
+  scalar      Δx ≈ β_0 r                          gradient descent with step −α_0 = β_0
+  polynomial  Δx ≈ Σ_{p ∈ S} β_p G^p r            the design form, support S by `essential_orders`
+  matrix      Δx ≈ Γ r, Γ a free d × d matrix      preconditioned GD (Ahn et al. 2023)
+
+and named by the first rule that holds (R² is uncentred, 1 − ‖Δx − fit‖² / ‖Δx‖²):
+
+  GD                 the scalar fit has R² ≥ R2_MIN                              (von Oswald et al.)
+  GD++               the polynomial fit has R² ≥ R2_MIN and its support holds orders 0 and 1: a GD
+                     step taken through a preconditioning of the data, I − γ G, which shows as
+                     order 1 (and order 2 when the data were moved on both sides of the step)
+  preconditioned GD  the matrix fit has R² ≥ R2_MIN and a relative residual at most MATRIX_GAIN
+                     times the polynomial fit's, with Γ not a multiple of I (departure ≥ SCALAR_TOL)
+  polynomial         the polynomial fit has R² ≥ R2_MIN but without order 1 (some other filter)
+  unrecognised       none of these explains the update
+
+Where orders 0, 1 and 2 are all kept, `squared_preconditioner` tests the GD++ signature of one
+preconditioning on both sides of a step, α ∝ (1 − γλ)².
+
+α_p = −β_p, so gradient descent from zero with step η has α_0 = −η (the design's sign).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.capture import Capture
+from eagle_probe.fit._legacy import fit_polynomial, residual_direction
+from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.polynomial import essential_orders
+
+R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
+MATRIX_GAIN = 0.5  # the matrix fit must cut the polynomial fit's relative residual by this factor
+SCALAR_TOL = 1e-3  # Γ is a multiple of I when ‖Γ − (tr Γ / d) I‖ / ‖Γ‖ is below this
+MAX_DEGREE = 6  # highest order the polynomial fit may use
+
+
+def _score(y: np.ndarray, fit: np.ndarray) -> tuple[float, float]:
+    """(R², relative residual) of a fit of y, both uncentred."""
+    ny = float(np.linalg.norm(y))
+    if ny == 0.0:
+        return 1.0, 0.0
+    rel = float(np.linalg.norm(y - fit)) / ny
+    return 1.0 - rel**2, rel
+
+
+def scalar_fit(r: np.ndarray, dx: np.ndarray) -> dict:
+    """Δx ≈ β_0 r over the batch: r, dx (b, d, d')."""
+    rr = float(np.sum(r * r))
+    beta = float(np.sum(r * dx)) / rr if rr > 0 else 0.0
+    r2, rel = _score(dx, beta * r)
+    return {"alpha_0": -beta, "r2": r2, "rel_residual": rel}
+
+
+def support_fit(G: np.ndarray, r: np.ndarray, dx: np.ndarray, orders: list[int]) -> dict:
+    """Δx ≈ Σ_{p ∈ orders} β_p G^p r by least squares in monomials scaled by λ_max^p."""
+    lam = max(float(np.linalg.eigvalsh(G).max()), 1e-300)
+    top = max(orders) if orders else 0
+    feats, v = [], r
+    for _ in range(top + 1):
+        feats.append(v.reshape(-1))
+        v = (G / lam) @ v
+    X = np.stack([feats[p] for p in orders], axis=1) if orders else np.zeros((dx.size, 0))
+    coef = np.linalg.lstsq(X, dx.reshape(-1), rcond=None)[0] if orders else np.zeros(0)
+    r2, rel = _score(dx.reshape(-1), X @ coef)
+    return {
+        "orders": list(orders),
+        "alpha": [-float(c) / lam**p for p, c in zip(orders, coef, strict=True)],
+        "scaled_alpha": [-float(c) for c in coef],
+        "lambda_max": lam,
+        "r2": r2,
+        "rel_residual": rel,
+    }
+
+
+def matrix_fit(r: np.ndarray, dx: np.ndarray) -> dict:
+    """Δx ≈ Γ r with Γ a free (d, d) matrix shared by the batch: least squares on the columns."""
+    d = r.shape[-2]
+    R = r.swapaxes(0, 1).reshape(d, -1)  # (d, b·d')
+    Y = dx.swapaxes(0, 1).reshape(d, -1)  # (d, b·d')
+    gamma = np.linalg.lstsq(R.T, Y.T, rcond=None)[0].T  # Γ R ≈ Y
+    r2, rel = _score(Y, gamma @ R)
+    size = float(np.linalg.norm(gamma))
+    iso = np.trace(gamma) / d * np.eye(d)
+    departure = float(np.linalg.norm(gamma - iso)) / size if size > 0 else 0.0
+    return {"gamma": gamma, "r2": r2, "rel_residual": rel, "departure_from_scalar": departure}
+
+
+def name_layer(scalar: dict, poly: dict, matrix: dict) -> str:
+    """The rule of the module text."""
+    if scalar["r2"] >= R2_MIN:
+        return "GD"
+    orders = poly["orders"]
+    if poly["r2"] >= R2_MIN and 0 in orders and 1 in orders:
+        return "GD++"
+    if (
+        matrix["r2"] >= R2_MIN
+        and matrix["rel_residual"] <= MATRIX_GAIN * poly["rel_residual"]
+        and matrix["departure_from_scalar"] >= SCALAR_TOL
+    ):
+        return "preconditioned GD"
+    if poly["r2"] >= R2_MIN:
+        return "polynomial"
+    return "unrecognised"
+
+
+def squared_preconditioner(poly: dict) -> dict | None:
+    """Where orders 0, 1, 2 are all kept: the GD++ signature α ∝ (1 − γ λ)² = 1 − 2γλ + γ²λ².
+
+    γ = −α_1 / (2 α_0), and `square_gap` = |α_2/α_0 − γ²| / |α_2/α_0| (0 for an exact square)."""
+    orders, alpha = poly["orders"], dict(zip(poly["orders"], poly["alpha"], strict=True))
+    if not {0, 1, 2} <= set(orders) or alpha[0] == 0 or alpha[2] == 0:
+        return None
+    gamma = -alpha[1] / (2 * alpha[0])
+    ratio = alpha[2] / alpha[0]
+    return {"gamma": gamma, "square_gap": abs(ratio - gamma**2) / abs(ratio)}
+
+
+def layer_fits(cap: Capture, layer: int) -> dict:
+    """The three fits of one layer and its name."""
+    G = cap.normal_matrix()
+    r = residual_direction(cap, layer)
+    dx = cap.x[layer + 1] - cap.x[layer]
+    scalar = scalar_fit(r, dx)
+    full = fit_polynomial(G, r, dx, max_degree=MAX_DEGREE)
+    orders = essential_orders(G, r, dx, full)
+    poly = support_fit(G, r, dx, orders if orders is not None else list(range(full.degree + 1)))
+    matrix = matrix_fit(r, dx)
+    return {
+        "layer": layer,
+        "label": name_layer(scalar, poly, matrix),
+        "scalar": scalar,
+        "polynomial": poly,
+        "matrix": matrix,
+        "squared_preconditioner": squared_preconditioner(poly),
+    }
+
+
+@register("algorithm")
+def algorithm_view(ctx: Context) -> ViewResult:
+    """GD, GD++ or preconditioned GD, per layer, from the design-form fits."""
+    cap = ctx.cap
+    fits = [layer_fits(cap, layer) for layer in range(cap.layers)]
+    rows, layers = [], []
+    for f in fits:
+        rows.append(
+            {
+                "layer": f["layer"],
+                "label": f["label"],
+                "alpha_0": f["scalar"]["alpha_0"],
+                "r2_scalar": f["scalar"]["r2"],
+                "orders": f["polynomial"]["orders"],
+                "r2_polynomial": f["polynomial"]["r2"],
+                "r2_matrix": f["matrix"]["r2"],
+                "gamma_departure": f["matrix"]["departure_from_scalar"],
+            }
+        )
+        matrix = dict(f["matrix"])
+        matrix["gamma"] = matrix["gamma"].tolist()
+        layers.append({**f, "matrix": matrix})
+    warnings = [
+        f"layer {f['layer']}: no algorithm explains the update (best R² "
+        f"{max(f['scalar']['r2'], f['polynomial']['r2'], f['matrix']['r2']):.4f} < {R2_MIN})"
+        for f in fits
+        if f["label"] == "unrecognised"
+    ]
+    return ViewResult(
+        "algorithm",
+        {
+            "thresholds": {
+                "r2_min": R2_MIN,
+                "matrix_gain": MATRIX_GAIN,
+                "scalar_tol": SCALAR_TOL,
+                "max_degree": MAX_DEGREE,
+            },
+            "sign": "Δx = −Σ_p α_p G^p r, r = A Bᵀ − G x (GD from zero with step η: α_0 = −η)",
+            "layers": layers,
+        },
+        {"algorithm": pd.DataFrame(rows)},
+        warnings,
+        extra={"gamma": [f["matrix"]["gamma"] for f in fits]},
+    )

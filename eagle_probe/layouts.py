@@ -1,0 +1,393 @@
+"""Token layouts: products ↔ state_dicts, planted algorithms, and importers of other codebases.
+
+A layer of either layout is fixed by its per-head products W_QK = W_Q W_Kᵀ and W_VP = W_V W_Pᵀ
+(E × E, E the residual width). `products_to_state` factors products back into a state_dict of
+full-width heads (W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I), so any products can be run.
+
+Planted algorithms of the sample layout (stream rows [x, y], x ∈ R^d, y ∈ R^d', query rows
+[x_q, 0]; one layer H ← H + Σ_h ((H W_QK^h Hᵀ) ⊙ M_s) H W_VP^h / n, prediction −y_q). In card
+notation (r_l = A Bᵀ − G x_l, G = A Aᵀ, the implicit iterate x_l) they are, per layer l:
+
+  GD                    W_QK = diag(I_d, 0), W_VP = diag(0, −η_l I_d')
+                        x_{l+1} = x_l + (η_l / n) r_l                         (von Oswald et al.)
+  GD++                  as GD with W_VP = diag(−γ_l I_d, −η_l I_d'): the layer also moves every
+                        row's features x ← (I − γ_l G / n) x, so the next layer's step acts
+                        through that preconditioning of the data: with one transform before it,
+                        x_{l+1} = x_l + (η_l / n)(I − γ G / n)² r_l
+  preconditioned GD     W_QK = diag(Γ_l, 0), W_VP = diag(0, −η_l I_d')
+                        x_{l+1} = x_l + (η_l / n) Γ_l r_l                      (Ahn et al.)
+
+Importers (`import_arrays`, `import_file`, registry `LAYOUTS`):
+
+  eagle-probe   per-layer blocks.{l}.attn.W_Q/W_K/W_V/W_P in this project's shapes (h, E, k),
+                feature layout (E = n + n')
+  samples       the same keys, sample layout (E = d + d')
+  ahn           Ahn et al.'s `allparam` (layers, heads, 2, d + 1, d + 1), P = allparam[:, :, 0],
+                Q = allparam[:, :, 1]; per layer Attn = Z Q Zᵀ, Output = Attn · A_mask · Z Pᵀ / N
+                with A_mask = I except A_mask[N, N] = 0, Z ← Z + Σ_h Output_h, prediction
+                −Z[N, d]. That is the sample layout with W_QK = Q and W_VP = Pᵀ, d' = 1.
+
+Files: `.pt`/`.pth` (read with `torch.load(weights_only=True)`; a bare tensor is taken as
+`allparam`, an eagle-probe checkpoint by its `state_dict`), `.npz` (no pickles), `.safetensors`
+(when the `safetensors` package is installed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eagle_probe.errors import EagleProbeError
+from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig
+
+LAYOUTS = ("eagle-probe", "samples", "ahn")
+WEIGHT_NAMES = ("W_Q", "W_K", "W_V", "W_P")
+_KEY = re.compile(r"^blocks\.(\d+)\.attn\.(W_Q|W_K|W_V|W_P)$")
+
+
+# --- products <-> state_dict -------------------------------------------------------------------
+
+
+def products_to_state(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> dict[str, torch.Tensor]:
+    """A state_dict for `cfg` whose layers have the products qk, vp (L, h, E, E).
+
+    Needs full-width heads (cfg.qk >= E and cfg.vp >= E): W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I,
+    zero-padded to the head widths.
+    """
+    qk, vp = np.asarray(qk, dtype=np.float64), np.asarray(vp, dtype=np.float64)
+    L, h, E = cfg.n_layers, cfg.heads, cfg.width
+    for name, P in (("W_QK", qk), ("W_VP", vp)):
+        if P.shape != (L, h, E, E):
+            raise EagleProbeError(f"{name} has shape {P.shape}; this model needs {(L, h, E, E)}")
+        if not np.isfinite(P).all():
+            raise EagleProbeError(f"{name} contains NaN or Inf entries")
+    if cfg.qk < E or cfg.vp < E:
+        raise EagleProbeError(
+            f"products can be loaded only into full-width heads (qk, vp >= {E}), "
+            f"got qk={cfg.qk}, vp={cfg.vp}"
+        )
+    state = {k: v.clone() for k, v in LinearTransformer(cfg).state_dict().items()}
+    dtype = cfg.torch_dtype
+    eye = torch.zeros(h, E, max(cfg.qk, cfg.vp), dtype=dtype)
+    eye[:, range(E), range(E)] = 1.0
+    for layer in range(L):
+        W_Q = torch.zeros(h, E, cfg.qk, dtype=dtype)
+        W_Q[..., :E] = torch.from_numpy(qk[layer]).to(dtype)
+        W_V = torch.zeros(h, E, cfg.vp, dtype=dtype)
+        W_V[..., :E] = torch.from_numpy(vp[layer]).to(dtype)
+        prefix = f"blocks.{layer}.attn."
+        state[prefix + "W_Q"], state[prefix + "W_K"] = W_Q, eye[..., : cfg.qk].clone()
+        state[prefix + "W_V"], state[prefix + "W_P"] = W_V, eye[..., : cfg.vp].clone()
+    return state
+
+
+def model_from_products(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> LinearTransformer:
+    """A model of configuration `cfg` running the products qk, vp (L, h, E, E), in eval mode."""
+    model = LinearTransformer(cfg)
+    model.load_state_dict(products_to_state(cfg, qk, vp))
+    return model.eval()
+
+
+def state_products(model: LinearTransformer) -> tuple[np.ndarray, np.ndarray]:
+    """The products (W_QK, W_VP) of a model as float64 arrays (L, h, E, E)."""
+    return (
+        model.W_QK().to(torch.float64).numpy(),
+        model.W_VP().to(torch.float64).numpy(),
+    )
+
+
+# --- planted algorithms of the sample layout ----------------------------------------------------
+
+
+def _stream_products(d: int, d_prime: int, layers: int) -> tuple[np.ndarray, np.ndarray]:
+    E = d + d_prime
+    return np.zeros((layers, 1, E, E)), np.zeros((layers, 1, E, E))
+
+
+def gd_products(d: int, d_prime: int, etas: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Sample-layout products of gradient descent from zero: layer l steps x += (η_l / n) r_l."""
+    qk, vp = _stream_products(d, d_prime, len(etas))
+    for layer, eta in enumerate(etas):
+        qk[layer, 0, range(d), range(d)] = 1.0  # scores x_iᵀ x_j
+        vp[layer, 0, range(d, d + d_prime), range(d, d + d_prime)] = -eta  # values −η y_j
+    return qk, vp
+
+
+def gdpp_products(
+    d: int, d_prime: int, etas: Sequence[float], gammas: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """GD++ (von Oswald et al. 2023): each layer takes a GD step η_l and moves every row's features
+    x ← (I − γ_l G / n) x, preconditioning the data the later layers step on."""
+    if len(etas) != len(gammas):
+        raise EagleProbeError(f"need one γ per η, got {len(gammas)} and {len(etas)}")
+    qk, vp = gd_products(d, d_prime, etas)
+    for layer, gamma in enumerate(gammas):
+        vp[layer, 0, range(d), range(d)] = -gamma
+    return qk, vp
+
+
+def preconditioned_products(
+    d: int, d_prime: int, etas: Sequence[float], gammas: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Preconditioned GD (Ahn et al. 2023): layer l steps x += (η_l / n) Γ_l r_l, Γ_l (d, d)."""
+    if len(etas) != len(gammas):
+        raise EagleProbeError(f"need one Γ per η, got {len(gammas)} and {len(etas)}")
+    qk, vp = gd_products(d, d_prime, etas)
+    for layer, gamma in enumerate(gammas):
+        gamma = np.asarray(gamma, dtype=np.float64)
+        if gamma.shape != (d, d):
+            raise EagleProbeError(f"Γ_{layer} has shape {gamma.shape}; need ({d}, {d})")
+        qk[layer, 0, :d, :d] = gamma  # scores x_qᵀ Γ x_j
+    return qk, vp
+
+
+def sample_config(
+    *,
+    n: int,
+    d: int,
+    layers: int,
+    heads: int = 1,
+    n_prime: int = 1,
+    d_prime: int = 1,
+    dtype: str = "float64",
+    normalize: str = "none",
+) -> ModelConfig:
+    """A sample-layout model configuration with full-width heads."""
+    return ModelConfig(
+        tokens="samples",
+        n=n,
+        d=d,
+        n_prime=n_prime,
+        d_prime=d_prime,
+        n_layers=layers,
+        n_heads=heads,
+        normalize=normalize,
+        dtype=dtype,
+    )
+
+
+# --- importers ----------------------------------------------------------------------------------
+
+
+def _check_n(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise EagleProbeError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _finite(name: str, array: np.ndarray) -> np.ndarray:
+    if not np.issubdtype(array.dtype, np.number) or np.iscomplexobj(array):
+        raise EagleProbeError(f"{name} is not a real numeric array (dtype {array.dtype})")
+    array = array.astype(np.float64)
+    if not np.isfinite(array).all():
+        raise EagleProbeError(f"{name} contains NaN or Inf entries")
+    return array
+
+
+def _layer_weights(arrays: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """blocks.{l}.attn.W_* arrays grouped by layer, checked for completeness and shape."""
+    found: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        m = _KEY.match(key)
+        if m:
+            found.setdefault(int(m.group(1)), {})[m.group(2)] = _finite(key, np.asarray(value))
+    if not found:
+        raise EagleProbeError(
+            "no weights named blocks.{l}.attn.W_Q/W_K/W_V/W_P found; is this the right --layout?"
+        )
+    layers = []
+    for layer in range(max(found) + 1):
+        got = found.get(layer, {})
+        missing = [f"blocks.{layer}.attn.{w}" for w in WEIGHT_NAMES if w not in got]
+        if missing:
+            raise EagleProbeError(f"missing weight {missing[0]}")
+        for w in WEIGHT_NAMES:
+            if got[w].ndim != 3:
+                raise EagleProbeError(
+                    f"blocks.{layer}.attn.{w} has shape {got[w].shape}; need (heads, E, width)"
+                )
+        if got["W_Q"].shape != got["W_K"].shape or got["W_V"].shape != got["W_P"].shape:
+            raise EagleProbeError(
+                f"layer {layer}: W_Q {got['W_Q'].shape} and W_K {got['W_K'].shape} (or W_V "
+                f"{got['W_V'].shape} and W_P {got['W_P'].shape}) must have the same shape"
+            )
+        if got["W_Q"].shape[:2] != got["W_V"].shape[:2]:
+            raise EagleProbeError(
+                f"layer {layer}: W_Q {got['W_Q'].shape} and W_V {got['W_V'].shape} disagree on "
+                "heads or residual width"
+            )
+        if layers and got["W_Q"].shape != layers[0]["W_Q"].shape:
+            raise EagleProbeError(f"layer {layer}: weight shapes differ from layer 0's")
+        if layers and got["W_V"].shape != layers[0]["W_V"].shape:
+            raise EagleProbeError(f"layer {layer}: weight shapes differ from layer 0's")
+        layers.append(got)
+    return layers
+
+
+def _from_factors(cfg: ModelConfig, layers: list[dict[str, np.ndarray]]) -> LinearTransformer:
+    model = LinearTransformer(cfg)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for layer, weights in enumerate(layers):
+        for w in WEIGHT_NAMES:
+            state[f"blocks.{layer}.attn.{w}"] = torch.from_numpy(weights[w]).to(cfg.torch_dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def import_arrays(
+    layout: str,
+    arrays: dict[str, np.ndarray],
+    *,
+    n: int,
+    n_prime: int = 1,
+    d: int | None = None,
+    d_prime: int | None = None,
+    dtype: str = "float32",
+    normalize: str = "none",
+) -> tuple[LinearTransformer, TaskConfig]:
+    """Build this project's model from named weight arrays of `layout` (see the module text).
+
+    Returns the model (eval mode) and a task of matching sizes (least squares, isotropic).
+    `d`, `d_prime`: the feature layout's rows of A and B, read from a stored token mask when the
+    arrays carry one; the sample layout reads d + d' from the weights (d' = 1 unless given).
+    """
+    if layout not in LAYOUTS:
+        raise EagleProbeError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    if dtype not in DTYPES:
+        raise EagleProbeError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    n, n_prime = _check_n("n", n), _check_n("n_prime", n_prime)
+    if layout == "ahn":
+        return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype)
+    layers = _layer_weights(arrays)
+    for key, value in arrays.items():
+        if key.endswith("attn.qk_mask") and not np.all(np.asarray(value) == 1):
+            raise EagleProbeError(
+                f"{key} restricts the heads' queries and keys (a distributed model); only full "
+                "attention can be imported: load this project's checkpoints with checkpoint.load"
+            )
+    heads, E, qk = layers[0]["W_Q"].shape
+    vp = layers[0]["W_V"].shape[-1]
+    common = dict(
+        n_layers=len(layers),
+        n_heads=heads,
+        qk_width=qk,
+        vp_width=vp,
+        normalize=normalize,
+        dtype=dtype,
+        n=n,
+        n_prime=n_prime,
+    )
+    if layout == "samples":
+        dp = 1 if d_prime is None else _check_n("d_prime", d_prime)
+        if E <= dp:
+            raise EagleProbeError(f"residual width {E} leaves no features for d' = {dp} outputs")
+        if d is not None and d + dp != E:
+            raise EagleProbeError(f"sample layout: d + d' = {d} + {dp} must equal the width {E}")
+        cfg = ModelConfig(tokens="samples", d=E - dp, d_prime=dp, **common)
+    else:
+        if E != n + n_prime:
+            raise EagleProbeError(
+                f"feature layout: the weights' residual width is {E}, but n + n' = "
+                f"{n} + {n_prime} = {n + n_prime}; pass the model's --n and --n-prime"
+            )
+        mask = arrays.get("blocks.0.attn.mask")
+        if mask is not None:
+            mask = np.asarray(mask)
+            d_found = int(np.asarray(mask).any(axis=0).sum())
+            d = d if d is not None else d_found
+            d_prime = d_prime if d_prime is not None else mask.shape[0] - d_found
+        if d is None:
+            raise EagleProbeError(
+                "feature layout: the weights do not fix d (rows of A); pass --d and --d-prime"
+            )
+        cfg = ModelConfig(
+            d=_check_n("d", d),
+            d_prime=_check_n("d_prime", 1 if d_prime is None else d_prime),
+            **common,
+        )
+    task = TaskConfig(
+        task="least_squares", n=n, d=cfg.d, n_prime=n_prime, d_prime=cfg.d_prime, alpha=1.0
+    )
+    return _from_factors(cfg, layers), task
+
+
+def ahn_products(allparam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(W_QK, W_VP) (L, h, d + 1, d + 1) of Ahn et al.'s allparam: W_QK = Q, W_VP = Pᵀ."""
+    allparam = _finite("allparam", np.asarray(allparam))
+    if allparam.ndim != 5 or allparam.shape[2] != 2 or allparam.shape[3] != allparam.shape[4]:
+        raise EagleProbeError(
+            f"allparam has shape {allparam.shape}; need (layers, heads, 2, d + 1, d + 1)"
+        )
+    if allparam.shape[3] < 2 or 0 in allparam.shape:
+        raise EagleProbeError(f"allparam has shape {allparam.shape}; need d + 1 >= 2")
+    P, Q = allparam[:, :, 0], allparam[:, :, 1]
+    return Q.copy(), P.swapaxes(-1, -2).copy()
+
+
+def _import_ahn(
+    arrays: dict[str, np.ndarray], *, n: int, n_prime: int, dtype: str
+) -> tuple[LinearTransformer, TaskConfig]:
+    if "allparam" not in arrays:
+        names = ", ".join(sorted(arrays)[:5]) or "nothing"
+        raise EagleProbeError(f"the ahn layout needs an array named 'allparam'; found {names}")
+    qk, vp = ahn_products(arrays["allparam"])
+    L, h, E = qk.shape[:3]
+    cfg = sample_config(n=n, d=E - 1, layers=L, heads=h, n_prime=n_prime, dtype=dtype)
+    task = TaskConfig(task="least_squares", n=n, d=E - 1, n_prime=n_prime, d_prime=1, alpha=1.0)
+    return model_from_products(cfg, qk, vp), task
+
+
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """Named arrays of a weights file (.pt/.pth, .npz, .safetensors), never running its code."""
+    path = Path(path)
+    if not path.is_file():
+        raise EagleProbeError(f"weights file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in (".pt", ".pth"):
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
+            raise EagleProbeError(f"{path} is not a readable torch weights file ({exc})") from exc
+        if isinstance(obj, torch.Tensor):
+            obj = {"allparam": obj}
+        if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+            obj = obj["state_dict"]
+        if not isinstance(obj, dict):
+            raise EagleProbeError(f"{path} holds a {type(obj).__name__}, not named weights")
+        return {
+            str(k): v.detach().to(torch.float64).numpy()
+            if v.is_floating_point()
+            else v.detach().numpy()
+            for k, v in obj.items()
+            if isinstance(v, torch.Tensor)
+        }
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return {k: np.asarray(data[k]) for k in data.files}
+        except Exception as exc:  # noqa: BLE001
+            raise EagleProbeError(f"{path} is not a readable .npz file ({exc})") from exc
+    if suffix == ".safetensors":
+        try:
+            from safetensors.numpy import load_file
+        except ImportError as exc:
+            raise EagleProbeError(
+                "reading .safetensors needs the safetensors package (pip install safetensors)"
+            ) from exc
+        try:
+            return dict(load_file(str(path)))
+        except Exception as exc:  # noqa: BLE001
+            raise EagleProbeError(f"{path} is not a readable .safetensors file ({exc})") from exc
+    raise EagleProbeError(f"{path}: unknown weights file type; use .pt, .npz or .safetensors")
+
+
+def import_file(layout: str, path: str | Path, **kwargs) -> tuple[LinearTransformer, TaskConfig]:
+    """`import_arrays` on the arrays of a weights file."""
+    if layout not in LAYOUTS:
+        raise EagleProbeError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    return import_arrays(layout, read_arrays(path), **kwargs)

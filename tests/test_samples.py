@@ -1,0 +1,230 @@
+"""The sample-token layout: forward, hooks, planted GD / GD++ / preconditioned GD recovered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eagle_probe import checkpoint, layouts
+from eagle_probe.cli import main
+from eagle_probe.extract import extract
+from eagle_probe.fit.algorithm import R2_MIN
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+D, N = 4, 10
+TASK = TaskConfig(task="least_squares", n=N, d=D, n_prime=1, d_prime=1, alpha=1.0)
+
+
+def _reference(model: LinearTransformer, z0: np.ndarray) -> np.ndarray:
+    """H = Zᵀ; H ← H + Σ_h ((H W_Q)(H W_K)ᵀ ⊙ M_s) H W_V W_Pᵀ / n; prediction −H[n:, d:]ᵀ."""
+    cfg = model.cfg
+    H = z0.swapaxes(-1, -2).copy()  # (b, n + n', d + d')
+    M = np.zeros((cfg.n + cfg.n_prime,) * 2)
+    M[:, : cfg.n] = 1.0
+    for block in model.blocks:
+        a = block.attn
+        out = np.zeros_like(H)
+        for h in range(cfg.heads):
+            W_Q, W_K, W_V, W_P = (w[h].detach().numpy() for w in (a.W_Q, a.W_K, a.W_V, a.W_P))
+            scores = (H @ W_Q) @ (H @ W_K).swapaxes(-1, -2) * M
+            out += scores @ H @ W_V @ W_P.T / cfg.n
+        H = H + out
+    return -H[:, cfg.n :, cfg.d :].swapaxes(-1, -2)
+
+
+def _random_model(**kw) -> LinearTransformer:
+    cfg = ModelConfig(
+        tokens="samples",
+        n=N,
+        d=D,
+        n_prime=2,
+        d_prime=2,
+        n_layers=2,
+        n_heads=2,
+        normalize="none",
+        dtype="float64",
+        init_std=0.3,
+        **kw,
+    )
+    return LinearTransformer(cfg, generator=torch.Generator().manual_seed(1)).eval()
+
+
+def test_forward_matches_the_sample_layout_equation():
+    model = _random_model()
+    z0 = torch.randn(
+        3, D + 2, N + 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
+    )
+    z0[:, D:, N:] = 0.0
+    with torch.no_grad():
+        got = model(z0).numpy()
+    np.testing.assert_allclose(got, _reference(model, z0.numpy()), rtol=1e-12, atol=1e-13)
+
+
+def test_hooks_carry_the_sample_stream():
+    model = _random_model()
+    z0 = torch.randn(5, D + 2, N + 2, dtype=torch.float64)
+    _, cache = model.run_with_cache(z0)
+    T, E = N + 2, D + 2
+    assert cache["hook_embed"].shape == (5, T, E)
+    torch.testing.assert_close(cache["hook_embed"], z0.transpose(1, 2))
+    assert cache["blocks.1.attn.hook_attn_scores"].shape == (5, 2, T, T)
+    assert cache["blocks.0.attn.hook_result"].shape == (5, T, 2, E)
+    # no query row acts as a key
+    assert float(cache["blocks.0.attn.hook_attn_scores"][..., N:].abs().max()) == 0.0
+
+
+def test_complete_keeps_the_block_semantics():
+    """One Ahn GD layer predicts D = (η / n) B Aᵀ C."""
+    eta = 0.8
+    qk, vp = layouts.gd_products(D, 2, [eta])
+    cfg = layouts.sample_config(n=N, d=D, layers=1, n_prime=3, d_prime=2)
+    model = layouts.model_from_products(cfg, qk, vp)
+    g = torch.Generator().manual_seed(0)
+    A, B, C = (
+        torch.randn(2, *s, dtype=torch.float64, generator=g) for s in ((D, N), (2, N), (D, 3))
+    )
+    with torch.no_grad():
+        got = model.complete(A, B, C)
+    torch.testing.assert_close(got, eta / N * B @ A.transpose(1, 2) @ C, rtol=1e-12, atol=1e-14)
+
+
+def _algorithm(qk, vp, layers):
+    cfg = layouts.sample_config(n=N, d=D, layers=layers)
+    model = layouts.model_from_products(cfg, qk, vp)
+    ex = extract(model, TASK, probe_batch_size=64, test_batch=64, tuning_batch=16, control=False)
+    return ex, ex.views["algorithm"].json["layers"]
+
+
+def _rel(got, want) -> float:
+    got, want = np.asarray(got, float), np.asarray(want, float)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def test_planted_gd_is_order_zero_alone():
+    etas = [0.5, 0.4, 0.3]
+    ex, layers = _algorithm(*layouts.gd_products(D, 1, etas), 3)
+    assert set(ex.views) == {"polynomial", "algorithm"}  # feature-layout views are skipped
+    for lay, eta in zip(layers, etas, strict=True):
+        assert lay["label"] == "GD"
+        assert lay["polynomial"]["orders"] == [0]
+        assert _rel(lay["scalar"]["alpha_0"], -eta / N) < 1e-6
+        assert lay["matrix"]["departure_from_scalar"] < 1e-10
+
+
+def test_planted_gdpp_adds_the_data_preconditioning():
+    """Layer 0 steps η_0 and moves the data by I − γ G / n; layer 1 steps η_1 through it:
+    Δx_1 = (η_1 / n)(I − γ G / n)² r_1, orders 0, 1, 2 with α = −(η_1/n)(1, −2γ/n, γ²/n²)."""
+    eta0, eta1, gamma = 0.5, 0.4, 0.3
+    _, layers = _algorithm(*layouts.gdpp_products(D, 1, [eta0, eta1], [gamma, 0.0]), 2)
+    assert layers[0]["label"] == "GD" and layers[0]["polynomial"]["orders"] == [0]
+    assert _rel(layers[0]["scalar"]["alpha_0"], -eta0 / N) < 1e-6
+    lay = layers[1]
+    assert lay["label"] == "GD++"
+    assert lay["polynomial"]["orders"] == [0, 1, 2]
+    want = [-eta1 / N, 2 * eta1 * gamma / N**2, -eta1 * gamma**2 / N**3]
+    for got, w in zip(lay["polynomial"]["alpha"], want, strict=True):
+        assert abs(got - w) < 1e-6 * abs(w)
+    assert lay["scalar"]["r2"] < R2_MIN  # plain GD does not explain it
+    square = lay["squared_preconditioner"]
+    assert abs(square["gamma"] / (gamma / N) - 1) < 1e-6 and square["square_gap"] < 1e-6
+
+
+def test_planted_preconditioned_gd_recovers_the_matrix():
+    rng = np.random.default_rng(5)
+    etas = [0.5, 0.4]
+    gammas = [np.eye(D) + 0.3 * rng.standard_normal((D, D)) for _ in etas]
+    _, layers = _algorithm(*layouts.preconditioned_products(D, 1, etas, gammas), 2)
+    for lay, eta, gamma in zip(layers, etas, gammas, strict=True):
+        assert lay["label"] == "preconditioned GD"
+        assert _rel(lay["matrix"]["gamma"], eta / N * gamma) < 1e-6
+        assert lay["matrix"]["rel_residual"] < 1e-8
+        assert lay["scalar"]["r2"] < R2_MIN and lay["polynomial"]["r2"] < R2_MIN
+
+
+def test_imported_ahn_gd_is_order_zero_with_step_eta_over_n():
+    eta = 0.7
+    allparam = np.zeros((1, 1, 2, D + 1, D + 1))
+    allparam[0, 0, 1, :D, :D] = -eta * np.eye(D)  # Q = −η [[I_d, 0], [0, 0]]
+    allparam[0, 0, 0, D, D] = 1.0  # P = [[0, 0], [0, 1]]
+    model, task = layouts.import_arrays("ahn", {"allparam": allparam}, n=N, dtype="float64")
+    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=16, control=False)
+    (lay,) = ex.views["algorithm"].json["layers"]
+    assert lay["label"] == "GD" and lay["polynomial"]["orders"] == [0]
+    assert _rel(lay["scalar"]["alpha_0"], -eta / N) < 1e-12
+    assert ex.to_json()["layers"] == [{"layer": 0, "label": "GD"}]
+    assert "GD" in ex.render()
+
+
+def test_best_single_step_gain_is_one_over_n_plus_d_plus_one():
+    """x ~ N(0, I_d), y = wᵀx, w ~ N(0, I/d): E(η x_qᵀ XᵀX w − x_qᵀ w)² = 1 − 2ηn + η²n(n+d+1)
+    is least at η = 1/(n + d + 1). Checked by Monte Carlo on a grid of gains."""
+    rng = np.random.default_rng(0)
+    n, d, trials = 20, 10, 20000
+    X = rng.standard_normal((trials, n, d))
+    w = rng.standard_normal((trials, d)) / np.sqrt(d)
+    xq = rng.standard_normal((trials, d))
+    XtXw = np.einsum("tnd,tne,te->td", X, X, w)
+    pred_unit = np.einsum("td,td->t", xq, XtXw)
+    truth = np.einsum("td,td->t", xq, w)
+    factors = np.linspace(0.7, 1.3, 13)
+    risk = [np.mean((f / (n + d + 1) * pred_unit - truth) ** 2) for f in factors]
+    assert factors[int(np.argmin(risk))] == pytest.approx(1.0)
+    eta = 1 / (n + d + 1)
+    assert np.mean((eta * pred_unit - truth) ** 2) == pytest.approx(1 - n / (n + d + 1), rel=0.03)
+
+
+def test_shipped_one_layer_lsa_is_one_gd_step_with_the_optimal_gain():
+    model, task, _ = checkpoint.load(ROOT / "trained_models" / "lsa_1layer.pt")
+    assert model.cfg.tokens == "samples" and (task.n, task.d) == (20, 10)
+    ex = extract(model, task, probe_batch_size=256, test_batch=256, tuning_batch=16, control=False)
+    (lay,) = ex.views["algorithm"].json["layers"]
+    want = -1 / (task.n + task.d + 1)
+    assert abs(lay["scalar"]["alpha_0"] / want - 1) < 0.03
+    assert lay["scalar"]["r2"] >= 0.999
+    assert lay["label"] == "GD"
+
+
+def test_shipped_three_layer_lsa_is_gdpp():
+    model, task, _ = checkpoint.load(ROOT / "trained_models" / "lsa_3layer.pt")
+    ex = extract(model, task, probe_batch_size=256, test_batch=256, tuning_batch=16, control=False)
+    layers = ex.views["algorithm"].json["layers"]
+    assert [lay["label"] for lay in layers[1:]] == ["GD++", "GD++"]
+    assert layers[1]["polynomial"]["orders"] == [0, 1, 2]
+    assert layers[1]["squared_preconditioner"]["square_gap"] < 0.01  # α ∝ (1 − γλ)²
+
+
+def test_cli_trains_a_sample_layout_model(tmp_path):
+    out = tmp_path / "m.pt"
+    argv = ["train", "--regime", "centralized", "--tokens", "samples", "--task", "least_squares"]
+    argv += ["--alpha", "1", "--d", "3", "--n", "6", "--n-prime", "1", "--d-prime", "1"]
+    argv += ["--layers", "1", "--normalize", "none", "--steps", "3", "--batch", "16"]
+    argv += ["--eval-batch", "32", "--no-progress", "-o", str(out)]
+    assert main(argv) == 0
+    model, _, _ = checkpoint.load(out)
+    assert model.cfg.tokens == "samples"
+    assert tuple(model.blocks[0].attn.W_Q.shape) == (1, 4, 4)
+
+
+def test_sample_layout_refuses_other_regimes():
+    with pytest.raises(ValueError, match="sample layout"):
+        ModelConfig(tokens="samples", regime="distributed", n=6, machines=3)
+    with pytest.raises(ValueError, match="unknown tokens"):
+        ModelConfig(tokens="rows")
+
+
+def test_cli_extracts_a_sample_layout_model(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "ex"
+    path = ROOT / "trained_models" / "lsa_1layer.pt"
+    assert main(["extract", str(path), "--out", str(out), "--probe-batch", "64"]) == 0
+    data = json.loads((out / "extraction.json").read_text())
+    assert data["model"]["tokens"] == "samples"
+    assert set(data["views"]) == {"polynomial", "algorithm"}
+    assert data["layers"] == [{"layer": 0, "label": "GD"}]
+    assert "GD" in capsys.readouterr().out
