@@ -32,7 +32,7 @@ def _gib(nbytes: float) -> str:
 
 def model_elements(cfg) -> int:
     """Parameters and buffers of a `ModelConfig`'s model, computed without building it."""
-    h, E, T = cfg.heads, cfg.width, cfg.tokens
+    h, E, T = cfg.heads, cfg.width, cfg.n_tokens
     per_layer = h * E * (2 * cfg.qk + 2 * cfg.vp) + h * E + T * T
     return cfg.n_layers * per_layer + 1
 
@@ -54,7 +54,7 @@ def forward_bytes(cfg, batch: int, *, training: bool = False) -> int:
     """A forward pass on `batch` prompts with every hook's activation kept (as capture and
     autograd do) in the model's dtype, twice that when training (gradients), plus the float64
     prompts. On CPU it is 1.3 to 1.9 times the measured peak (n = 18 to 48, 1 to 8 heads)."""
-    h, E, T = cfg.heads, cfg.width, cfg.tokens
+    h, E, T = cfg.heads, cfg.width, cfg.n_tokens
     per_layer = 4 * T * E + h * T * (2 * cfg.qk + 2 * cfg.vp + T + E)
     itemsize = 8 if cfg.dtype == "float64" else 4
     activations = batch * cfg.n_layers * per_layer * itemsize * (2 if training else 1)

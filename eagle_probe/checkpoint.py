@@ -239,7 +239,7 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Name and shape of every tensor in the state dict of `cfg`'s model (nothing is built)."""
-    h, E, T = cfg.heads, cfg.width, cfg.tokens
+    h, E, T = cfg.heads, cfg.width, cfg.n_tokens
     shapes: dict[str, tuple[int, ...]] = {}
     for layer in range(cfg.n_layers):
         prefix = f"blocks.{layer}.attn."

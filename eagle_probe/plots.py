@@ -248,7 +248,8 @@ def extraction_filters(ex: Extraction) -> dict[str, Figure]:
     layers = ex.views["polynomial"].json.get("layers", [])
     for layer, (ax, c) in enumerate(zip(axes, curves, strict=False)):
         ax.plot(grid, c["fitted"], color="C0", lw=1.8, label="fitted f_l(λ) (design form)")
-        ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label="EAGLE: c_l m_l(λ)²")
+        if c.get("eagle") is not None:  # no EAGLE filter in the sample layout
+            ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label="EAGLE: c_l m_l(λ)²")
         if spectrum.size:
             ax.plot(
                 spectrum,

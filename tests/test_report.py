@@ -214,7 +214,10 @@ def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_t
     for got, want in zip(drawn, expected, strict=True):
         np.testing.assert_array_equal(got, want)
     assert "projected" not in fig.get_suptitle()
-    assert "projected" in plots.extraction_heatmaps(extraction)["weights"].get_suptitle()
+    assert "projected" not in plots.extraction_heatmaps(extraction)["weights"].get_suptitle()
+    bare = replace(extraction.views["weights"], extra={})  # without them: the projection's
+    ex = replace(extraction, views={**extraction.views, "weights": bare})
+    assert "projected" in plots.extraction_heatmaps(ex)["weights"].get_suptitle()
 
 
 def test_fidelity_figure_shows_the_paper_only_where_it_has_numbers(extraction):
