@@ -20,12 +20,16 @@ from eagle_probe.evaluate import evaluate
 from eagle_probe.tasks import make_generator, sample
 
 MODELS = sorted(p.stem for p in TRAINED.glob("*.pt"))
+# the masked-block models (feature layout, normalised prompts) and the sample-layout LSA models
+# (plain prompts, as in the in-context-learning literature): trained_models/README.md
+BLOCK_MODELS = ["centralized", "centralized_8head", "constrained", "distributed"]
+LSA_MODELS = ["lsa_1layer", "lsa_3layer"]
 RECORDED_BATCH, RECORDED_SEED = 8192, 12345  # the protocol of `eagle-probe evaluate`
 ROUNDOFF = 1e-4
 
 
 def test_every_checkpoint_has_its_metrics():
-    assert len(MODELS) == 4
+    assert MODELS == sorted(BLOCK_MODELS + LSA_MODELS)
     for name in MODELS:
         recorded = json.loads((TRAINED / f"{name}.json").read_text())["test"]
         assert recorded["prompts"] == RECORDED_BATCH
@@ -45,7 +49,10 @@ def test_evaluate_reproduces_the_recorded_test_numbers(shipped):
     for key in ("mse", "median_mse", "worst_mse", "zero_mse", "worst_norm_a", "max_norm_a"):
         assert result[key] == pytest.approx(want[key], rel=ROUNDOFF), (name, key)
     assert result["nonfinite_prompts"] == want["nonfinite_prompts"] == 0
-    assert want["improvement"] > 10, f"{name}: the README promises >= 10x below the zero predictor"
+    if name in BLOCK_MODELS:
+        assert want["improvement"] > 10, f"{name}: the README promises >= 10x below zero"
+    else:  # one GD step cannot do better than 1 − n/(n + d + 1) of the zero predictor's risk
+        assert want["improvement"] > (2.5 if name == "lsa_1layer" else 100), name
 
 
 def test_worst_prompt_is_the_largest_error_and_above_the_median(shipped):
@@ -68,7 +75,12 @@ def test_worst_prompt_is_the_largest_error_and_above_the_median(shipped):
 
 def test_prompt_scale_is_the_configured_matrix_norm(shipped):
     name, model, task, recorded = shipped
-    assert model.cfg.normalize == "spectral", "README: every shipped model normalises spectrally"
+    if name in LSA_MODELS:  # plain prompts: the scale is 1 and the model is not scale-equivariant
+        assert model.cfg.normalize == "none" and "--normalize none" in recorded["command"]
+        p = sample(task, 8, make_generator(5), dtype=torch.float32)
+        assert (model.prompt_scale(p.z0()) == 1).all()
+        return
+    assert model.cfg.normalize == "spectral", "README: every block model normalises spectrally"
     assert "--normalize" not in recorded["command"] or "spectral" in recorded["command"]
     p = sample(task, 64, make_generator(5), dtype=torch.float32)
     scale = model.prompt_scale(p.z0())[:, 0, 0].numpy()
