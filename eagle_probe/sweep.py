@@ -101,7 +101,13 @@ def run_sweep(
                 continue
             model, task, metrics = checkpoint.load(run.path)
             ex = extract(
-                model, task, probe_batch_size=128, seed=run.seed, control=False, test_batch=1024
+                model,
+                task,
+                probe_batch_size=128,
+                seed=run.seed,
+                control=False,
+                test_batch=1024,
+                views=("eagle", "fidelity", "polynomial"),  # the columns the sweep table reads
             )
             test = metrics.get("test", {})
             for layer in ex.layers.itertuples():

@@ -371,6 +371,7 @@ def test_centralized_terms_are_faithful_one_step(centralized_terms):
     assert abs(mse / net - 1.0) < 0.1
 
 
+@pytest.mark.bench  # about a minute on 2 cores: `pytest -m bench tests/fit/test_terms.py`
 def test_eight_heads_name_the_terms_keyed_on_c():
     """centralized_8head.pt uses the W_QK block between the query's A/B features and the key's C
     features (zeroing it raises its MSE from 5e-3 to 7): the terms must name it."""

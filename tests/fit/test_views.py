@@ -130,7 +130,8 @@ def test_untrained_model_is_not_eagle_and_says_so():
     cfg = ModelConfig(n=8, d=6, n_layers=2, normalize="spectral", dtype="float64")
     model = LinearTransformer(cfg, generator=make_generator(3))
     task = TaskConfig(n=8, d=6, rank=4)
-    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=128)
+    views = ("eagle", "fidelity", "projection", "weights", "attribution", "verdict")
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, views=views)
     assert ex.views["verdict"].json["model"]["label"] == "not EAGLE"
     assert any("zero predictor" in w for w in ex.warnings)
 

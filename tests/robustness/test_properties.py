@@ -201,7 +201,12 @@ def test_planted_extraction(layers, heads, a, c):
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
     ex = extract(
-        model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, control=False, test_batch=16
+        model,
+        TaskConfig(n=6, d=5, rank=3),
+        probe_batch_size=16,
+        control=False,
+        test_batch=16,
+        views=("eagle", "fidelity"),
     )
     np.testing.assert_allclose(ex.layers.a_step, a, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(ex.layers.c_step, c, rtol=1e-8)
