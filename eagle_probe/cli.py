@@ -617,8 +617,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def cmd_extract(args: argparse.Namespace) -> int:
     import time
 
