@@ -124,7 +124,7 @@ FAULTS = [
     ),
     Fault(
         "design-form fit stuck at degree 0",
-        "eagle_probe/fit/_legacy.py",
+        "eagle_probe/fit/polynomial.py",
         "    for K in range(max_degree + 1):",
         "    for K in range(1):",
         FIT_TESTS,

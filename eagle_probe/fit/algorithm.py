@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 from eagle_probe.capture import Capture
-from eagle_probe.fit._legacy import fit_polynomial, residual_direction
 from eagle_probe.fit.base import Context, ViewResult, register
-from eagle_probe.fit.polynomial import essential_orders
+from eagle_probe.fit.polynomial import essential_orders, fit_polynomial, residual_direction
 
 R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
 MATRIX_GAIN = 0.5  # the matrix fit must cut the polynomial fit's relative residual by this factor

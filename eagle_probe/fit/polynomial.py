@@ -16,26 +16,193 @@ it raises the relative residual by more than `ORDER_THRESHOLD`.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
+import pandas as pd
 from numpy.polynomial import Polynomial
 from numpy.polynomial import chebyshev as cheb
 
-from eagle_probe.fit._legacy import (
-    PolyFit,
-    dynamic_steps,
-    eagle_expansion,
-    fit_polynomial,
-    residual_direction,
-)
-from eagle_probe.fit._legacy import (
-    polynomial_view as _fits,
-)
+from eagle_probe.capture import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
 
 ORDER_THRESHOLD = 1e-3  # an order is essential if dropping it raises the relative residual by this
 SPECTRUM_POINTS = 64  # points of the filter curves stored for figures
 
-__all__ = ["PolyFit", "dynamic_steps", "eagle_expansion", "fit_polynomial", "polynomial_view"]
+
+ROUNDOFF = 1e-11  # relative residual treated as an exact fit (float64 capture)
+
+
+# --- (a) the design's polynomial update --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolyFit:
+    """Δx ≈ Σ_p β_p G^p r with r = A Bᵀ − G x; α_p = −β_p."""
+
+    beta: np.ndarray  # (K + 1,) monomial coefficients of λ^0 … λ^K
+    degree: int  # K, chosen by BIC
+    r2: float  # 1 − ‖Δx − fit‖² / ‖Δx‖² (uncentred: the model has no intercept)
+    rel_residual: float  # ‖Δx − fit‖ / ‖Δx‖
+    lam_max: float  # λ_max(G) over the batch: the fit's interval is [0, lam_max]
+
+    @property
+    def alpha(self) -> np.ndarray:
+        return -self.beta
+
+    def orders(self, rtol: float = 1e-6) -> list[int]:
+        """Orders whose term matters on [0, λ_max]: |β_p| λ_max^p above rtol of the largest."""
+        size = np.abs(self.beta) * self.lam_max ** np.arange(self.beta.size)
+        if size.max() == 0:
+            return []
+        return [int(p) for p in np.flatnonzero(size >= rtol * size.max())]
+
+    def filter(self, lam: np.ndarray) -> np.ndarray:
+        """The fitted spectral filter f(λ) = Σ β_p λ^p."""
+        return Polynomial(self.beta)(lam)
+
+
+def chebyshev_features(G: np.ndarray, r: np.ndarray, degree: int, lam_max: float) -> np.ndarray:
+    """T_k(2G/λ_max − I) r for k = 0..degree: (degree + 1, b, d, d')."""
+    t = 2.0 * G / lam_max - np.eye(G.shape[-1])
+    feats = [r]
+    if degree >= 1:
+        feats.append(t @ r)
+    for _ in range(2, degree + 1):
+        feats.append(2.0 * (t @ feats[-1]) - feats[-2])
+    return np.stack(feats)
+
+
+def fit_polynomial(
+    G: np.ndarray, r: np.ndarray, dx: np.ndarray, *, max_degree: int = 16
+) -> PolyFit:
+    """Fit dx ≈ f(G) r over a batch; G (b, d, d), r and dx (b, d, d')."""
+    lam_max = float(np.linalg.eigvalsh(G).max())
+    y = dx.reshape(-1)
+    norm_y = float(np.linalg.norm(y))
+    if lam_max <= 0 or norm_y == 0:
+        return PolyFit(
+            np.zeros(1),
+            0,
+            1.0 if norm_y == 0 else 0.0,
+            0.0 if norm_y == 0 else 1.0,
+            max(lam_max, 0.0),
+        )
+    feats = chebyshev_features(G, r, max_degree, lam_max).reshape(max_degree + 1, -1).T
+    scale = np.linalg.norm(feats, axis=0)
+    scale[scale == 0] = 1.0
+    # One QR serves every nested degree: the fit on the first K + 1 columns uses Q[:, :K + 1].
+    Q, R = np.linalg.qr(feats / scale)
+    qty = Q.T @ y
+    N = y.size
+    floor = (ROUNDOFF * norm_y) ** 2
+    best = None
+    for K in range(max_degree + 1):
+        rss = max(norm_y**2 - float(np.sum(qty[: K + 1] ** 2)), 0.0)
+        bic = N * math.log(max(rss, floor) / N) + (K + 1) * math.log(N)
+        if best is None or bic < best[0] - 1e-9:
+            best = (bic, K)
+    _, K = best
+    coef = np.linalg.lstsq(R[: K + 1, : K + 1], qty[: K + 1], rcond=None)[0] / scale[: K + 1]
+    rss = float(np.sum((y - feats[:, : K + 1] @ coef) ** 2))
+    mono = cheb.cheb2poly(coef)  # coefficients in t = 2λ/λ_max − 1
+    beta = Polynomial(mono)(Polynomial([-1.0, 2.0 / lam_max])).coef
+    beta = np.pad(beta, (0, K + 1 - beta.size))[: K + 1]
+    rel = math.sqrt(rss) / norm_y
+    return PolyFit(beta, K, 1.0 - rel**2, rel, lam_max)
+
+
+def residual_direction(cap: Capture, layer: int) -> np.ndarray:
+    """A_cardᵀ(b − A_card x_l) = A Bᵀ − G x_l: (b, d, d')."""
+    return cap.normal_rhs() - cap.normal_matrix() @ cap.x[layer]
+
+
+def fit_layers(cap: Capture, *, max_degree: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (layer, head) fits of the design's form. Head −1 is the whole layer.
+
+    Returns (fits, terms): one row per fit, and one row per recovered term (order, α, step).
+    """
+    G = cap.normal_matrix()
+    rows, terms = [], []
+    for layer in range(cap.layers):
+        r = residual_direction(cap, layer)
+        dx_layer = cap.x[layer + 1] - cap.x[layer]
+        total = float(np.sum(dx_layer**2))
+        targets = [(-1, dx_layer)] + [(h, cap.dx_heads[layer, :, h]) for h in range(cap.heads)]
+        for head, dx in targets:
+            fit = fit_polynomial(G, r, dx, max_degree=max_degree)
+            share = 1.0 if head < 0 else float(np.sum(dx * dx_layer)) / total if total else 0.0
+            orders = fit.orders()
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "degree": fit.degree,
+                    "orders": orders,
+                    "r2": fit.r2,
+                    "rel_residual": fit.rel_residual,
+                    "share": share,
+                    "lam_max": fit.lam_max,
+                }
+            )
+            terms += [
+                {
+                    "layer": layer,
+                    "head": head,
+                    "order": p,
+                    "alpha": float(fit.alpha[p]),
+                    "step": float(-fit.alpha[p]),
+                }
+                for p in orders
+            ]
+    return pd.DataFrame(rows), pd.DataFrame(
+        terms, columns=["layer", "head", "order", "alpha", "step"]
+    )
+
+
+def dynamic_steps(cap: Capture) -> pd.DataFrame:
+    """Are the steps dynamic? Per prompt, fit Δx_l ≈ β r_l (order 0 only) and regress
+    log |β| (original units: β / s²) on log ‖A‖₂ (original units).
+
+    slope ≈ −2: steps scale like ‖A‖₂⁻² per prompt (dynamic); slope ≈ 0: constant steps.
+    """
+    A = cap.blocks(0)[0]
+    norm = np.linalg.norm(A, ord=2, axis=(-2, -1)) * cap.scale  # original units
+    rows = []
+    for layer in range(cap.layers):
+        r = residual_direction(cap, layer)
+        dx = cap.x[layer + 1] - cap.x[layer]
+        beta = np.sum(dx * r, axis=(-1, -2)) / np.maximum(np.sum(r * r, axis=(-1, -2)), 1e-300)
+        beta_orig = beta / cap.scale**2
+        ok = np.abs(beta_orig) > 0
+        if ok.sum() >= 3 and np.ptp(np.log(norm[ok])) > 0:
+            slope, _ = np.polyfit(np.log(norm[ok]), np.log(np.abs(beta_orig[ok])), 1)
+        else:
+            slope = float("nan")
+        rows.append(
+            {
+                "layer": layer,
+                "step_median": float(np.median(-beta_orig)),
+                "step_cv": float(np.std(beta_orig) / max(abs(np.mean(beta_orig)), 1e-300)),
+                "slope_vs_norm": float(slope),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def eagle_expansion(a_steps, c_steps) -> list[np.ndarray]:
+    """Design-form coefficients implied by EAGLE: per layer, β_p = c_l [λ^p] m_l(λ)² (α = −β).
+
+    m_0 = 1, m_{l+1}(λ) = m_l(λ) (1 − a_l λ m_l(λ)²) (card notation; exact, see module doc).
+    """
+    m = Polynomial([1.0])
+    lam = Polynomial([0.0, 1.0])
+    out = []
+    for a, c in zip(a_steps, c_steps, strict=True):
+        out.append((c * m * m).coef.copy())
+        m = m * (1 - a * lam * m * m)
+    return out
 
 
 def essential_orders(
@@ -65,16 +232,11 @@ def essential_orders(
     return keep if len(keep) < K + 1 or K < 3 else None
 
 
-def polynomial_view_fits(cap):
-    """Per (layer, head) fits of the design's form (head −1 is the whole layer)."""
-    return _fits(cap)
-
-
 @register("polynomial")
 def polynomial_view(ctx: Context) -> ViewResult:
     """Design-form filters per layer against EAGLE's implied filter."""
     cap = ctx.cap
-    fits, terms = _fits(cap)
+    fits, terms = fit_layers(cap)
     # EAGLE's implied filter, where the eagle view ran (the feature layout); None otherwise
     eagle = ctx.results.get("eagle")
     expansions = (

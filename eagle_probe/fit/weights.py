@@ -4,11 +4,88 @@ what the sparsified ("simplified") model does in function."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from eagle_probe.fit._legacy import describe, simplified_products, sparsify, weight_view
 from eagle_probe.fit.base import Context, ViewResult, register
 
-__all__ = ["describe", "simplified_products", "sparsify", "weight_view"]
+
+def sparsify(W: np.ndarray) -> np.ndarray:
+    """Zero the entries below τ = 1.5 ‖W‖₁ / #entries."""
+    tau = 1.5 * np.abs(W).sum() / W.size
+    return np.where(np.abs(W) >= tau, W, 0.0)
+
+
+def _describe_block(block: np.ndarray) -> tuple[str, float | None]:
+    """A block after sparsification: '0', 'q I', 'diag', or 'dense' (and its level)."""
+    if not np.any(block):
+        return "0", 0.0
+    if block.shape[0] == block.shape[1]:
+        off = block - np.diag(np.diag(block))
+        diag = np.diag(block)
+        if not np.any(off) and np.all(diag != 0):
+            level = float(diag.mean())
+            if np.std(diag) <= 0.1 * abs(level):
+                return f"{level:.3g} I_{block.shape[0]}", level
+            return "diag", None
+    return "dense", None
+
+
+def describe(W: np.ndarray, n: int) -> dict:
+    """Structure of one E × E product matrix after sparsification, as text and levels."""
+    S = sparsify(W)
+    blocks = {"nn": S[:n, :n], "nq": S[:n, n:], "qn": S[n:, :n], "qq": S[n:, n:]}
+    kinds = {k: _describe_block(v) for k, v in blocks.items()}
+    if kinds["nq"][0] == "0" and kinds["qn"][0] == "0":
+        text = f"diag({kinds['nn'][0]}, {kinds['qq'][0]})"
+    else:
+        text = f"[[{kinds['nn'][0]}, {kinds['nq'][0]}], [{kinds['qn'][0]}, {kinds['qq'][0]}]]"
+    kept = float(np.count_nonzero(S)) / S.size
+    return {
+        "structure": text,
+        "level_nn": kinds["nn"][1],
+        "level_qq": kinds["qq"][1],
+        "kept_fraction": kept,
+        "simple": all(k[1] is not None for k in kinds.values()),
+    }
+
+
+def weight_view(qk: np.ndarray, vp: np.ndarray, n: int) -> pd.DataFrame:
+    """Per layer and head: the structure of W_QK and W_VP. qk, vp: (L, h, E, E)."""
+    rows = []
+    for layer in range(qk.shape[0]):
+        for head in range(qk.shape[1]):
+            q, v = describe(qk[layer, head], n), describe(vp[layer, head], n)
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "W_QK": q["structure"],
+                    "W_VP": v["structure"],
+                    "qk_nn": q["level_nn"],
+                    "qk_qq": q["level_qq"],
+                    "vp_nn": v["level_nn"],
+                    "vp_qq": v["level_qq"],
+                    "qk_kept": q["kept_fraction"],
+                    "vp_kept": v["kept_fraction"],
+                    "simple": q["simple"] and v["simple"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def simplified_products(qk: np.ndarray, vp: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Replace every product by its cluster levels: diag(level_nn I_n, level_qq I_n') where the
+    structure is that simple, else by its sparsified self."""
+    out_qk, out_vp = np.zeros_like(qk), np.zeros_like(vp)
+    E = qk.shape[-1]
+    for idx in np.ndindex(qk.shape[:2]):
+        for src, dst in ((qk, out_qk), (vp, out_vp)):
+            info = describe(src[idx], n)
+            if info["simple"] and info["structure"].startswith("diag("):
+                dst[idx] = np.diag([info["level_nn"]] * n + [info["level_qq"]] * (E - n))
+            else:
+                dst[idx] = sparsify(src[idx])
+    return out_qk, out_vp
 
 
 def block_norms(W: np.ndarray, n: int) -> dict[str, float]:
