@@ -15,6 +15,11 @@ Both token layouts are captured in block orientation [[A, C], [B, D]]: in the sa
 stream H = Zᵀ is transposed back, so the D slot is the label entries of the query rows and the
 probes set the query rows' features to e_1 … e_d. `layout` records which layout ran; `scores`
 stay query-by-key over the layout's own tokens.
+
+Memory. The probes multiply the batch by d / n', so they run in chunks and each chunk's probe
+activations are reduced to their D slots as they arrive (`capture(chunk=…)`); what is kept is the
+float64 stream of the probe batch and the iterate, never every layer's, head's and probe's
+activations at once. `capture_bytes` estimates the peak before anything runs.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import numpy as np
 import torch
 
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.model import LinearTransformer, from_stream
+from eagle_probe.model import LinearTransformer, ModelConfig, from_stream
+from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 
@@ -38,8 +44,6 @@ class Capture:
     n: int
     # block orientation (d + d', n + n') in both layouts; (T, E) below are those sizes
     Z: np.ndarray  # (L + 1, b, T, E)  residual stream: Z[0] input, Z[l + 1] after layer l
-    head_out: np.ndarray  # (L, b, h, T, E)  each head's contribution
-    scores: np.ndarray  # (L, b, h, T, T)  masked attention scores
     scale: np.ndarray  # (b,)  prompt scale s (1 without normalisation)
     x: np.ndarray  # (L + 1, b, d, d')  implicit iterate before layer 0 … after layer L - 1
     dx_heads: np.ndarray  # (L, b, h, d, d')  each head's part of x_{l+1} - x_l
@@ -49,11 +53,11 @@ class Capture:
 
     @property
     def layers(self) -> int:
-        return self.head_out.shape[0]
+        return self.Z.shape[0] - 1
 
     @property
     def heads(self) -> int:
-        return self.head_out.shape[2]
+        return self.dx_heads.shape[2]
 
     def blocks(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, C, D_slot) of the residual stream entering layer `layer` (L: the output)."""
@@ -100,80 +104,225 @@ def check_probe(prompt: Prompt) -> None:
         )
 
 
+PROBE_BATCH = 256  # probe prompts for the paper's sizes
+PROBE_ENTRIES = 2**22  # larger prompts: at most this many stream entries per layer (32 MiB)
+PROBE_FLOOR = 16
+
+
+def default_probe_batch(cfg: ModelConfig) -> int:
+    """Probe prompts when none are asked for: PROBE_BATCH, or fewer for large prompts so that one
+    layer of the float64 stream holds at most PROBE_ENTRIES entries (never below PROBE_FLOOR).
+    n = d = 64 keeps 256; 128 draws 248, 256 draws 63."""
+    per_prompt = cfg.n_tokens * cfg.width
+    return int(min(PROBE_BATCH, max(PROBE_FLOOR, PROBE_ENTRIES // per_prompt)))
+
+
+CHUNK_BYTES = 256 * 2**20  # one chunk's forward (prompts or probes) is sized to about this
+
+
+def _forward_bytes_per_prompt(cfg: ModelConfig) -> int:
+    """Float64 bytes one prompt's forward holds at its largest layer (no cache kept)."""
+    h, T, E = cfg.heads, cfg.n_tokens, cfg.width
+    return 8 * (h * T * (2 * T + 2 * cfg.qk + 2 * cfg.vp + E) + 4 * T * E)
+
+
+def probe_chunk(cfg: ModelConfig, nbytes: int = CHUNK_BYTES) -> int:
+    """Prompts per capture chunk: the chunk's stream and scores (L layers kept) and one layer of
+    its forward within about `nbytes`."""
+    L, h, T, E = cfg.n_layers, cfg.heads, cfg.n_tokens, cfg.width
+    per_prompt = 8 * (L * h * T * T + 2 * (L + 1) * T * E) + _forward_bytes_per_prompt(cfg)
+    return max(1, nbytes // per_prompt)
+
+
+def probes_per_run(cfg: ModelConfig, nbytes: int = CHUNK_BYTES) -> int:
+    """Query probes run through the model at once (the general path)."""
+    return max(1, nbytes // _forward_bytes_per_prompt(cfg))
+
+
+def capture_bytes(cfg: ModelConfig, batch: int, chunk: int | None = None) -> int:
+    """An upper estimate of capture's peak memory for `batch` probe prompts: the float64 stream
+    and iterate it returns, one chunk's cached layers and one run of probes, the model."""
+    L, h, T, E, d, dp = cfg.n_layers, cfg.heads, cfg.n_tokens, cfg.width, cfg.d, cfg.d_prime
+    chunk = min(batch, chunk if chunk is not None else probe_chunk(cfg))
+    kept = 8 * batch * ((L + 1) * T * E + (L + 1 + L * h) * d * dp * 2)
+    per_chunk = chunk * 8 * (L * h * T * T + 2 * (L + 1) * T * E)
+    runs = min(chunk * math.ceil(d / cfg.n_prime), probes_per_run(cfg))
+    probes = runs * _forward_bytes_per_prompt(cfg)
+    model = 8 * L * h * E * (2 * cfg.qk + 2 * cfg.vp + 2 * E)
+    return kept + per_chunk + probes + model
+
+
 @torch.no_grad()
-def capture(model: LinearTransformer, prompt: Prompt) -> Capture:
-    """Run `model` on `prompt` and on its query probes; return every layer's blocks and iterate."""
+def capture(
+    model: LinearTransformer,
+    prompt: Prompt,
+    *,
+    chunk: int | None = None,
+    device: str | torch.device = "cpu",
+    progress: Progress | None = None,
+) -> Capture:
+    """Run `model` on `prompt` and on its query probes; return every layer's stream and the
+    implicit iterate.
+
+    The prompts go through in chunks of `chunk` prompts (default: `probe_chunk(cfg)`), each with
+    its d / n' query probes; a chunk's probe activations are reduced to their D slots as they
+    arrive, so memory holds the float64 stream Z of the batch and one chunk's forward, never the
+    cache of every layer, head and probe. When no query column can reach the scores or the A/B
+    columns (`query_separable`), the probes' C/D columns are propagated through the chunk's own
+    scores instead of running the model again: the same numbers, d / n' times cheaper.
+    """
     check_probe(prompt)
-    model = float64_copy(model)
     cfg = model.cfg
-    prompt = prompt.to(torch.float64)
     if prompt.A.shape[1:] != (cfg.d, cfg.n) or prompt.C.shape[2] != cfg.n_prime:
         raise EagleProbeError(
             f"probe prompts have A {tuple(prompt.A.shape[1:])}, C {tuple(prompt.C.shape[1:])}; "
             f"the model takes A ({cfg.d}, {cfg.n}) and C ({cfg.d}, {cfg.n_prime})"
         )
-    z0 = prompt.z0()
-    b, L, d, n, dp, npr = z0.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
-    _, cache = model.run_with_cache(z0)
-    Z = torch.stack(
-        [cache["hook_embed"]] + [cache["resid_post", i] for i in range(L)]
-    )  # (L+1, b, T, E)
-    Z = from_stream(cfg, Z)  # block orientation in both layouts
-    head_out = from_stream(cfg, cache.stack_activation("result").transpose(2, 3))  # (L,b,h,T,E)
-    scores = cache.stack_activation("attn_scores")  # (L, b, h, T, T)
-    scale = cache["hook_scale"][:, 0, 0]  # (b,)
-
-    # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
+    device = torch.device(device)
+    model = float64_copy(model).to(device)
+    z0_all = prompt.to(torch.float64).z0()  # (b, T, E) block orientation, prompt units
+    b, L, d, n, dp, npr = z0_all.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
+    T, E = z0_all.shape[1:]
+    h = cfg.heads
     groups = math.ceil(d / npr)
-    basis = torch.zeros(groups * npr, d, dtype=torch.float64)
-    basis[:d] = torch.eye(d, dtype=torch.float64)
+    chunk = max(1, min(b, chunk if chunk is not None else probe_chunk(cfg)))
+    separable = query_separable(model)
+    per_run = probes_per_run(cfg)
+
+    Z = np.empty((L + 1, b, T, E))  # block orientation, internal units
+    v = np.zeros((L + 1, b, dp, d))
+    v_heads = np.empty((L, b, h, dp, d))
+    scale = np.empty(b)
+    # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
+    basis = torch.zeros(groups * npr, d, dtype=torch.float64, device=device)
+    basis[:d] = torch.eye(d, dtype=torch.float64, device=device)
     basis = basis.reshape(groups, npr, d).transpose(1, 2)  # (groups, d, n')
-    probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (b, groups, T, E)
-    probe[:, :, :d, n:] = basis * scale[:, None, None, None]  # C_prompt = s e_j → C_internal = e_j
-    probe = probe.reshape(b * groups, *z0.shape[1:])
-    names = [f"blocks.{i}.hook_resid_post" for i in range(L)]
-    names += [f"blocks.{i}.attn.hook_result" for i in range(L)]
-    _, pcache = model.run_with_cache(probe, names_filter=lambda name: name in names)
-
-    def slot_response(t: torch.Tensor) -> torch.Tensor:
-        """(b·groups, …, d', n') D-slot responses → v (b, …, d', d) per unit query."""
-        extra = t.shape[1:-2]
-        t = t.reshape(b, groups, *extra, dp, npr)
-        t = t.movedim(1, -2).reshape(b, *extra, dp, groups * npr)
-        return t[..., :d]
-
-    v = [torch.zeros(b, dp, d, dtype=torch.float64)]
-    v += [slot_response(from_stream(cfg, pcache["resid_post", i])[:, d:, n:]) for i in range(L)]
-    v = torch.stack(v)  # (L+1, b, d', d)
-    v_heads = torch.stack(
-        [
-            slot_response(from_stream(cfg, pcache["result", i].transpose(1, 2))[:, :, d:, n:])
-            for i in range(L)
-        ]
-    )  # (L, b, h, d', d)
-    x = -v.transpose(-1, -2)  # (L+1, b, d, d')
-    dx_heads = -v_heads.transpose(-1, -2)  # (L, b, h, d, d')
+    names = {"hook_scale", "hook_embed"} | {f"blocks.{i}.hook_resid_post" for i in range(L)}
+    if separable:
+        names |= {f"blocks.{i}.attn.hook_attn_scores" for i in range(L)}
+    starts = range(0, b, chunk)
+    for start in progress(starts, "capture") if progress is not None else starts:
+        sl = slice(start, min(start + chunk, b))
+        z0 = z0_all[sl].to(device)
+        c = z0.shape[0]
+        _, cache = model.run_with_cache(
+            z0, names_filter=lambda name: name in names, return_cache_object=False
+        )
+        s = cache["hook_scale"][:, 0, 0]  # (c,)
+        stream = [cache["hook_embed"]] + [cache[f"blocks.{i}.hook_resid_post"] for i in range(L)]
+        for i, t in enumerate(stream):
+            Z[i, sl] = from_stream(cfg, t).cpu().numpy()
+        scale[sl] = s.cpu().numpy()
+        if separable:
+            scores = [cache[f"blocks.{i}.attn.hook_attn_scores"] for i in range(L)]
+            del cache
+            slots, heads = _separable_probes(model, stream, scores, basis)
+        else:
+            del cache, stream
+            probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (c, groups, T, E)
+            probe[:, :, :d, n:] = basis * s[:, None, None, None]  # C_internal = e_j
+            probe = probe.reshape(c * groups, T, E)
+            runs = [
+                _probe_slots(model, probe[i : i + per_run]) for i in range(0, c * groups, per_run)
+            ]
+            slots = [torch.cat([r[0][i] for r in runs]) for i in range(L)]
+            heads = [torch.cat([r[1][i] for r in runs]) for i in range(L)]
+        # (c·groups, …, d', n') D-slot responses → (c, …, d', d) per unit query
+        for i in range(L):
+            v[i + 1, sl] = _per_unit_query(slots[i], c, groups, d).cpu().numpy()
+            v_heads[i, sl] = _per_unit_query(heads[i], c, groups, d).cpu().numpy()
+    x = -v.swapaxes(-1, -2)  # (L+1, b, d, d')
+    dx_heads = -v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
 
     C0 = Z[0, :, :d, n:]  # (b, d, n') internal queries
     slots = Z[:, :, d:, n:]  # (L+1, b, d', n')
-    linear = v @ C0  # (L+1, b, d', n')
-    gap = torch.linalg.vector_norm(slots - linear, dim=(-1, -2, -3))
-    size = torch.linalg.vector_norm(slots, dim=(-1, -2, -3)).clamp_min(1e-300)
-    deviation = torch.where(size > 1e-300, gap / size, torch.zeros_like(gap))
-
-    def np64(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy().astype(np.float64)
-
+    gap = np.linalg.norm((slots - v @ C0).reshape(L + 1, -1), axis=1)
+    size = np.linalg.norm(slots.reshape(L + 1, -1), axis=1)
+    deviation = np.where(size > 1e-300, gap / np.maximum(size, 1e-300), 0.0)
     return Capture(
         d=d,
         n=n,
-        Z=np64(Z),
-        head_out=np64(head_out),
-        scores=np64(scores),
-        scale=np64(scale),
-        x=np64(x),
-        dx_heads=np64(dx_heads),
-        linearity_deviation=np64(deviation),
-        target=np64(prompt.D),
+        Z=Z,
+        scale=scale,
+        x=x,
+        dx_heads=dx_heads,
+        linearity_deviation=deviation,
+        target=prompt.D.to(torch.float64).cpu().numpy(),
         layout=cfg.tokens,
     )
+
+
+def _per_unit_query(t: torch.Tensor, c: int, groups: int, d: int) -> torch.Tensor:
+    """(c·groups, …, d', n') D-slot responses of the probes → (c, …, d', d)."""
+    extra = t.shape[1:-2]
+    dp, npr = t.shape[-2:]
+    t = t.reshape(c, groups, *extra, dp, npr)
+    t = t.movedim(1, -2).reshape(c, *extra, dp, groups * npr)
+    return t[..., :d]
+
+
+def _probe_slots(
+    model: LinearTransformer, probe: torch.Tensor
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Run the probes (p, T, E) and keep only the D slots, per layer: the stream's (p, d', n')
+    and each head's contribution's (p, h, d', n')."""
+    cfg = model.cfg
+    d, n = cfg.d, cfg.n
+    slots: dict[int, torch.Tensor] = {}
+    heads: dict[int, torch.Tensor] = {}
+
+    def keep_stream(t: torch.Tensor, hook) -> None:
+        slots[hook.layer()] = from_stream(cfg, t)[:, d:, n:].clone()
+
+    def keep_heads(t: torch.Tensor, hook) -> None:  # t (p, T, h, E)
+        heads[hook.layer()] = from_stream(cfg, t.transpose(1, 2))[:, :, d:, n:].clone()
+
+    hooks = [(f"blocks.{i}.hook_resid_post", keep_stream) for i in range(cfg.n_layers)]
+    hooks += [(f"blocks.{i}.attn.hook_result", keep_heads) for i in range(cfg.n_layers)]
+    model.run_with_hooks(probe, fwd_hooks=hooks)
+    return [slots[i] for i in range(cfg.n_layers)], [heads[i] for i in range(cfg.n_layers)]
+
+
+def query_separable(model: LinearTransformer) -> bool:
+    """True when no query (C/D) column reaches the scores or the A/B columns: every W_QK has zero
+    rows and columns n: and every W_VP a zero block [n:, :n] (feature layout). Then the A/B
+    columns and the scores do not depend on the query, and the C/D columns are an affine function
+    of it, computed exactly from the scores (`_separable_probes`)."""
+    cfg = model.cfg
+    if cfg.samples or cfg.n_layers == 0:
+        return False
+    n = cfg.n
+    qk, vp = model.W_QK(), model.W_VP()  # (L, h, E, E)
+    return bool(
+        (qk[..., n:, :] == 0).all() and (qk[..., :, n:] == 0).all() and (vp[..., n:, :n] == 0).all()
+    )
+
+
+def _separable_probes(
+    model: LinearTransformer, stream: list[torch.Tensor], scores: list[torch.Tensor], basis
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The probes' D slots from the prompts' own stream (L + 1 of (c, T, E)) and scores (L of
+    (c, h, T, T)), for a query-separable model: the C/D columns Y (T, n') of a probe evolve as
+    Y ← Y + Σ_h S_h (U W_VP^h[:n, n:] + Y W_VP^h[n:, n:]) with U the (probe-independent) A/B
+    columns. Returns what `_probe_slots` returns, shaped (c·groups, …, d', n')."""
+    cfg = model.cfg
+    d, n = cfg.d, cfg.n
+    vp = model.W_VP()  # (L, h, E, E)
+    c, T = stream[0].shape[:2]
+    groups = basis.shape[0]
+    Y = torch.zeros(c, groups, T, cfg.n_prime, dtype=torch.float64, device=basis.device)
+    Y[:, :, :d] = basis  # the probes' C/D columns in internal units; D starts at 0
+    slots, heads = [], []
+    for i in range(cfg.n_layers):
+        U = stream[i][:, :, :n]  # (c, T, n)
+        W = vp[i]  # (h, E, E)
+        own = torch.einsum("ctn,hnq->chtq", U, W[:, :n, n:])  # (c, h, T, n')
+        mixed = torch.einsum("cgtq,hqr->chgtr", Y, W[:, n:, n:])  # (c, h, groups, T, n')
+        values = own[:, :, None] + mixed  # (c, h, groups, T, n')
+        out = scores[i][:, :, None] @ values  # (c, h, groups, T, n')
+        heads.append(
+            out[..., d:, :].transpose(1, 2).reshape(c * groups, -1, cfg.d_prime, cfg.n_prime)
+        )
+        Y = Y + out.sum(1)
+        slots.append(Y[:, :, d:].reshape(c * groups, cfg.d_prime, cfg.n_prime))
+    return slots, heads

@@ -18,13 +18,14 @@ import pandas as pd
 import torch
 
 from eagle_probe import fit
-from eagle_probe.capture import capture, float64_copy, probe_batch
+from eagle_probe.capture import capture, default_probe_batch, float64_copy, probe_batch, probe_chunk
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult
+from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
 from eagle_probe.fit.eagle import choose_reading
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import LinearTransformer
+from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 SCHEMA_VERSION = 2
@@ -64,30 +65,70 @@ def _held_out(task: TaskConfig, batch: int, seed: int) -> HeldOut:
     return HeldOut(z0=p.z0().numpy(), D=p.D.numpy())
 
 
+HELD_OUT_FLOOR = 32  # held-out and tuning prompts drawn however large the model
+
+
+def scoring_prompts(geometry: Geometry, wanted: int) -> int:
+    """Held-out (or tuning) prompts to draw: `wanted`, or fewer when one forward of the network on
+    them would exceed the views' flops budget (`fit.base.VIEW_FLOPS`), never below
+    HELD_OUT_FLOOR. Every paper-sized model gets all it asks for."""
+    return min(wanted, affordable(geometry, geometry.layers, wanted, floor=HELD_OUT_FLOOR))
+
+
+def predict_chunked(
+    model: LinearTransformer, z0: np.ndarray, *, device: torch.device, chunk: int
+) -> np.ndarray:
+    """The network's predictions (b, d', n') on prompts z0, `chunk` prompts at a time."""
+    out = [
+        model(torch.from_numpy(z0[i : i + chunk]).to(device)).cpu().numpy()
+        for i in range(0, z0.shape[0], chunk)
+    ]
+    return np.concatenate(out) if out else np.zeros((0, model.cfg.d_prime, model.cfg.n_prime))
+
+
 @torch.no_grad()
 def build_context(
     model: LinearTransformer,
     task: TaskConfig,
     *,
-    probe_batch_size: int = 256,
+    probe_batch_size: int | None = None,
     seed: int = 0,
     test_batch: int = 4096,
     tuning_batch: int = 512,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
     probes: Prompt | None = None,
+    chunk: int | None = None,
+    device: str | torch.device = "cpu",
+    progress: Progress | None = None,
 ) -> Context:
-    """Everything the views read, for one model. `probes` replaces the fresh probe batch."""
+    """Everything the views read, for one model. `probes` replaces the fresh probe batch;
+    `probe_batch_size` None is `capture.default_probe_batch` (256 for the paper's sizes). Fewer
+    held-out and tuning prompts than asked are drawn for models too large to score on them all
+    (`scoring_prompts`; `extract` reports the counts)."""
+    if probe_batch_size is None:
+        probe_batch_size = default_probe_batch(model.cfg)
     if probe_batch_size < 2:
         raise EagleProbeError(f"probe batch must hold at least 2 prompts, got {probe_batch_size}")
+    device = torch.device(device)
     m64 = float64_copy(model)
-    cap = capture(m64, probes if probes is not None else probe_batch(task, probe_batch_size, seed))
+    prompts = probes if probes is not None else probe_batch(task, probe_batch_size, seed)
+    cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress)
+    m64 = m64.cpu()
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
     geometry = choose_reading(cap, geometry_of(m64, qk))
-    held = held_out if held_out is not None else _held_out(task, test_batch, seed + 7919)
-    tune = tuning if tuning is not None else _held_out(task, tuning_batch, seed + 104729)
-    pred = m64(torch.from_numpy(held.z0)).numpy()
+    if held_out is None:
+        held_out = _held_out(task, scoring_prompts(geometry, test_batch), seed + 7919)
+    if tuning is None:
+        tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
+    held, tune = held_out, tuning
+    pred = predict_chunked(
+        m64.to(device),
+        held.z0,
+        device=device,
+        chunk=probe_chunk(m64.cfg) if chunk is None else chunk,
+    )
     return Context(
         cap=cap,
         qk=qk,
@@ -100,11 +141,15 @@ def build_context(
     )
 
 
-def run_views(ctx: Context, names, timings: dict[str, float] | None = None) -> None:
+def run_views(
+    ctx: Context,
+    names,
+    timings: dict[str, float] | None = None,
+    progress: Progress | None = None,
+) -> None:
     """Run the named views in registry order, storing each result in `ctx.results`."""
-    for name in fit.ORDER:
-        if name not in names:
-            continue
+    order = [name for name in fit.ORDER if name in names]
+    for name in progress(order, "views") if progress is not None else order:
         t0 = time.perf_counter()
         ctx.results[name] = VIEWS[name](ctx)
         if timings is not None:
@@ -285,14 +330,18 @@ def extract(
     model: LinearTransformer,
     task: TaskConfig,
     *,
-    probe_batch_size: int = 256,
+    probe_batch_size: int | None = None,
     seed: int = 0,
     control: bool = True,
     test_batch: int = 4096,
     tuning_batch: int = 512,
     views: tuple[str, ...] | None = None,
+    chunk: int | None = None,
+    device: str | torch.device = "cpu",
+    progress: Progress | None = None,
 ) -> Extraction:
-    """Run the whole pipeline on `model` with fresh probes of `task`."""
+    """Run the whole pipeline on `model` with fresh probes of `task` (`build_context` for the
+    sizes; `device` is the torch device of the forwards, `progress` reports long loops)."""
     names = tuple(VIEWS) if views is None else views
     unknown = [v for v in names if v not in VIEWS]
     if unknown:
@@ -300,6 +349,8 @@ def extract(
             f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
         )
     names = tuple(v for v in names if v in VIEWS_FOR_LAYOUT[model.cfg.tokens])
+    if probe_batch_size is None:
+        probe_batch_size = default_probe_batch(model.cfg)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     ctx = build_context(
@@ -309,6 +360,9 @@ def extract(
         seed=seed,
         test_batch=test_batch,
         tuning_batch=tuning_batch,
+        chunk=chunk,
+        device=device,
+        progress=progress,
     )
     timings["capture"] = time.perf_counter() - t0
     control_results = None
@@ -322,12 +376,14 @@ def extract(
             seed=seed,
             held_out=ctx.held_out,
             tuning=ctx.tuning,
+            chunk=chunk,
+            device=device,
         )
         run_views(cctx, [v for v in CONTROL_VIEWS if v in names])
         control_results = cctx.results
         ctx = replace(ctx, control=cctx)
         timings["control"] = time.perf_counter() - t0
-    run_views(ctx, names, timings)
+    run_views(ctx, names, timings, progress)
 
     cfg = model.cfg
     info = {
@@ -346,6 +402,7 @@ def extract(
         "task": task.to_dict(),
         "probe_batch": probe_batch_size,
         "held_out_prompts": int(ctx.held_out.z0.shape[0]),
+        "tuning_prompts": int(ctx.tuning.z0.shape[0]),
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
         "units": "steps in internal units (prompt divided by its norm of A); MSE and fidelity "

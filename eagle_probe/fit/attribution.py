@@ -11,7 +11,8 @@ W_VP's block X×Y reads the value's X features and writes the Y features. Two ab
 - everywhere (`everywhere`): the same block zeroed in every layer and head at once — the decisive
   test for a block the algorithm family does not have (e.g. W_QK's A×C block).
 
-Scored on the first `PROMPTS` held-out prompts (the cost grows with layers² × heads² otherwise).
+Scored on the first `PROMPTS` held-out prompts, fewer where the ablations' layer passes (about
+layers² × heads × blocks / 2 per prompt) would exceed the views' flops budget (`Context.scoring`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, HeldOut, ViewResult, register
+from eagle_probe.fit.base import Context, ViewResult, register
 
 BLOCKS = ("AA", "AC", "CA", "CC")
 PROMPTS = 512
@@ -38,10 +39,26 @@ def _only(W: np.ndarray, n: int, block: str) -> np.ndarray:
     return out
 
 
+def layer_passes(ctx: Context) -> int:
+    """Layer passes per prompt: the stream, each nonzero block's ablation with the layers after
+    it, and each block zeroed everywhere."""
+    L, H = ctx.qk.shape[:2]
+    n = ctx.geometry.n
+    passes = L
+    for layer in range(L):
+        for W in (ctx.qk[layer], ctx.vp[layer]):
+            for block in BLOCKS:
+                rs, cs = _slices(n, block)
+                passes += int(np.count_nonzero(np.any(W[:, rs, cs] != 0, axis=(-1, -2)))) * (
+                    L - layer
+                )
+    return passes + len(BLOCKS) * 2 * L
+
+
 @register("attribution")
 def attribution_view(ctx: Context) -> ViewResult:
     geo = ctx.geometry
-    held = HeldOut(z0=ctx.held_out.z0[:PROMPTS], D=ctx.held_out.D[:PROMPTS])
+    held, _ = ctx.scoring(layer_passes(ctx), limit=PROMPTS)
     s = geo.prompt_scale(held.z0)[:, None, None]
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
     base = held.mse(geo.readout_of(stream[-1], held.z0))

@@ -20,6 +20,35 @@ import pandas as pd
 from eagle_probe.capture import Capture
 from eagle_probe.fit.geometry import Geometry
 
+# A view that scores on held-out prompts (NumPy forwards of products) spends at most about this
+# many floating-point operations: every prompt of the paper's sizes, fewer as n, heads and layers
+# grow (`Context.scoring`), never fewer than SCORING_FLOOR.
+VIEW_FLOPS = 2e10
+SCORING_FLOOR = 4
+
+
+def layer_flops(geometry: Geometry) -> float:
+    """Flops of one layer of products on one prompt: scores and values, 4 h T E (T + E)."""
+    T, E = geometry.tokens, geometry.width
+    return 4.0 * geometry.heads * T * E * (T + E)
+
+
+def affordable(
+    geometry: Geometry,
+    passes: float,
+    available: int,
+    *,
+    limit: int | None = None,
+    floor: int = SCORING_FLOOR,
+    flops: float = VIEW_FLOPS,
+) -> int:
+    """Prompts a computation of `passes` layer passes per prompt can afford within `flops`."""
+    k = int(flops // max(passes * layer_flops(geometry), 1.0))
+    k = max(k, floor)
+    if limit is not None:
+        k = min(k, limit)
+    return max(1, min(k, available))
+
 
 @dataclass(frozen=True)
 class HeldOut:
@@ -27,6 +56,14 @@ class HeldOut:
 
     z0: np.ndarray  # (b, T, E)  visible prompts [[A, C], [B, 0]]
     D: np.ndarray  # (b, d', n')  the true D
+
+    @property
+    def prompts(self) -> int:
+        return int(self.z0.shape[0])
+
+    def first(self, k: int) -> HeldOut:
+        """The first k prompts (all of them when k is larger)."""
+        return self if k >= self.prompts else HeldOut(z0=self.z0[:k], D=self.D[:k])
 
     def mse(self, pred: np.ndarray) -> float:
         """Mean squared error of predictions (b, d', n') against the true D."""
@@ -56,6 +93,15 @@ class Context:
     @property
     def zero_mse(self) -> float:
         return float(np.mean(self.held_out.D**2))
+
+    def scoring(
+        self, passes: float, *, limit: int | None = None, floor: int = SCORING_FLOOR
+    ) -> tuple[HeldOut, np.ndarray]:
+        """The held-out prompts a view that runs `passes` layers per prompt can afford within
+        `VIEW_FLOPS` (at least `floor`, at most `limit` and what there is), with the network's
+        predictions on them. Paper-sized models get every prompt; views report the count."""
+        k = affordable(self.geometry, passes, self.held_out.prompts, limit=limit, floor=floor)
+        return self.held_out.first(k), self.network_pred[:k]
 
     def rng(self, salt: int) -> np.random.Generator:
         """A generator for one view, independent of the others'."""

@@ -40,40 +40,56 @@ def _left(M: np.ndarray, X: np.ndarray) -> np.ndarray:
     return M[:, None] @ X
 
 
+def _grow(X: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Tangents X (b, p, …) with one more, `new` (b, …), appended: (b, p + 1, …)."""
+    return np.concatenate([X, new[:, None]], axis=1)
+
+
 def eagle_jacobian(
     geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """EAGLE's prediction (b, d', n') in prompt units and its Jacobian (b, 2L, d', n')
-    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1}); `scale` is geo.prompt_scale(z0) if given."""
+    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1}); `scale` is geo.prompt_scale(z0) if given.
+
+    Only the tangents that can be nonzero are carried: before layer l only a_0 … a_{l−1} and
+    c_0 … c_{l−1} have acted, and the c's never reach A or B, so the c tangents live in the n'
+    query columns alone."""
     L = len(a_steps)
     s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
     D[...] = 0.0
-    b, p = z0.shape[0], 2 * L
-    dA, dB, dC, dD = (np.zeros((b, p) + x.shape[1:]) for x in (A, B, C, D))
+    b = z0.shape[0]
+
+    def none(x: np.ndarray) -> np.ndarray:
+        return np.zeros((b, 0) + x.shape[1:])
+
+    # a tangents of A, B, C, D and c tangents of C, D: (b, active, …)
+    tA, tB, tCa, tDa, tCc, tDc = none(A), none(B), none(C), none(D), none(C), none(D)
     with np.errstate(over="ignore", invalid="ignore"):
         for layer in range(L):
             a, c = a_steps[layer], c_steps[layer]
             At = A.swapaxes(-1, -2)
             K = geo.gram_map(At @ A, layer)  # (b, n, n)
-            X = _left(At, dA)  # Aᵀ dA: (b, p, n, n)
-            dK = geo.gram_map(X + X.swapaxes(-1, -2), layer)
             P = geo.query_operator(layer)
             M = P @ (At @ C)  # (b, n, n')
-            dM = P @ (_left(At, dC) + _right(dA.swapaxes(-1, -2), C))  # (b, p, n, n')
+            X = _left(At, tA)  # Aᵀ dA: (b, p, n, n)
+            dK = geo.gram_map(X + X.swapaxes(-1, -2), layer)
+            dMa = P @ (_left(At, tCa) + _right(tA.swapaxes(-1, -2), C))  # (b, p, n, n')
+            dMc = P @ _left(At, tCc)  # (b, p, n, n')
             AK, BK, AM, BM = A @ K, B @ K, A @ M, B @ M
-            nA = dA - a * (_right(dA, K) + _left(A, dK))
-            nB = dB - a * (_right(dB, K) + _left(B, dK))
-            nC = dC - c * (_right(dA, M) + _left(A, dM))
-            nD = dD - c * (_right(dB, M) + _left(B, dM))
-            nA[:, layer] -= AK
-            nB[:, layer] -= BK
-            nC[:, L + layer] -= AM
-            nD[:, L + layer] -= BM
-            dA, dB, dC, dD = nA, nB, nC, nD
+            nA = tA - a * (_right(tA, K) + _left(A, dK))
+            nB = tB - a * (_right(tB, K) + _left(B, dK))
+            nCa = tCa - c * (_right(tA, M) + _left(A, dMa))
+            nDa = tDa - c * (_right(tB, M) + _left(B, dMa))
+            nCc = tCc - c * _left(A, dMc)
+            nDc = tDc - c * _left(B, dMc)
+            # the new steps: ∂/∂a_l of A − a AK is −AK (C, D see the old A), ∂/∂c_l of C is −AM
+            tA, tB = _grow(nA, -AK), _grow(nB, -BK)
+            tCa, tDa = _grow(nCa, np.zeros_like(C)), _grow(nDa, np.zeros_like(D))
+            tCc, tDc = _grow(nCc, -AM), _grow(nDc, -BM)
             A, B, C, D = A - a * AK, B - a * BK, C - c * AM, D - c * BM
         pred = geo.readout * D * s
-        jac = geo.readout * dD * s[:, None]
+        jac = geo.readout * np.concatenate([tDa, tDc], axis=1) * s[:, None]
     return pred, jac
 
 
@@ -104,6 +120,15 @@ def fit_steps(
     theta = np.concatenate([np.asarray(a0, float), np.asarray(c0, float)])
     m = target.size
     scale = geo.prompt_scale(prompts.z0)  # (b,), once: the spectral norm costs an SVD per prompt
+
+    def loss_of(th: np.ndarray) -> float:
+        rss = 0.0
+        for start in range(0, prompts.z0.shape[0], chunk):
+            sl = slice(start, start + chunk)
+            pred = predict(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
+            with np.errstate(over="ignore", invalid="ignore"):
+                rss += float(np.sum((pred - target[sl]) ** 2))
+        return rss / m
 
     def normal(th: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         JtJ, Jtr, rss = np.zeros((2 * L, 2 * L)), np.zeros(2 * L), 0.0
@@ -136,8 +161,9 @@ def fit_steps(
                 mu *= 10.0
                 continue
             trial = theta - step
-            t_loss, t_JtJ, t_Jtr = normal(trial)
-            if math.isfinite(t_loss) and t_loss < loss:
+            # the loss decides; the Jacobian is computed only for a step that is taken
+            if math.isfinite(t_loss := loss_of(trial)) and t_loss < loss:
+                t_loss, t_JtJ, t_Jtr = normal(trial)
                 theta, loss, JtJ, Jtr = trial, t_loss, t_JtJ, t_Jtr
                 mu = max(mu / 10.0, 1e-12)
                 improved = True
@@ -167,11 +193,21 @@ def eagle_mse(geo: Geometry, prompts: HeldOut, a_steps, c_steps, target=None) ->
         return float(np.mean((pred - ref) ** 2))
 
 
-def predict(geo: Geometry, z0: np.ndarray, a_steps, c_steps) -> np.ndarray:
-    """EAGLE's prediction of D (b, d', n') in prompt units."""
-    s = geo.prompt_scale(z0)
-    Z = geo.run_eagle(z0 / s[:, None, None], a_steps, c_steps)[-1]
-    return geo.readout_of(Z, z0)
+def predict(
+    geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
+) -> np.ndarray:
+    """EAGLE's prediction of D (b, d', n') in prompt units, in the order of operations of
+    `eagle_jacobian` (the same numbers); `scale` is geo.prompt_scale(z0) if given."""
+    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
+    A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
+    D[...] = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
+            At = A.swapaxes(-1, -2)
+            K = geo.gram_map(At @ A, layer)
+            M = geo.query_operator(layer) @ (At @ C)
+            A, B, C, D = A - a * (A @ K), B - a * (B @ K), C - c * (A @ M), D - c * (B @ M)
+        return geo.readout * D * s
 
 
 @register("optimum")

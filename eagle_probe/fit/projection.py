@@ -100,8 +100,11 @@ def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
 
 
 def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
-    """Held-out MSE of the network's products, of all layers projected, and of each layer alone."""
-    geo, held = ctx.geometry, ctx.held_out
+    """Held-out MSE of the network's products, of all layers projected, and of each layer alone,
+    on the held-out prompts the view can afford (`Context.scoring`: all of them at paper sizes)."""
+    geo = ctx.geometry
+    L = ctx.qk.shape[0]
+    held, _ = ctx.scoring(2 * L + L * (L + 1) / 2)
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
     net = held.mse(geo.readout_of(stream[-1], held.z0))
     each = []
@@ -116,6 +119,7 @@ def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
         "network_mse": net,
         "projected_mse": held.mse(geo.predict(held.z0, pqk, pvp)),
         "layer_mse": each,
+        "prompts": held.prompts,
     }
 
 
@@ -156,6 +160,7 @@ def projection_view(ctx: Context) -> ViewResult:
             "units": "internal (steps); prompt units (MSE)",
             "network_mse": net,
             "projected_mse": projected,
+            "prompts": cost["prompts"],
             "layers": layers,
         },
         {"projection": table, "heads": heads},

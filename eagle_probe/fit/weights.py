@@ -109,7 +109,9 @@ def weights_view(ctx: Context) -> ViewResult:
     n = ctx.geometry.n
     table = weight_view(ctx.qk, ctx.vp, n)
     sqk, svp = simplified_products(ctx.qk, ctx.vp, n)
-    simplified = ctx.held_out.mse(ctx.geometry.predict(ctx.held_out.z0, sqk, svp))
+    held, net_pred = ctx.scoring(ctx.geometry.layers)
+    simplified = held.mse(ctx.geometry.predict(held.z0, sqk, svp))
+    network = held.mse(net_pred)
     heads = []
     for row in table.itertuples():
         heads.append(
@@ -123,16 +125,17 @@ def weights_view(ctx: Context) -> ViewResult:
             }
         )
     warnings = []
-    if not np.isfinite(simplified) or simplified > 10 * max(ctx.network_mse, ctx.zero_mse):
+    if not np.isfinite(simplified) or simplified > 10 * max(network, ctx.zero_mse):
         warnings.append(
             f"the sparsified ('simplified') weights blow up: MSE {simplified:.3g} against the "
-            f"network's {ctx.network_mse:.3g}; the structure text is not a model of this network"
+            f"network's {network:.3g}; the structure text is not a model of this network"
         )
     return ViewResult(
         "weights",
         {
             "sparsify": "entries below 1.5 ‖W‖₁ / #entries set to 0",
             "simplified_mse": simplified,
+            "prompts": held.prompts,
             "heads": heads,
         },
         {"weights": table},
