@@ -115,11 +115,26 @@ def build_parser() -> Parser:
         metavar="GIB",
         help="memory budget checked before allocating (4 GiB)",
     )
+    # Commands that compute also take the thread count and the torch device.
+    compute = Parser(add_help=False)
+    compute.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="CPU threads for torch and NumPy (their default)",
+    )
+    compute.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the forwards: cpu, cuda, cuda:1, mps (cpu)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     _add_parser = sub.add_parser
+    computing = {"train", "evaluate", "extract", "import", "sweep", "bench"}
 
     def add_parser(name: str, **kwargs):
-        return _add_parser(name, parents=[common], **kwargs)
+        parents = [common, compute] if name in computing else [common]
+        return _add_parser(name, parents=parents, **kwargs)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
 
@@ -223,7 +238,6 @@ def build_parser() -> Parser:
         "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
     )
     train.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
-    train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument("--force", action="store_true", help="overwrite an existing output")
     train.add_argument(
@@ -245,8 +259,18 @@ def build_parser() -> Parser:
     ex.add_argument("model", help="checkpoint file (.pt)")
     ex.add_argument("--out", default=None, help="write DIR/extraction.json (and more) here")
     ex.add_argument(
-        "--probe-batch", type=_positive_int, default=256, help="prompts in the probe batch (256)"
+        "--probe-batch",
+        type=_positive_int,
+        default=None,
+        help="prompts in the probe batch (256; fewer for prompts above 2^22 / 256 entries)",
     )
+    ex.add_argument(
+        "--probe-chunk",
+        type=_positive_int,
+        default=None,
+        help="prompts captured at once, with their query probes (sized to about 256 MiB)",
+    )
+    ex.add_argument("--no-progress", action="store_true", help="hide progress reports")
     ex.add_argument("--seed", type=_seed, default=0, help="seed of the probe prompts (0)")
     ex.add_argument("--no-control", action="store_true", help="skip the untrained-model control")
     ex.add_argument(
@@ -303,6 +327,77 @@ def build_parser() -> Parser:
     return parser
 
 
+DEVICE_COMMANDS = ("extract", "evaluate")  # the commands whose torch work follows --device
+
+
+def torch_device(text: str):
+    """The torch device `text` names, checked against this machine (one-line errors)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise EagleProbeError(
+            f"--device {text!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EagleProbeError(
+                f"--device {text}: CUDA is not available on this machine; use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise EagleProbeError(
+                f"--device {text}: this machine has {count} CUDA device(s), cuda:0 to "
+                f"cuda:{count - 1}"
+            )
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise EagleProbeError(f"--device {text}: MPS is not available on this machine")
+    elif device.type != "cpu":
+        raise EagleProbeError(f"--device {text}: use cpu, cuda, cuda:N or mps")
+    return device
+
+
+def set_threads(count: int) -> None:
+    """Use `count` CPU threads in torch, in NumPy's OpenBLAS (where it can be reached) and in
+    child processes."""
+    import ctypes
+    import glob
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(count)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(count)
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*"))
+    for path in libs:
+        if "openblas" not in os.path.basename(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for fn in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
+            if hasattr(lib, fn):
+                getattr(lib, fn)(count)
+                break
+
+
+def _apply_compute(args: argparse.Namespace) -> None:
+    """--threads and --device of a computing command, checked before any work."""
+    if getattr(args, "threads", None):
+        set_threads(args.threads)
+    if hasattr(args, "device"):
+        args.device = torch_device(args.device)
+        if args.device.type != "cpu" and args.command not in DEVICE_COMMANDS:
+            raise EagleProbeError(
+                f"{args.command} runs on the CPU; --device {args.device} applies to "
+                f"{' and '.join(DEVICE_COMMANDS)}"
+            )
+
+
 def _budget(args: argparse.Namespace) -> float:
     from eagle_probe.budget import GIB
 
@@ -351,7 +446,6 @@ def _lead_process() -> bool:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import torch
 
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.model import ModelConfig
@@ -427,8 +521,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     budget.check(
         budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
     )
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if not lead:
         return _run_training(args, out, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
@@ -506,7 +598,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
-    result = evaluate(model, task, batch=args.batch, seed=args.seed)
+    result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
     if args.json:
         print(json.dumps(checkpoint.jsonable(result)))
@@ -622,17 +714,34 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     from eagle_probe import budget, checkpoint, files
+    from eagle_probe.capture import default_probe_batch
     from eagle_probe.export import faithful_gap, write_solver
-    from eagle_probe.extract import extract
+    from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.files import jsonable
+    from eagle_probe.progress import reporter
     from eagle_probe.report import write_report
 
     out = _out_dir(args.out, args.force)
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
-    budget.check(budget.forward_bytes(model.cfg, args.probe_batch), "--probe-batch", _budget(args))
+    probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)
+    if probes < 2:
+        raise EagleProbeError(f"--probe-batch must be at least 2, got {probes}")
+    budget.check(
+        extract_bytes(model.cfg, probes, args.probe_chunk),
+        f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
+        f"(n = {model.cfg.n}, d = {model.cfg.d}) with {probes} probe prompts",
+        _budget(args),
+    )
     tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
     result = extract(
-        model, task, probe_batch_size=args.probe_batch, seed=args.seed, control=not args.no_control
+        model,
+        task,
+        probe_batch_size=probes,
+        seed=args.seed,
+        control=not args.no_control,
+        chunk=args.probe_chunk,
+        device=args.device,
+        progress=None if args.no_progress else reporter(),
     )
     print(result.render(str(args.model)))
     if out is not None:
@@ -698,7 +807,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = _out_dir(args.out, args.force)
     tmp = _claim(args, files.output_dir(out, force=args.force))
     table = run_sweep(
-        regimes, seeds, tmp, steps=args.steps, batch=args.batch, parallel=args.parallel
+        regimes,
+        seeds,
+        tmp,
+        steps=args.steps,
+        batch=args.batch,
+        parallel=args.parallel,
+        extra=["--threads", str(args.threads)] if args.threads else None,
     )
     _publish(args)
     import pandas as pd
@@ -768,6 +883,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USER
+        _apply_compute(args)
         with contextlib.ExitStack() as outputs:  # the command's output claims, see _claim
             args.outputs = outputs
             code = args.func(args)

@@ -23,9 +23,10 @@ def prompt_errors(
     """Per-prompt MSE over the D block: (b,) for the model and, with `reference`, for the zero
     predictor and B A⁺ C, plus ‖A‖₂ per prompt."""
     out: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
+    device = model.readout_scale.device  # the model's device; the errors come back to the CPU
     for start in range(0, prompt.batch, chunk):
         part = prompt[start : start + chunk].to(torch.float64)
-        pred = model(part.z0().to(model.cfg.torch_dtype)).to(torch.float64)
+        pred = model(part.z0().to(model.cfg.torch_dtype).to(device)).to(torch.float64).cpu()
         out["model"].append((pred - part.D).square().mean(dim=(-1, -2)))
         if reference:
             out["zero"].append(part.D.square().mean(dim=(-1, -2)))

@@ -75,6 +75,19 @@ def scoring_prompts(geometry: Geometry, wanted: int) -> int:
     return min(wanted, affordable(geometry, geometry.layers, wanted, floor=HELD_OUT_FLOOR))
 
 
+def extract_bytes(cfg, probe_batch: int, chunk: int | None = None) -> int:
+    """An upper estimate of an extraction's peak memory: the capture (`capture_bytes`), the views'
+    copies of the probe stream (the EAGLE run of `fidelity`, the terms' block products: about
+    four streams), and the held-out and tuning prompts with one scored stream."""
+    from eagle_probe.capture import capture_bytes
+
+    L, T, E = cfg.n_layers, cfg.n_tokens, cfg.width
+    stream = 8 * probe_batch * (L + 1) * T * E
+    held = 8 * (4096 + 512) * T * E  # at most; large models draw fewer (`scoring_prompts`)
+    held = min(held, 8 * 2 * HELD_OUT_FLOOR * T * E * (L + 2) + 8 * 4608 * T * E)
+    return capture_bytes(cfg, probe_batch, chunk) + 4 * stream + held
+
+
 def predict_chunked(
     model: LinearTransformer, z0: np.ndarray, *, device: torch.device, chunk: int
 ) -> np.ndarray:

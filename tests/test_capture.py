@@ -23,7 +23,8 @@ def one_shot(model, prompt):
     z0 = prompt.to(torch.float64).z0()
     b, L, d, n, dp, npr = z0.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
     _, cache = model.run_with_cache(z0)
-    Z = from_stream(cfg, torch.stack([cache["hook_embed"]] + [cache["resid_post", i] for i in range(L)]))
+    stream = [cache["hook_embed"]] + [cache["resid_post", i] for i in range(L)]
+    Z = from_stream(cfg, torch.stack(stream))
     scale = cache["hook_scale"][:, 0, 0]
     groups = math.ceil(d / npr)
     probes = z0.unsqueeze(1).repeat(1, groups, 1, 1)

@@ -40,9 +40,11 @@ def affordable(
     *,
     limit: int | None = None,
     floor: int = SCORING_FLOOR,
-    flops: float = VIEW_FLOPS,
+    flops: float | None = None,
 ) -> int:
-    """Prompts a computation of `passes` layer passes per prompt can afford within `flops`."""
+    """Prompts a computation of `passes` layer passes per prompt can afford within `flops`
+    (default VIEW_FLOPS)."""
+    flops = VIEW_FLOPS if flops is None else flops
     k = int(flops // max(passes * layer_flops(geometry), 1.0))
     k = max(k, floor)
     if limit is not None:

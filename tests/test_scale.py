@@ -1,0 +1,134 @@
+"""Extraction at scale: the command line's --threads, --device, --probe-batch and memory checks,
+progress reports, and views scoring on the held-out prompts they can afford."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from conftest import planted_model
+
+from eagle_probe import checkpoint
+from eagle_probe.cli import main
+from eagle_probe.extract import build_context, run_views
+from eagle_probe.fit import base
+from eagle_probe.progress import reporter
+
+
+@pytest.fixture(scope="module")
+def planted_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scale") / "planted.pt"
+    code = main(
+        ["plant", "--n", "8", "--d", "6", "--a-steps", "0.05,0.04", "--c-steps", "0.09,0.08"]
+        + ["--dtype", "float64", "-o", str(path)]
+    )
+    assert code == 0
+    return path
+
+
+def one_line_exit_2(argv, match, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+COMPUTING = {
+    "extract": ["extract", "m.pt"],
+    "evaluate": ["evaluate", "m.pt"],
+    "bench": ["bench"],
+    "sweep": ["sweep"],
+    "train": ["train", "--regime", "centralized", "-o", "x.pt"],
+    "import": ["import", "w.pt", "--layout", "ahn", "--n", "4", "-o", "x.pt"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMPUTING))
+@pytest.mark.parametrize("threads", ["0", "-3", "two"])
+def test_bad_thread_counts_are_refused_on_every_computing_command(
+    command, threads, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    one_line_exit_2(COMPUTING[command] + ["--threads", threads], "--threads", capsys)
+
+
+@pytest.mark.parametrize("command", sorted(COMPUTING))
+def test_a_missing_device_is_refused_before_any_work(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+    one_line_exit_2(COMPUTING[command] + ["--device", missing], f"--device {missing}", capsys)
+    one_line_exit_2(COMPUTING[command] + ["--device", "cuda:7"], "--device cuda:7", capsys)
+    one_line_exit_2(COMPUTING[command] + ["--device", "tpu9"], "not a torch device", capsys)
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_probe_batch_and_chunk_must_be_positive(planted_file, capsys):
+    one_line_exit_2(["extract", str(planted_file), "--probe-batch", "0"], "--probe-batch", capsys)
+    one_line_exit_2(["extract", str(planted_file), "--probe-chunk", "0"], "--probe-chunk", capsys)
+    one_line_exit_2(["extract", str(planted_file), "--probe-batch", "1"], "at least 2", capsys)
+
+
+def test_a_model_above_the_memory_budget_is_refused_from_an_estimate(tmp_path, capsys):
+    path = tmp_path / "big.pt"
+    steps = ",".join(["0.0001"] * 8)
+    code = main(
+        ["plant", "--n", "96", "--d", "96", "--heads", "2", "--a-steps", steps]
+        + ["--c-steps", steps, "-o", str(path)]
+    )
+    assert code == 0
+    capsys.readouterr()
+    one_line_exit_2(
+        ["extract", str(path), "--max-memory", "0.1"], "above the budget of 0.1 GiB", capsys
+    )
+
+
+def test_extract_runs_with_threads_device_and_chunks(planted_file, capsys):
+    before = torch.get_num_threads()
+    try:
+        code = main(
+            ["extract", str(planted_file), "--threads", "1", "--device", "cpu"]
+            + ["--probe-batch", "16", "--probe-chunk", "5", "--no-control"]
+        )
+        assert code == 0 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr()
+    assert "0.05" in out.out and "\r" not in out.err
+
+
+def test_plain_progress_lines_when_stderr_is_not_a_terminal():
+    stream = io.StringIO()
+    items = list(reporter(stream, delay=0.0, every=0.0)(range(3), "capture"))
+    text = stream.getvalue()
+    assert items == [0, 1, 2] and "\r" not in text
+    assert text.splitlines() == [
+        "capture: 1/3 (0 s)",
+        "capture: 2/3 (0 s)",
+        "capture: 3/3 (0 s)",
+    ] + ["capture: done (0 s)"]
+    quiet = io.StringIO()
+    assert list(reporter(quiet, delay=60.0)(range(3), "capture")) == [0, 1, 2]
+    assert quiet.getvalue() == ""
+
+
+def test_views_score_on_the_prompts_their_budget_affords(monkeypatch):
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], heads=2)
+    ctx = build_context(model, task, probe_batch_size=16, test_batch=200, tuning_batch=16)
+    monkeypatch.setattr(base, "VIEW_FLOPS", 100 * base.layer_flops(ctx.geometry))
+    run_views(ctx, ("eagle", "projection", "weights", "attribution"))
+    proj, wts = ctx.results["projection"].json, ctx.results["weights"].json
+    att = ctx.results["attribution"].json
+    for view in (proj, wts, att):
+        assert base.SCORING_FLOOR <= view["prompts"] < 200
+    k = proj["prompts"]
+    held = ctx.held_out.first(k)
+    assert proj["network_mse"] == pytest.approx(held.mse(ctx.network_pred[:k]), rel=1e-9)
+    # the planted model is its own projection: the projected MSE is the network's on those prompts
+    assert proj["projected_mse"] == pytest.approx(proj["network_mse"], rel=1e-9)
+    assert not np.isclose(proj["network_mse"], ctx.network_mse, rtol=1e-12)
+
+
+def test_a_checkpoint_round_trip_keeps_the_default_probe_batch(planted_file):
+    model, task, _ = checkpoint.load(planted_file)
+    ctx = build_context(model, task, test_batch=8, tuning_batch=8)
+    assert ctx.cap.Z.shape[1] == 256
