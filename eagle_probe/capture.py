@@ -139,6 +139,13 @@ def probes_per_run(cfg: ModelConfig, nbytes: int = CHUNK_BYTES) -> int:
     return max(1, nbytes // _forward_bytes_per_prompt(cfg))
 
 
+def probe_flops(cfg: ModelConfig, batch: int) -> float:
+    """Flops of the query probes of `batch` prompts through a model that is not query-separable:
+    d / n' forwards per prompt."""
+    h, T, E = cfg.heads, cfg.n_tokens, cfg.width
+    return batch * math.ceil(cfg.d / cfg.n_prime) * cfg.n_layers * 4.0 * h * T * E * (T + E)
+
+
 def capture_bytes(cfg: ModelConfig, batch: int, chunk: int | None = None) -> int:
     """An upper estimate of capture's peak memory for `batch` probe prompts: the float64 stream
     and iterate it returns, one chunk's cached layers and one run of probes, the model."""
@@ -160,6 +167,7 @@ def capture(
     chunk: int | None = None,
     device: str | torch.device = "cpu",
     progress: Progress | None = None,
+    iterate: bool = True,
 ) -> Capture:
     """Run `model` on `prompt` and on its query probes; return every layer's stream and the
     implicit iterate.
@@ -170,6 +178,7 @@ def capture(
     cache of every layer, head and probe. When no query column can reach the scores or the A/B
     columns (`query_separable`), the probes' C/D columns are propagated through the chunk's own
     scores instead of running the model again: the same numbers, d / n' times cheaper.
+    `iterate=False` skips the probes: `x`, `dx_heads` and `linearity_deviation` are NaN.
     """
     check_probe(prompt)
     cfg = model.cfg
@@ -186,7 +195,7 @@ def capture(
     h = cfg.heads
     groups = math.ceil(d / npr)
     chunk = max(1, min(b, chunk if chunk is not None else probe_chunk(cfg)))
-    separable = query_separable(model)
+    separable = iterate and query_separable(model)
     per_run = probes_per_run(cfg)
 
     Z = np.empty((L + 1, b, T, E))  # block orientation, internal units
@@ -213,6 +222,9 @@ def capture(
         for i, t in enumerate(stream):
             Z[i, sl] = from_stream(cfg, t).cpu().numpy()
         scale[sl] = s.cpu().numpy()
+        if not iterate:
+            del cache, stream
+            continue
         if separable:
             scores = [cache[f"blocks.{i}.attn.hook_attn_scores"] for i in range(L)]
             del cache
@@ -239,6 +251,8 @@ def capture(
     gap = np.linalg.norm((slots - v @ C0).reshape(L + 1, -1), axis=1)
     size = np.linalg.norm(slots.reshape(L + 1, -1), axis=1)
     deviation = np.where(size > 1e-300, gap / np.maximum(size, 1e-300), 0.0)
+    if not iterate:
+        x[...], dx_heads[...], deviation[...] = np.nan, np.nan, np.nan
     return Capture(
         d=d,
         n=n,

@@ -18,7 +18,14 @@ import pandas as pd
 import torch
 
 from eagle_probe import fit
-from eagle_probe.capture import capture, default_probe_batch, float64_copy, probe_batch, probe_chunk
+from eagle_probe.capture import (
+    capture,
+    default_probe_batch,
+    float64_copy,
+    probe_batch,
+    probe_chunk,
+    probe_flops,
+)
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
@@ -30,6 +37,10 @@ from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 SCHEMA_VERSION = 2
 CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
+# The control's implicit iterate (for its `polynomial` view) needs d / n' forwards per probe
+# prompt, since an untrained model is not query-separable; above this many flops it is skipped
+# and the control runs `eagle` and `fidelity` only (all the verdict reads).
+CONTROL_PROBE_FLOPS = 1e11
 
 # Views that apply to each token layout (ModelConfig.tokens). The EAGLE views read the feature
 # layout's blocks of W_QK and W_VP; the sample layout is read through its implicit iterate only.
@@ -114,6 +125,7 @@ def build_context(
     chunk: int | None = None,
     device: str | torch.device = "cpu",
     progress: Progress | None = None,
+    iterate: bool = True,
 ) -> Context:
     """Everything the views read, for one model. `probes` replaces the fresh probe batch;
     `probe_batch_size` None is `capture.default_probe_batch` (256 for the paper's sizes). Fewer
@@ -126,7 +138,7 @@ def build_context(
     device = torch.device(device)
     m64 = float64_copy(model)
     prompts = probes if probes is not None else probe_batch(task, probe_batch_size, seed)
-    cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress)
+    cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress, iterate=iterate)
     m64 = m64.cpu()
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
@@ -382,6 +394,10 @@ def extract(
     if control:
         t0 = time.perf_counter()
         untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
+        iterate = probe_flops(model.cfg, probe_batch_size) <= CONTROL_PROBE_FLOPS
+        control_views = [v for v in CONTROL_VIEWS if v in names]
+        if not iterate:
+            control_views = [v for v in control_views if v != "polynomial"]
         cctx = build_context(
             untrained,
             task,
@@ -391,8 +407,9 @@ def extract(
             tuning=ctx.tuning,
             chunk=chunk,
             device=device,
+            iterate=iterate,
         )
-        run_views(cctx, [v for v in CONTROL_VIEWS if v in names])
+        run_views(cctx, control_views)
         control_results = cctx.results
         ctx = replace(ctx, control=cctx)
         timings["control"] = time.perf_counter() - t0
@@ -416,6 +433,7 @@ def extract(
         "probe_batch": probe_batch_size,
         "held_out_prompts": int(ctx.held_out.z0.shape[0]),
         "tuning_prompts": int(ctx.tuning.z0.shape[0]),
+        "control_views": list(control_results) if control_results is not None else [],
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
         "units": "steps in internal units (prompt divided by its norm of A); MSE and fidelity "

@@ -132,3 +132,21 @@ def test_a_checkpoint_round_trip_keeps_the_default_probe_batch(planted_file):
     model, task, _ = checkpoint.load(planted_file)
     ctx = build_context(model, task, test_batch=8, tuning_batch=8)
     assert ctx.cap.Z.shape[1] == 256
+
+
+def test_a_control_too_costly_to_probe_runs_the_views_the_verdict_reads(monkeypatch):
+    from eagle_probe import extract as extract_module
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08])
+    monkeypatch.setattr(extract_module, "CONTROL_PROBE_FLOPS", 0.0)
+    ex = extract_module.extract(
+        model,
+        task,
+        probe_batch_size=16,
+        test_batch=32,
+        tuning_batch=16,
+        views=("eagle", "fidelity", "polynomial", "verdict"),
+    )
+    assert ex.info["control_views"] == ["eagle", "fidelity"] == list(ex.control)
+    labels = ex.views["verdict"].json["layers"]
+    assert all(np.isfinite(lay["control_relative"]) for lay in labels)
