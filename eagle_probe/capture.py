@@ -323,7 +323,7 @@ def _separable_probes(
     d, n = cfg.d, cfg.n
     vp = model.W_VP()  # (L, h, E, E)
     c, T = stream[0].shape[:2]
-    groups = basis.shape[0]
+    groups, npr, h = basis.shape[0], cfg.n_prime, cfg.heads
     Y = torch.zeros(c, groups, T, cfg.n_prime, dtype=torch.float64, device=basis.device)
     Y[:, :, :d] = basis  # the probes' C/D columns in internal units; D starts at 0
     slots, heads = [], []
@@ -331,9 +331,10 @@ def _separable_probes(
         U = stream[i][:, :, :n]  # (c, T, n)
         W = vp[i]  # (h, E, E)
         own = torch.einsum("ctn,hnq->chtq", U, W[:, :n, n:])  # (c, h, T, n')
-        mixed = torch.einsum("cgtq,hqr->chgtr", Y, W[:, n:, n:])  # (c, h, groups, T, n')
-        values = own[:, :, None] + mixed  # (c, h, groups, T, n')
-        out = scores[i][:, :, None] @ values  # (c, h, groups, T, n')
+        mixed = torch.einsum("cgtq,hqr->chtgr", Y, W[:, n:, n:])  # (c, h, T, groups, n')
+        values = (own[:, :, :, None] + mixed).reshape(c, h, T, groups * npr)
+        # one (T, T) @ (T, groups·n') product per prompt and head (no broadcast copies of S)
+        out = (scores[i] @ values).reshape(c, h, T, groups, npr).transpose(2, 3)
         heads.append(
             out[..., d:, :].transpose(1, 2).reshape(c * groups, -1, cfg.d_prime, cfg.n_prime)
         )

@@ -320,7 +320,7 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     cols["rel 1-step"] = t.fidelity_one_step_rel
     cols["fid e2e"] = t.fidelity
     if "projection_mse" in t:
-        net = ex.network["mse"]
+        net = ex.views["projection"].json["network_mse"]  # on the projection's own prompts
         cols["proj. cost %"] = (t.projection_mse / net - 1.0) * 100 if net > 0 else np.nan
     if "r2" in t:
         cols["R2 design"] = t.r2

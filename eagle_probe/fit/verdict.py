@@ -52,7 +52,6 @@ def _fmt(x: float) -> str:
 def layer_labels(ctx: Context) -> list[dict]:
     fid = ctx.results["fidelity"].json["layers"]
     proj = ctx.results.get("projection")
-    net = ctx.network_mse
     ctrl = None
     if ctx.control is not None and "fidelity" in ctx.control.results:
         ctrl = ctx.control.results["fidelity"].json["layers"]
@@ -60,8 +59,9 @@ def layer_labels(ctx: Context) -> list[dict]:
     for layer, f in enumerate(fid):
         gap = f["one_step"]["relative"]
         cost = float("nan")
-        if proj is not None and net > 0:
-            cost = proj.json["layers"][layer]["mse"] / net - 1.0
+        if proj is not None and proj.json["network_mse"] > 0:
+            # the projection's own prompts (fewer than all held-out ones for large models)
+            cost = proj.json["layers"][layer]["mse"] / proj.json["network_mse"] - 1.0
         control_gap = ctrl[layer]["one_step"]["relative"] if ctrl is not None else float("nan")
         separated = not math.isfinite(control_gap) or control_gap >= CONTROL_FACTOR * gap
         if gap <= EAGLE_GAP and separated:
@@ -148,11 +148,11 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
         )
     proj = ctx.results.get("projection")
     if proj is not None:
-        pm = proj.json["projected_mse"]
+        pm, pnet = proj.json["projected_mse"], proj.json["network_mse"]
         parts.append(
             f"Projecting every layer's weights onto the {geo.regime} EAGLE family gives MSE "
-            f"{_fmt(pm)} ({(pm / net - 1) * 100:+.1f}% against the network)."
-            if net > 0 and math.isfinite(pm)
+            f"{_fmt(pm)} ({(pm / pnet - 1) * 100:+.1f}% against the network)."
+            if pnet > 0 and math.isfinite(pm)
             else f"Projecting every layer onto the EAGLE family gives MSE {_fmt(pm)}."
         )
     for lay in layers:
@@ -174,12 +174,13 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             f"in every layer and head multiplies the MSE by {_fmt(b['ratio'])}."
         )
     opt = ctx.results.get("optimum")
-    if opt is not None and net > 0:
+    if opt is not None and opt.json["network_mse"] > 0:
         o = opt.json
         parts.append(
             f"The best EAGLE with the same number of steps (fitted to the truth, relative gradient "
             f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-            f"({o['optimal_mse'] / net:.2f}× the network's MSE); the EAGLE closest to the network "
+            f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the EAGLE closest to "
+            "the network "
             f"reaches {_fmt(o['distilled_mse'])}."
         )
     terms = ctx.results.get("terms")
@@ -217,8 +218,9 @@ def verdict_view(ctx: Context) -> ViewResult:
         )
     else:
         proj = ctx.results.get("projection")
-        cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * net
-        near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * net
+        pnet = net if proj is None else proj.json["network_mse"]  # on the projection's prompts
+        cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * pnet
+        near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * pnet
         if labels == {"EAGLE"} or cheap:
             label = "EAGLE"
         elif labels <= {"EAGLE", "EAGLE-like"} and near:
