@@ -150,3 +150,33 @@ def test_a_control_too_costly_to_probe_runs_the_views_the_verdict_reads(monkeypa
     assert ex.info["control_views"] == ["eagle", "fidelity"] == list(ex.control)
     labels = ex.views["verdict"].json["layers"]
     assert all(np.isfinite(lay["control_relative"]) for lay in labels)
+
+
+@pytest.mark.parametrize("normalize", ["none", "spectral"])
+def test_the_spectral_jacobian_equals_the_tangent_propagation(normalize):
+    from eagle_probe.fit import optimum
+    from eagle_probe.fit.geometry import Geometry
+    from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+    prompt = sample(TaskConfig(n=8, d=6, rank=4), 7, make_generator(3), dtype=torch.float64)
+    z0 = prompt.z0().numpy()
+    geo = Geometry(
+        regime="centralized",
+        d=6,
+        n=8,
+        d_prime=2,
+        n_prime=2,
+        heads=1,
+        layers=3,
+        mask=np.ones((8, 8)),
+        normalize=normalize,
+    )
+    assert optimum.spectral(geo)
+    rng = np.random.default_rng(0)
+    a, c = rng.uniform(0.01, 0.3, 3), rng.uniform(0.05, 0.5, 3)
+    pred, jac = optimum.eagle_jacobian(geo, z0, a, c)
+    factors = optimum.spectral_factors(geo, z0)
+    spred, sjac = optimum.spectral_jacobian(geo, factors, a, c)
+    np.testing.assert_allclose(spred, pred, rtol=0, atol=1e-12 * np.abs(pred).max())
+    np.testing.assert_allclose(sjac, jac, rtol=0, atol=1e-12 * np.abs(jac).max())
+    np.testing.assert_allclose(optimum.spectral_predict(geo, factors, a, c), spred, rtol=1e-13)

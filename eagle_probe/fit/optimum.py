@@ -93,6 +93,84 @@ def eagle_jacobian(
     return pred, jac
 
 
+def spectral(geo: Geometry) -> bool:
+    """True when the regime's reading of EAGLE uses the plain Gram AᵀA and no query projector:
+    then every step is a spectral filter of A_0 and `spectral_jacobian` applies."""
+    plain_gram = geo.reading != "distributed"
+    plain_query = not (geo.reading == "constrained" and geo.projector is not None)
+    return plain_gram and plain_query
+
+
+def spectral_factors(
+    geo: Geometry, z0: np.ndarray, scale: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per prompt the singular values σ (b, r) of A_0 = U Σ Vᵀ (internal units), the rank-one
+    outputs O_i = (B_0 v_i)(u_iᵀ C_0) (b, r, d', n') and the prompt scale s (b,)."""
+    s = geo.prompt_scale(z0) if scale is None else scale
+    A, B, C, _ = geo.blocks(z0 / s[:, None, None])
+    U, sigma, Vt = np.linalg.svd(A, full_matrices=False)  # (b, d, r), (b, r), (b, r, n)
+    beta = B @ Vt.swapaxes(-1, -2)  # (b, d', r)
+    gamma = U.swapaxes(-1, -2) @ C  # (b, r, n')
+    outer = beta.swapaxes(-1, -2)[..., :, None] * gamma[..., None, :]  # (b, r, d', n')
+    return sigma, outer, s
+
+
+def spectral_jacobian(
+    geo: Geometry, factors: tuple[np.ndarray, np.ndarray, np.ndarray], a_steps, c_steps
+) -> tuple[np.ndarray, np.ndarray]:
+    """What `eagle_jacobian` returns, computed in the singular basis of A_0 (plain Gram, no
+    projector). With A_0 = U Σ Vᵀ every EAGLE layer keeps the singular vectors:
+
+        σ ← σ − a σ³,  ρ ← ρ (1 − a σ²)  (B V = B_0 V diag ρ),  g ← g (1 − c σ²)  (Uᵀ C = g Uᵀ C_0)
+
+    and D_slot ← D_slot − c B Aᵀ C = D_slot − c Σ_i ρ_i σ_i g_i O_i, so the prediction is
+    −readout · s · Σ_i w_i O_i with w = Σ_l c_l ρ_l σ_l g_l, and its Jacobian needs only the
+    derivatives of the r scalars w_i, carried forward alongside them."""
+    sigma0, outer, s = factors
+    L = len(a_steps)
+    b, r = sigma0.shape
+    sig, rho, g, w = sigma0.copy(), np.ones((b, r)), np.ones((b, r)), np.zeros((b, r))
+    dsig, drho, dg, dw = (np.zeros((b, 2 * L, r)) for _ in range(4))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(L):
+            a, c = a_steps[layer], c_steps[layer]
+            s2 = sig * sig
+            # the D update reads the layer's input values
+            dw = dw + c * (drho * (sig * g)[:, None] + dsig * (rho * g)[:, None])
+            dw = dw + c * dg * (rho * sig)[:, None]
+            dw[:, L + layer] += rho * sig * g
+            w = w + c * rho * sig * g
+            nsig = dsig * (1 - 3 * a * s2)[:, None]
+            nsig[:, layer] -= s2 * sig
+            nrho = drho * (1 - a * s2)[:, None] - (2 * a * rho * sig)[:, None] * dsig
+            nrho[:, layer] -= rho * s2
+            ng = dg * (1 - c * s2)[:, None] - (2 * c * g * sig)[:, None] * dsig
+            ng[:, L + layer] -= g * s2
+            dsig, drho, dg = nsig, nrho, ng
+            sig, rho, g = sig - a * s2 * sig, rho * (1 - a * s2), g * (1 - c * s2)
+        k = -geo.readout * s[:, None, None]
+        flat = outer.reshape(b, r, -1)  # (b, r, d'·n')
+        pred = k * (w[:, None] @ flat).reshape(b, *outer.shape[2:])
+        jac = k[:, None] * (dw @ flat).reshape(b, 2 * L, *outer.shape[2:])
+    return pred, jac
+
+
+def spectral_predict(
+    geo: Geometry, factors: tuple[np.ndarray, np.ndarray, np.ndarray], a_steps, c_steps
+) -> np.ndarray:
+    """The prediction of `spectral_jacobian` without the Jacobian."""
+    sigma0, outer, s = factors
+    b, r = sigma0.shape
+    sig, rho, g, w = sigma0.copy(), np.ones((b, r)), np.ones((b, r)), np.zeros((b, r))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for a, c in zip(a_steps, c_steps, strict=True):
+            s2 = sig * sig
+            w = w + c * rho * sig * g
+            sig, rho, g = sig - a * s2 * sig, rho * (1 - a * s2), g * (1 - c * s2)
+        pred = (w[:, None] @ outer.reshape(b, r, -1)).reshape(b, *outer.shape[2:])
+        return -geo.readout * s[:, None, None] * pred
+
+
 def fit_steps(
     geo: Geometry,
     prompts: HeldOut,
@@ -120,12 +198,24 @@ def fit_steps(
     theta = np.concatenate([np.asarray(a0, float), np.asarray(c0, float)])
     m = target.size
     scale = geo.prompt_scale(prompts.z0)  # (b,), once: the spectral norm costs an SVD per prompt
+    # the plain Gram: one SVD per prompt, then O(L² r) per Jacobian (`spectral_jacobian`)
+    factors = spectral_factors(geo, prompts.z0, scale) if spectral(geo) else None
+
+    def evaluate(th: np.ndarray, sl: slice, jacobian: bool):
+        if factors is not None:
+            part = tuple(f[sl] for f in factors)
+            if jacobian:
+                return spectral_jacobian(geo, part, th[:L], th[L:])
+            return spectral_predict(geo, part, th[:L], th[L:])
+        if jacobian:
+            return eagle_jacobian(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
+        return predict(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
 
     def loss_of(th: np.ndarray) -> float:
         rss = 0.0
         for start in range(0, prompts.z0.shape[0], chunk):
             sl = slice(start, start + chunk)
-            pred = predict(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
+            pred = evaluate(th, sl, jacobian=False)
             with np.errstate(over="ignore", invalid="ignore"):
                 rss += float(np.sum((pred - target[sl]) ** 2))
         return rss / m
@@ -134,7 +224,7 @@ def fit_steps(
         JtJ, Jtr, rss = np.zeros((2 * L, 2 * L)), np.zeros(2 * L), 0.0
         for start in range(0, prompts.z0.shape[0], chunk):
             sl = slice(start, start + chunk)
-            pred, jac = eagle_jacobian(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
+            pred, jac = evaluate(th, sl, jacobian=True)
             r = (pred - target[sl]).reshape(-1)
             J = jac.swapaxes(0, 1).reshape(2 * L, -1)
             JtJ += J @ J.T
@@ -212,7 +302,8 @@ def predict(
 
 # Cost, in layer passes of the network's products per prompt (`fit.base.layer_flops`): one EAGLE
 # layer with p carried tangents is about 1.5 (p + 1) / h passes, and a fit takes a few tens of
-# Jacobians (FIT_JACOBIANS). Paper-sized models tune on all 512 tuning prompts.
+# Jacobians (FIT_JACOBIANS); the spectral fit costs about one pass (an SVD). Paper-sized models
+# tune on all 512 tuning prompts; never fewer than TUNING_FLOOR, nor than 8 residuals per step.
 FIT_JACOBIANS = 30
 TUNING_FLOOR = 4
 
@@ -228,8 +319,10 @@ def fit_passes(geo: Geometry) -> float:
 def optimum_view(ctx: Context) -> ViewResult:
     """EAGLE's steps fitted to the truth and to the network, from the weight-read steps."""
     geo = ctx.geometry
-    k = affordable(geo, fit_passes(geo), ctx.tuning.prompts, floor=TUNING_FLOOR)
-    tune = ctx.tuning.first(k)
+    floor = max(TUNING_FLOOR, math.ceil(8 * 2 * geo.layers / (geo.d_prime * geo.n_prime)))
+    # the network's forward on the tuning prompts, and the fits unless they are spectral
+    passes = geo.layers + (1.0 if spectral(geo) else fit_passes(geo))
+    tune = ctx.tuning.first(affordable(geo, passes, ctx.tuning.prompts, floor=floor))
     held, net_held = ctx.scoring(10 * 1.5 * geo.layers / geo.heads)  # ten EAGLE runs
     network_mse = held.mse(net_held)
     proj = ctx.results["projection"].json["layers"]

@@ -75,10 +75,17 @@ def chebyshev_features(G: np.ndarray, r: np.ndarray, degree: int, lam_max: float
 
 
 def fit_polynomial(
-    G: np.ndarray, r: np.ndarray, dx: np.ndarray, *, max_degree: int = 16
+    G: np.ndarray,
+    r: np.ndarray,
+    dx: np.ndarray,
+    *,
+    max_degree: int = 16,
+    lam_max: float | None = None,
 ) -> PolyFit:
-    """Fit dx ≈ f(G) r over a batch; G (b, d, d), r and dx (b, d, d')."""
-    lam_max = float(np.linalg.eigvalsh(G).max())
+    """Fit dx ≈ f(G) r over a batch; G (b, d, d), r and dx (b, d, d'). `lam_max` is λ_max(G)
+    over the batch if known (one eigendecomposition serves every fit on the same G)."""
+    if lam_max is None:
+        lam_max = float(np.linalg.eigvalsh(G).max())
     y = dx.reshape(-1)
     norm_y = float(np.linalg.norm(y))
     if lam_max <= 0 or norm_y == 0:
@@ -124,6 +131,7 @@ def fit_layers(cap: Capture, *, max_degree: int = 16) -> tuple[pd.DataFrame, pd.
     Returns (fits, terms): one row per fit, and one row per recovered term (order, α, step).
     """
     G = cap.normal_matrix()
+    lam_max = float(np.linalg.eigvalsh(G).max())
     rows, terms = [], []
     for layer in range(cap.layers):
         r = residual_direction(cap, layer)
@@ -131,7 +139,7 @@ def fit_layers(cap: Capture, *, max_degree: int = 16) -> tuple[pd.DataFrame, pd.
         total = float(np.sum(dx_layer**2))
         targets = [(-1, dx_layer)] + [(h, cap.dx_heads[layer, :, h]) for h in range(cap.heads)]
         for head, dx in targets:
-            fit = fit_polynomial(G, r, dx, max_degree=max_degree)
+            fit = fit_polynomial(G, r, dx, max_degree=max_degree, lam_max=lam_max)
             share = 1.0 if head < 0 else float(np.sum(dx * dx_layer)) / total if total else 0.0
             orders = fit.orders()
             rows.append(
@@ -254,7 +262,7 @@ def polynomial_view(ctx: Context) -> ViewResult:
         r = residual_direction(cap, layer)
         dx = cap.x[layer + 1] - cap.x[layer]
         row = fits[(fits.layer == layer) & (fits["head"] == -1)].iloc[0]
-        fit = fit_polynomial(G, r, dx, max_degree=max(int(row["degree"]), 0))
+        fit = fit_polynomial(G, r, dx, max_degree=max(int(row["degree"]), 0), lam_max=lam_top)
         f_fit = fit.filter(grid)
         f_eagle, gap = None, None
         if expansions[layer] is not None:
