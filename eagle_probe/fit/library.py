@@ -35,7 +35,7 @@ for the exact QR refit of small supports).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -195,6 +195,22 @@ class Factors:
 
     blocks: dict[str, np.ndarray]  # letter -> (b, rows, k)
     G: dict[tuple[str, str], np.ndarray]  # (Q, R) -> (b, kQ, kR)
+    # (P1, P2) -> Σ_rows P1ᵀ P2 (b, kP1, kP2), filled as the normal equations ask for it
+    S: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, compare=False)
+    # (G1, G2) -> G1 G2ᵀ (b, kQ1, kQ2) for pairs of scalar terms of one target
+    GG: dict[tuple, np.ndarray] = field(default_factory=dict, compare=False)
+
+    def pair(self, g1: tuple[str, str], g2: tuple[str, str]) -> np.ndarray:
+        """G1 G2ᵀ per prompt, computed once per pair of key/value products."""
+        if (g1, g2) not in self.GG:
+            self.GG[(g1, g2)] = self.G[g1] @ self.G[g2].swapaxes(-1, -2)
+        return self.GG[(g1, g2)]
+
+    def cross(self, P1: str, P2: str) -> np.ndarray:
+        """P1ᵀ P2 per prompt (b, kP1, kP2), computed once per pair of query-side blocks."""
+        if (P1, P2) not in self.S:
+            self.S[(P1, P2)] = _einsum("bik,biK->bkK", self.blocks[P1], self.blocks[P2])
+        return self.S[(P1, P2)]
 
     @classmethod
     def of(cls, geometry: Geometry, Z: np.ndarray) -> Factors:
@@ -276,8 +292,10 @@ def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
     if _ORDER[t1.free] > _ORDER[t2.free]:
         return gram(t2, t1, f, geometry).T
     spec, eye = _GRAM[(t1.free, t2.free)]
-    P1, P2 = f.blocks[t1.P], f.blocks[t2.P]
-    S = _einsum("bik,biK->bkK", P1, P2)  # (b, kP1, kP2)
+    S = f.cross(t1.P, t2.P)  # (b, kP1, kP2)
+    if (t1.free, t2.free) == ("none", "none"):
+        # Σ_b Σ_kK S_kK (G1 G2ᵀ)_kK: the n³ products are shared by every scalar pair
+        return np.sum(S * f.pair((t1.Q, t1.R), (t2.Q, t2.R))).reshape(1, 1)
     H = _einsum(spec, S, f.G[(t1.Q, t1.R)], f.G[(t2.Q, t2.R)])
     if eye:
         kx = {"a": geometry.n, "c": geometry.n_prime}[KIND[t1.target]]
@@ -292,8 +310,8 @@ def shared_gram(term: Term, f: Factors) -> np.ndarray:
     if term.free not in ("W2", "both"):
         raise ValueError(f"{term.name} has no shared per-column design")
     spec, _ = _GRAM[(term.free, term.free)]
-    P, G = f.blocks[term.P], f.G[(term.Q, term.R)]
-    S = _einsum("bik,biK->bkK", P, P)
+    G = f.G[(term.Q, term.R)]
+    S = f.cross(term.P, term.P)
     H = _einsum(spec, S, G, G)
     m = int(np.sqrt(H.size))
     return H.reshape(m, m)

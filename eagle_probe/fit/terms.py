@@ -259,6 +259,7 @@ def discover_layer(
     f = lib.Factors.of(g, Z_in)
     b = f.prompts
     subsets = sparse.bags(b, cfg.bags, cfg.bag_fraction, rng) if cfg.bags else []
+    bag_factors = [f.subset(idx) for idx in subsets]  # shared by the four targets (and caches)
     fitted: list[Fitted] = []
     info: dict[str, dict] = {}
     for X in lib.TARGETS:
@@ -270,10 +271,8 @@ def discover_layer(
         if subsets:
             parts = {t.name: lib.apply(t, c, f) for t, c in zip(support, coefs, strict=True)}
             picks = [
-                bag_terms(
-                    X, f.subset(idx), y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()}
-                )
-                for idx in subsets
+                bag_terms(X, fb, y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()})
+                for idx, fb in zip(subsets, bag_factors, strict=True)
             ]
             freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
             order = [t.name for t in lib.library((X,)) if t.free == "none"]
