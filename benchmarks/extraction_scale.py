@@ -74,6 +74,8 @@ def main() -> None:
     threads = ["--threads", str(args.threads)] if args.threads else []
     print("| model | wall s | CPU s | peak RSS GB | step error | target |")
     print("|---|---|---|---|---|---|")
+    timings: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.shipped:
             out = Path(tmp) / "shipped"
@@ -97,7 +99,16 @@ def main() -> None:
             )
             error = float("nan")
             if code == 0:
-                layers_json = json.loads((out / "extraction.json").read_text())["layers"]
+                payload = json.loads((out / "extraction.json").read_text())
+                timings[f"n = {n}"] = payload["timings"]
+                counts[f"n = {n}"] = {
+                    "probes": payload["model"]["probe_batch"],
+                    "held-out": payload["model"]["held_out_prompts"],
+                    "tuning (optimum)": payload["views"]["optimum"]["tuning_prompts"],
+                    "attribution": payload["views"]["attribution"]["prompts"],
+                    "projection": payload["views"]["projection"]["prompts"],
+                }
+                layers_json = payload["layers"]
                 got_a = np.array([row["a_step"] for row in layers_json])
                 got_c = np.array([row["c_step"] for row in layers_json])
                 error = float(
@@ -109,6 +120,21 @@ def main() -> None:
                 f"{rss:.2f} | {error:.1e} | ≤ {seconds:g} s, ≤ {gb:g} GB |",
                 flush=True,
             )
+
+    if timings:
+        sizes = list(timings)
+        print("\nSeconds per stage (wall, in the extract process):\n")
+        print("| stage | " + " | ".join(sizes) + " |")
+        print("|---|" + "---|" * len(sizes))
+        stages = [k for k in next(iter(timings.values())) if k != "total"] + ["total"]
+        for stage in stages:
+            cells = [f"{timings[s].get(stage, float('nan')):.2f}" for s in sizes]
+            print(f"| {stage} | " + " | ".join(cells) + " |")
+        print("\nPrompts each part used:\n")
+        print("| prompts | " + " | ".join(sizes) + " |")
+        print("|---|" + "---|" * len(sizes))
+        for key in next(iter(counts.values())):
+            print(f"| {key} | " + " | ".join(str(counts[s][key]) for s in sizes) + " |")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,13 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
         a = _coef([dA, dB], [FA, FB])
         c = _coef([dC, dD], [FC, FD])
         gap = Z1 - geometry.eagle_step(Z, layer, a, c)
-        norm2 = float(np.linalg.norm(geometry.blocks(Z)[0], ord=2, axis=(-2, -1)).max() ** 2)
+        A = geometry.blocks(Z)[0]
+        # a stream that overflowed (an untrained control at large sizes) has no spectral norm
+        norm2 = (
+            float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
+            if np.isfinite(A).all()
+            else float("inf")
+        )
         update = float(np.linalg.norm(Z1 - Z))
         rows.append(
             {
