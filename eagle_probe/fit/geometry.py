@@ -7,9 +7,13 @@ hands the views a `Geometry` and the products W_QK, W_VP as arrays.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+# id(z0), normalize, d, n -> (weak reference to z0, its prompt scales); see Geometry.prompt_scale
+_SCALES: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +53,27 @@ class Geometry:
     # --- prompt units ---------------------------------------------------------------------------
 
     def prompt_scale(self, z0: np.ndarray) -> np.ndarray:
-        """Per-prompt scale s the prompt is divided by before the first layer: (b,)."""
+        """Per-prompt scale s the prompt is divided by before the first layer: (b,), read-only.
+
+        The spectral norm costs an SVD per prompt and every view asks for it on the same
+        held-out arrays, so it is kept for as long as the array `z0` lives (prompt arrays are
+        never modified in place)."""
         if self.normalize == "none":
             return np.ones(z0.shape[0])
+        key = (id(z0), self.normalize, self.d, self.n)
+        hit = _SCALES.get(key)
+        if hit is not None and hit[0]() is z0:
+            return hit[1]
         A = z0[:, : self.d, : self.n]
         ord_ = "fro" if self.normalize == "frobenius" else 2
-        return np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
+        scale = np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
+        scale.flags.writeable = False
+        try:
+            ref = weakref.ref(z0, lambda _, key=key: _SCALES.pop(key, None))
+        except TypeError:  # not weak-referenceable: no cache
+            return scale
+        _SCALES[key] = (ref, scale)
+        return scale
 
     def blocks(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, C, D) views of a stream (…, T, E)."""
