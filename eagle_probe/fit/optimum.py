@@ -125,29 +125,36 @@ def spectral_jacobian(
 
     and D_slot ← D_slot − c B Aᵀ C = D_slot − c Σ_i ρ_i σ_i g_i O_i, so the prediction is
     −readout · s · Σ_i w_i O_i with w = Σ_l c_l ρ_l σ_l g_l, and its Jacobian needs only the
-    derivatives of the r scalars w_i, carried forward alongside them."""
+    derivatives of the r scalars w_i, by one backward sweep over the layers."""
     sigma0, outer, s = factors
     L = len(a_steps)
     b, r = sigma0.shape
-    sig, rho, g, w = sigma0.copy(), np.ones((b, r)), np.ones((b, r)), np.zeros((b, r))
-    dsig, drho, dg, dw = (np.zeros((b, 2 * L, r)) for _ in range(4))
+    states = [(sigma0, np.ones((b, r)), np.ones((b, r)))]  # (σ_l, ρ_l, g_l), l = 0 … L
+    w = np.zeros((b, r))
     with np.errstate(over="ignore", invalid="ignore"):
-        for layer in range(L):
-            a, c = a_steps[layer], c_steps[layer]
+        for a, c in zip(a_steps, c_steps, strict=True):
+            sig, rho, g = states[-1]
             s2 = sig * sig
-            # the D update reads the layer's input values
-            dw = dw + c * (drho * (sig * g)[:, None] + dsig * (rho * g)[:, None])
-            dw = dw + c * dg * (rho * sig)[:, None]
-            dw[:, L + layer] += rho * sig * g
-            w = w + c * rho * sig * g
-            nsig = dsig * (1 - 3 * a * s2)[:, None]
-            nsig[:, layer] -= s2 * sig
-            nrho = drho * (1 - a * s2)[:, None] - (2 * a * rho * sig)[:, None] * dsig
-            nrho[:, layer] -= rho * s2
-            ng = dg * (1 - c * s2)[:, None] - (2 * c * g * sig)[:, None] * dsig
-            ng[:, L + layer] -= g * s2
-            dsig, drho, dg = nsig, nrho, ng
-            sig, rho, g = sig - a * s2 * sig, rho * (1 - a * s2), g * (1 - c * s2)
+            w = w + c * rho * sig * g  # the D update reads the layer's input values
+            states.append((sig - a * s2 * sig, rho * (1 - a * s2), g * (1 - c * s2)))
+        # ∂w_i/∂θ for every prompt and singular value at once, by the adjoint recursion
+        # (one backward sweep: each w_i is a scalar function of the 2L steps)
+        dw = np.zeros((b, 2 * L, r))
+        lam_sig, lam_rho, lam_g = np.zeros((b, r)), np.zeros((b, r)), np.zeros((b, r))
+        for layer in reversed(range(L)):
+            a, c = a_steps[layer], c_steps[layer]
+            sig, rho, g = states[layer]
+            s2 = sig * sig
+            dw[:, layer] = -(lam_sig * s2 * sig + lam_rho * rho * s2)
+            dw[:, L + layer] = rho * sig * g - lam_g * g * s2
+            lam_sig, lam_rho, lam_g = (
+                lam_sig * (1 - 3 * a * s2)
+                - 2 * a * lam_rho * rho * sig
+                - 2 * c * lam_g * g * sig
+                + c * rho * g,
+                lam_rho * (1 - a * s2) + c * sig * g,
+                lam_g * (1 - c * s2) + c * rho * sig,
+            )
         k = -geo.readout * s[:, None, None]
         flat = outer.reshape(b, r, -1)  # (b, r, d'·n')
         pred = k * (w[:, None] @ flat).reshape(b, *outer.shape[2:])
