@@ -81,9 +81,14 @@ HELD_OUT_FLOOR = 32  # held-out and tuning prompts drawn however large the model
 
 def scoring_prompts(geometry: Geometry, wanted: int) -> int:
     """Held-out (or tuning) prompts to draw: `wanted`, or fewer when one forward of the network on
-    them would exceed the views' flops budget (`fit.base.VIEW_FLOPS`), never below
-    HELD_OUT_FLOOR. Every paper-sized model gets all it asks for."""
-    return min(wanted, affordable(geometry, geometry.layers, wanted, floor=HELD_OUT_FLOOR))
+    them would exceed `fit.base.DRAW_FLOPS`, never below HELD_OUT_FLOOR. Every paper-sized model
+    gets all it asks for."""
+    from eagle_probe.fit import base
+
+    return min(
+        wanted,
+        affordable(geometry, geometry.layers, wanted, floor=HELD_OUT_FLOOR, flops=base.DRAW_FLOPS),
+    )
 
 
 def extract_bytes(cfg, probe_batch: int, chunk: int | None = None) -> int:
@@ -97,6 +102,17 @@ def extract_bytes(cfg, probe_batch: int, chunk: int | None = None) -> int:
     held = 8 * (4096 + 512) * T * E  # at most; large models draw fewer (`scoring_prompts`)
     held = min(held, 8 * 2 * HELD_OUT_FLOOR * T * E * (L + 2) + 8 * 4608 * T * E)
     return capture_bytes(cfg, probe_batch, chunk) + 4 * stream + held
+
+
+CONTROL_FLOOR = 16  # probe prompts of the control, however large the model
+
+
+def control_probe_batch(geometry: Geometry, probe_batch_size: int) -> int:
+    """Probe prompts of the untrained control: the model's, or the first of them that its capture
+    and its eagle and fidelity views (about 4 L layer passes per prompt) afford within
+    `fit.base.VIEW_FLOPS`; all 256 at paper sizes, never fewer than CONTROL_FLOOR."""
+    k = affordable(geometry, 4 * geometry.layers, probe_batch_size, floor=CONTROL_FLOOR)
+    return min(probe_batch_size, k)
 
 
 def predict_chunked(
@@ -126,11 +142,13 @@ def build_context(
     device: str | torch.device = "cpu",
     progress: Progress | None = None,
     iterate: bool = True,
+    score: bool = True,
 ) -> Context:
     """Everything the views read, for one model. `probes` replaces the fresh probe batch;
     `probe_batch_size` None is `capture.default_probe_batch` (256 for the paper's sizes). Fewer
     held-out and tuning prompts than asked are drawn for models too large to score on them all
-    (`scoring_prompts`; `extract` reports the counts)."""
+    (`scoring_prompts`; `extract` reports the counts). `iterate=False` skips the query probes,
+    `score=False` the network's forward on the held-out prompts (the control needs neither)."""
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
     if probe_batch_size < 2:
@@ -148,12 +166,15 @@ def build_context(
     if tuning is None:
         tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
     held, tune = held_out, tuning
-    pred = predict_chunked(
-        m64.to(device),
-        held.z0,
-        device=device,
-        chunk=probe_chunk(m64.cfg) if chunk is None else chunk,
-    )
+    if score:
+        pred = predict_chunked(
+            m64.to(device),
+            held.z0,
+            device=device,
+            chunk=probe_chunk(m64.cfg) if chunk is None else chunk,
+        )
+    else:  # the control's views read no predictions of the network
+        pred = np.full(held.D.shape, np.nan)
     return Context(
         cap=cap,
         qk=qk,
@@ -390,24 +411,27 @@ def extract(
         progress=progress,
     )
     timings["capture"] = time.perf_counter() - t0
-    control_results = None
+    control_results, control_probes = None, 0
     if control:
         t0 = time.perf_counter()
         untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
-        iterate = probe_flops(model.cfg, probe_batch_size) <= CONTROL_PROBE_FLOPS
+        # the control's one-step gaps are ratios: the first probe prompts its budget affords
+        control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
+        iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
         control_views = [v for v in CONTROL_VIEWS if v in names]
         if not iterate:
             control_views = [v for v in control_views if v != "polynomial"]
         cctx = build_context(
             untrained,
             task,
-            probe_batch_size=probe_batch_size,
+            probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
             seed=seed,
             held_out=ctx.held_out,
             tuning=ctx.tuning,
             chunk=chunk,
             device=device,
             iterate=iterate,
+            score=False,
         )
         run_views(cctx, control_views)
         control_results = cctx.results
@@ -434,6 +458,7 @@ def extract(
         "held_out_prompts": int(ctx.held_out.z0.shape[0]),
         "tuning_prompts": int(ctx.tuning.z0.shape[0]),
         "control_views": list(control_results) if control_results is not None else [],
+        "control_probe_batch": control_probes if control else 0,
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
         "units": "steps in internal units (prompt divided by its norm of A); MSE and fidelity "

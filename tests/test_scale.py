@@ -180,3 +180,21 @@ def test_the_spectral_jacobian_equals_the_tangent_propagation(normalize):
     np.testing.assert_allclose(spred, pred, rtol=0, atol=1e-12 * np.abs(pred).max())
     np.testing.assert_allclose(sjac, jac, rtol=0, atol=1e-12 * np.abs(jac).max())
     np.testing.assert_allclose(optimum.spectral_predict(geo, factors, a, c), spred, rtol=1e-13)
+
+
+def test_a_large_control_probes_the_first_prompts_its_budget_affords(monkeypatch):
+    from eagle_probe import extract as extract_module
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08])
+    monkeypatch.setattr(base, "VIEW_FLOPS", 1.0)
+    ex = extract_module.extract(
+        model,
+        task,
+        probe_batch_size=40,
+        test_batch=32,
+        tuning_batch=16,
+        views=("eagle", "fidelity", "verdict"),
+    )
+    assert ex.info["probe_batch"] == 40
+    assert ex.info["control_probe_batch"] == extract_module.CONTROL_FLOOR < 40
+    assert len(ex.control["fidelity"].json["layers"]) == 2

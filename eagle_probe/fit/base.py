@@ -22,8 +22,13 @@ from eagle_probe.fit.geometry import Geometry
 
 # A view that scores on held-out prompts (NumPy forwards of products) spends at most about this
 # many floating-point operations: every prompt of the paper's sizes, fewer as n, heads and layers
-# grow (`Context.scoring`), never fewer than SCORING_FLOOR.
-VIEW_FLOPS = 2e10
+# grow (`Context.scoring`), never fewer than SCORING_FLOOR. Held-out and tuning prompts are drawn
+# within DRAW_FLOPS for one forward of the network on them (`extract.scoring_prompts`). Every
+# shipped model scores projection, weights and terms on all 4096 held-out prompts; attribution,
+# the costliest (layers² × heads × blocks passes), on all 512 of its prompts for the one- and
+# three-head models and on 115 for the eight-head ones.
+VIEW_FLOPS = 4e10
+DRAW_FLOPS = 2e10
 SCORING_FLOOR = 4
 
 

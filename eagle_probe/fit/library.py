@@ -35,6 +35,7 @@ for the exact QR refit of small supports).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,18 +200,32 @@ class Factors:
     S: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, compare=False)
     # (G1, G2) -> G1 G2ᵀ (b, kQ1, kQ2) for pairs of scalar terms of one target
     GG: dict[tuple, np.ndarray] = field(default_factory=dict, compare=False)
+    # (P, id(y)) -> (weak reference to y, Pᵀ y): see `projected`
+    T: dict[tuple, tuple] = field(default_factory=dict, compare=False)
 
     def pair(self, g1: tuple[str, str], g2: tuple[str, str]) -> np.ndarray:
         """G1 G2ᵀ per prompt, computed once per pair of key/value products."""
         if (g1, g2) not in self.GG:
-            self.GG[(g1, g2)] = self.G[g1] @ self.G[g2].swapaxes(-1, -2)
+            self.GG[(g1, g2)] = np.ascontiguousarray(self.G[g1] @ self.G[g2].swapaxes(-1, -2))
         return self.GG[(g1, g2)]
 
     def cross(self, P1: str, P2: str) -> np.ndarray:
         """P1ᵀ P2 per prompt (b, kP1, kP2), computed once per pair of query-side blocks."""
         if (P1, P2) not in self.S:
-            self.S[(P1, P2)] = _einsum("bik,biK->bkK", self.blocks[P1], self.blocks[P2])
+            S = _einsum("bik,biK->bkK", self.blocks[P1], self.blocks[P2])
+            self.S[(P1, P2)] = np.ascontiguousarray(S)
         return self.S[(P1, P2)]
+
+    def projected(self, P: str, y: np.ndarray) -> np.ndarray:
+        """Pᵀ y per prompt (b, kP, kX) for a target update y (b, rows, kX), computed once per
+        query-side block and update array (kept while `y` lives; updates are never modified)."""
+        key = (P, id(y))
+        hit = self.T.get(key)
+        if hit is not None and hit[0]() is y:
+            return hit[1]
+        T = _einsum("bik,bij->bkj", self.blocks[P], y)
+        self.T[key] = (weakref.ref(y), T)
+        return T
 
     @classmethod
     def of(cls, geometry: Geometry, Z: np.ndarray) -> Factors:
@@ -260,8 +275,8 @@ def design(term: Term, f: Factors, geometry: Geometry) -> np.ndarray:
 
 def rhs(term: Term, f: Factors, y: np.ndarray) -> np.ndarray:
     """Φᵀ y for a target-shaped y (b, rows, kX): (size,)."""
-    P, G = f.blocks[term.P], f.G[(term.Q, term.R)]
-    T = _einsum("bik,bij->bkj", P, y)  # (b, kP, kX)
+    G = f.G[(term.Q, term.R)]
+    T = f.projected(term.P, y)  # (b, kP, kX)
     spec = {"none": "bkj,bkj->", "W1": "bkj,blj->kl", "W2": "bkj,bkm->mj", "both": "bkj,blm->klmj"}
     return np.atleast_1d(_einsum(spec[term.free], T, G)).reshape(-1)
 
@@ -295,7 +310,8 @@ def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
     S = f.cross(t1.P, t2.P)  # (b, kP1, kP2)
     if (t1.free, t2.free) == ("none", "none"):
         # Σ_b Σ_kK S_kK (G1 G2ᵀ)_kK: the n³ products are shared by every scalar pair
-        return np.sum(S * f.pair((t1.Q, t1.R), (t2.Q, t2.R))).reshape(1, 1)
+        GG = f.pair((t1.Q, t1.R), (t2.Q, t2.R))
+        return np.asarray(S.reshape(-1) @ GG.reshape(-1)).reshape(1, 1)
     H = _einsum(spec, S, f.G[(t1.Q, t1.R)], f.G[(t2.Q, t2.R)])
     if eye:
         kx = {"a": geometry.n, "c": geometry.n_prime}[KIND[t1.target]]
