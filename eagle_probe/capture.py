@@ -64,6 +64,19 @@ class Capture:
         Z, d, n = self.Z[layer], self.d, self.n
         return Z[:, :d, :n], Z[:, d:, :n], Z[:, :d, n:], Z[:, d:, n:]
 
+    def first(self, k: int) -> Capture:
+        """The capture of the first k probe prompts (itself when there are no more)."""
+        if k >= self.Z.shape[1]:
+            return self
+        return replace(
+            self,
+            Z=self.Z[:, :k],
+            scale=self.scale[:k],
+            x=self.x[:, :k],
+            dx_heads=self.dx_heads[:, :k],
+            target=self.target[:k],
+        )
+
     def normal_matrix(self) -> np.ndarray:
         """G = A_card ᵀ A_card = A Aᵀ of the input prompt: (b, d, d)."""
         A = self.blocks(0)[0]

@@ -193,8 +193,11 @@ def test_a_large_control_probes_the_first_prompts_its_budget_affords(monkeypatch
         probe_batch_size=40,
         test_batch=32,
         tuning_batch=16,
-        views=("eagle", "fidelity", "verdict"),
+        views=("eagle", "fidelity", "terms", "verdict"),
     )
     assert ex.info["probe_batch"] == 40
+    terms = ex.views["terms"].json
+    assert terms["probe_prompts"] == 16 and terms["prompts"] == base.SCORING_FLOOR
+    assert max(lay["relative_residual"] for lay in terms["layers"]) < 1e-8
     assert ex.info["control_probe_batch"] == extract_module.CONTROL_FLOOR < 40
     assert len(ex.control["fidelity"].json["layers"]) == 2

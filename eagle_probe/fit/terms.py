@@ -29,7 +29,7 @@ import pandas as pd
 
 from eagle_probe.fit import library as lib
 from eagle_probe.fit import sparse
-from eagle_probe.fit.base import Context, ViewResult, register, table1
+from eagle_probe.fit.base import Context, ViewResult, affordable, register, table1
 from eagle_probe.fit.geometry import Geometry
 
 
@@ -368,10 +368,20 @@ def _row(layer: int, t: Fitted) -> dict:
 # --- the view -------------------------------------------------------------------------------------
 
 
+# Cost of the discovery in layer passes of the products per probe prompt (`fit.base`): the
+# normal equations of four targets on all prompts and on the bags, about 40 L / h. Paper-sized
+# models use every probe prompt; large ones the first the views' budget affords (at least
+# TERMS_FLOOR), reported as `probe_prompts`.
+TERMS_PASSES_PER_LAYER = 40
+TERMS_FLOOR = 16
+
+
 def discover(ctx: Context, cfg: TermsConfig | None = None) -> tuple[list[list[Fitted]], dict]:
     """Discover every layer's terms from the capture; returns (terms per layer, layer JSONs)."""
     cfg = cfg or TermsConfig()
-    g, cap = ctx.geometry, ctx.cap
+    g = ctx.geometry
+    passes = TERMS_PASSES_PER_LAYER * g.layers / g.heads
+    cap = ctx.cap.first(affordable(g, passes, ctx.cap.Z.shape[1], floor=TERMS_FLOOR))
     rng = ctx.rng(0x7E4D5)
     per_layer, layers = [], []
     for layer in range(cap.Z.shape[0] - 1):
@@ -390,7 +400,11 @@ def discover(ctx: Context, cfg: TermsConfig | None = None) -> tuple[list[list[Fi
             }
         )
         per_layer.append(fitted)
-    return per_layer, {"layers": layers, "config": asdict(cfg)}
+    return per_layer, {
+        "layers": layers,
+        "config": asdict(cfg),
+        "probe_prompts": int(cap.Z.shape[1]),
+    }
 
 
 def run_from_input(z0: np.ndarray, per_layer: list[list[Fitted]], g: Geometry) -> np.ndarray:
