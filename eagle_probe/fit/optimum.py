@@ -282,9 +282,15 @@ def fit_steps(
     }
 
 
-def eagle_mse(geo: Geometry, prompts: HeldOut, a_steps, c_steps, target=None) -> float:
-    """MSE of EAGLE with the given steps against `target` (default: the true D)."""
-    pred = predict(geo, prompts.z0, a_steps, c_steps)
+def eagle_mse(
+    geo: Geometry, prompts: HeldOut, a_steps, c_steps, target=None, factors=None
+) -> float:
+    """MSE of EAGLE with the given steps against `target` (default: the true D); `factors`
+    (`spectral_factors` of the prompts) runs it in the singular basis."""
+    if factors is not None:
+        pred = spectral_predict(geo, factors, a_steps, c_steps)
+    else:
+        pred = predict(geo, prompts.z0, a_steps, c_steps)
     ref = prompts.D if target is None else target
     with np.errstate(over="ignore", invalid="ignore"):
         return float(np.mean((pred - ref) ** 2))
@@ -332,6 +338,7 @@ def optimum_view(ctx: Context) -> ViewResult:
     tune = ctx.tuning.first(affordable(geo, passes, ctx.tuning.prompts, floor=floor))
     held, net_held = ctx.scoring(10 * 1.5 * geo.layers / geo.heads)  # ten EAGLE runs
     network_mse = held.mse(net_held)
+    held_factors = spectral_factors(geo, held.z0) if spectral(geo) else None  # one SVD each
     proj = ctx.results["projection"].json["layers"]
     a0 = [lay["a_step"] for lay in proj]
     c0 = [lay["c_step"] for lay in proj]
@@ -341,14 +348,16 @@ def optimum_view(ctx: Context) -> ViewResult:
         "tuning_prompts": int(tune.z0.shape[0]),
         "held_out_prompts": int(held.z0.shape[0]),
         "network_mse": network_mse,
-        "start_mse": eagle_mse(geo, held, a0, c0),
+        "start_mse": eagle_mse(geo, held, a0, c0, factors=held_factors),
     }
     warnings = []
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
         fit = fit_steps(geo, tune, target, a0, c0)
-        fit["mse"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"])
+        fit["mse"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"], factors=held_factors)
         if name == "distilled":
-            fit["gap_to_network"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"], net_held)
+            fit["gap_to_network"] = eagle_mse(
+                geo, held, fit["a_steps"], fit["c_steps"], net_held, factors=held_factors
+            )
         out[name] = fit
         out[f"{name}_mse"] = fit["mse"]
         if fit["mse"] > 2 * fit["loss"] + 1e-300 and name == "optimal":
