@@ -729,7 +729,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     budget.check(
         extract_bytes(model.cfg, probes, args.probe_chunk),
         f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
-        f"(n = {model.cfg.n}, d = {model.cfg.d}) with {probes} probe prompts",
+        f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
         _budget(args),
     )
     tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
