@@ -78,14 +78,22 @@ class Capture:
         )
 
     def normal_matrix(self) -> np.ndarray:
-        """G = A_card ᵀ A_card = A Aᵀ of the input prompt: (b, d, d)."""
-        A = self.blocks(0)[0]
-        return A @ A.swapaxes(-1, -2)
+        """G = A_card ᵀ A_card = A Aᵀ of the input prompt: (b, d, d), computed once, read-only."""
+        if "_normal_matrix" not in self.__dict__:
+            A = self.blocks(0)[0]
+            G = A @ A.swapaxes(-1, -2)
+            G.flags.writeable = False
+            self.__dict__["_normal_matrix"] = G  # a cache on a frozen instance
+        return self.__dict__["_normal_matrix"]
 
     def normal_rhs(self) -> np.ndarray:
-        """A_card ᵀ b = A Bᵀ of the input prompt: (b, d, d')."""
-        A, B = self.blocks(0)[:2]
-        return A @ B.swapaxes(-1, -2)
+        """A_card ᵀ b = A Bᵀ of the input prompt: (b, d, d'), computed once, read-only."""
+        if "_normal_rhs" not in self.__dict__:
+            A, B = self.blocks(0)[:2]
+            rhs = A @ B.swapaxes(-1, -2)
+            rhs.flags.writeable = False
+            self.__dict__["_normal_rhs"] = rhs
+        return self.__dict__["_normal_rhs"]
 
 
 def float64_copy(model: LinearTransformer) -> LinearTransformer:
