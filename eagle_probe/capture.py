@@ -24,6 +24,7 @@ activations at once. `capture_bytes` estimates the peak before anything runs.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 
@@ -105,6 +106,14 @@ def float64_copy(model: LinearTransformer) -> LinearTransformer:
     copy.load_state_dict({k: v.to(torch.float64) for k, v in model.state_dict().items()})
     copy.eval()
     return copy
+
+
+def on_device(model: LinearTransformer, device: torch.device) -> LinearTransformer:
+    """`model` on `device`: itself when it is there, else a moved copy (the caller's model is
+    never moved)."""
+    if model.readout_scale.device == device:
+        return model
+    return copy.deepcopy(model).to(device)
 
 
 def probe_batch(task: TaskConfig, batch: int, seed: int) -> Prompt:
@@ -209,7 +218,7 @@ def capture(
             f"the model takes A ({cfg.d}, {cfg.n}) and C ({cfg.d}, {cfg.n_prime})"
         )
     device = torch.device(device)
-    model = float64_copy(model).to(device)
+    model = on_device(float64_copy(model), device)
     z0_all = prompt.to(torch.float64).z0()  # (b, T, E) block orientation, prompt units
     b, L, d, n, dp, npr = z0_all.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
     T, E = z0_all.shape[1:]

@@ -22,6 +22,7 @@ from eagle_probe.capture import (
     capture,
     default_probe_batch,
     float64_copy,
+    on_device,
     probe_batch,
     probe_chunk,
     probe_flops,
@@ -165,7 +166,6 @@ def build_context(
     m64 = float64_copy(model)
     prompts = probes if probes is not None else probe_batch(task, probe_batch_size, seed)
     cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress, iterate=iterate)
-    m64 = m64.cpu()
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
     geometry = choose_reading(cap, geometry_of(m64, qk))
@@ -176,7 +176,7 @@ def build_context(
     held, tune = held_out, tuning
     if score:
         pred = predict_chunked(
-            m64.to(device),
+            on_device(m64, device),
             held.z0,
             device=device,
             chunk=probe_chunk(m64.cfg) if chunk is None else chunk,

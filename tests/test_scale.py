@@ -201,3 +201,14 @@ def test_a_large_control_probes_the_first_prompts_its_budget_affords(monkeypatch
     assert max(lay["relative_residual"] for lay in terms["layers"]) < 1e-8
     assert ex.info["control_probe_batch"] == extract_module.CONTROL_FLOOR < 40
     assert len(ex.control["fidelity"].json["layers"]) == 2
+
+
+def test_capture_never_moves_or_changes_the_callers_model():
+    from eagle_probe.capture import capture, on_device, probe_batch
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08])  # float64: float64_copy returns it
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    capture(model, probe_batch(task, 8, 0), device="cpu")
+    assert on_device(model, torch.device("cpu")) is model
+    for k, v in model.state_dict().items():
+        assert v.device.type == "cpu" and torch.equal(v, before[k])
