@@ -233,4 +233,5 @@ def test_cli_extracts_a_sample_layout_model(tmp_path, capsys):
     assert [lay["label"] for lay in data["layers"]] == ["GD"]
     assert data["views"]["verdict"]["model"]["label"] == "GD"
     assert (out / "report.html").is_file() and not (out / "solver.py").exists()
+    assert data["export"]["solver"] is None and "EAGLE" in data["export"]["reason"]
     assert "Verdict: GD." in capsys.readouterr().out
