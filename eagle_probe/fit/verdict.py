@@ -257,6 +257,9 @@ def sample_verdict(ctx: Context) -> ViewResult:
                     "matrix": lay["matrix"]["r2"],
                 },
                 "one_step_relative": fid[layer]["one_step"]["relative"] if fid else float("nan"),
+                "one_step_relative_D": fid[layer]["one_step"]["relative_blocks"]["D"]
+                if fid
+                else float("nan"),
                 "control_relative": ctrl[layer]["one_step"]["relative"] if ctrl else float("nan"),
                 "projection_cost": cost,
             }
@@ -288,7 +291,10 @@ def sample_verdict(ctx: Context) -> ViewResult:
         }[lay["label"]]
         gap = ""
         if math.isfinite(lay["one_step_relative"]):
-            gap = f"; one GD++ layer misses {_fmt(lay['one_step_relative'])} of its update"
+            gap = (
+                f"; one GD++ layer misses {_fmt(lay['one_step_relative'])} of its update "
+                f"({_fmt(lay['one_step_relative_D'])} of the D slot's)"
+            )
             if math.isfinite(lay["control_relative"]):
                 gap += f" (untrained control {_fmt(lay['control_relative'])})"
         parts.append(f"Layer {lay['layer']}: {lay['label']}, {what}{gap}.")
