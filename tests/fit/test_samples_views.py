@@ -222,3 +222,11 @@ def test_jacobian_of_the_sample_family_matches_finite_differences():
             optimum.predict(geo, z0, up[:2], up[2:]) - optimum.predict(geo, z0, down[:2], down[2:])
         ) / (2 * h)
         assert np.abs(fd - jac[:, i]).max() <= 1e-6 * max(np.abs(fd).max(), 1e-12)
+
+
+def test_no_eagle_solver_is_written_for_a_sample_layout_extraction(extractions):
+    from eagle_probe.errors import EagleProbeError
+    from eagle_probe.export import solver_source
+
+    with pytest.raises(EagleProbeError, match="sample-layout"):
+        solver_source(extractions["GD"].to_json())
