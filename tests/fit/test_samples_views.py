@@ -230,3 +230,42 @@ def test_no_eagle_solver_is_written_for_a_sample_layout_extraction(extractions):
 
     with pytest.raises(EagleProbeError, match="sample-layout"):
         solver_source(extractions["GD"].to_json())
+
+
+def test_terms_recover_gdpp_split_over_heads_with_several_labels_and_queries():
+    """Two heads carrying half of each step each, d' = n' = 2: the same four terms."""
+    dp, L = 2, len(ETAS)
+    width = D + dp
+    qk, vp = np.zeros((L, 2, width, width)), np.zeros((L, 2, width, width))
+    qk[:, :, :D, :D] = np.eye(D)
+    for layer in range(L):
+        vp[layer, :, D:, D:] = -ETAS[layer] / 2 * np.eye(dp)
+        vp[layer, :, :D, :D] = -GAMMAS[layer] / 2 * np.eye(D)
+    cfg = ModelConfig(
+        tokens="samples",
+        n=N,
+        d=D,
+        n_prime=2,
+        d_prime=dp,
+        n_layers=L,
+        n_heads=2,
+        normalize="none",
+        dtype="float64",
+    )
+    model = LinearTransformer(cfg)
+    state = dict(model.state_dict())
+    eye = torch.eye(width, dtype=torch.float64).expand(2, width, width).clone()
+    for layer in range(L):
+        state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
+        state[f"blocks.{layer}.attn.W_K"] = eye.clone()
+        state[f"blocks.{layer}.attn.W_V"] = torch.from_numpy(vp[layer].copy())
+        state[f"blocks.{layer}.attn.W_P"] = eye.clone()
+    model.load_state_dict(state)
+    task = TaskConfig(task="least_squares", n=N, d=D, n_prime=2, d_prime=dp, alpha=1.0)
+    ex = extract(model.eval(), task, probe_batch_size=64, test_batch=64, tuning_batch=32)
+    got = _terms(ex)
+    for have, want in zip(got, expected_terms("GD++"), strict=True):
+        assert set(have) == set(want)
+        for term, coef in want.items():
+            assert _rel(have[term], coef) < 1e-6, term
+    assert ex.verdict["label"] == "GD++"
