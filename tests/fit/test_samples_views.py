@@ -152,6 +152,9 @@ def test_step_views_read_the_planted_gdpp_steps(extractions):
     assert _rel([lay["c_step"] for lay in proj["layers"]], c_want) < 1e-12
     assert proj["projected_mse"] == pytest.approx(proj["network_mse"], rel=1e-10)
     assert proj["preconditioned_mse"] == pytest.approx(proj["network_mse"], rel=1e-10)
+    # the GD++ steps imply the filter f_l = c_l m_l(λ)², m_{l+1} = m_l (1 − a_l λ m_l²), as EAGLE's
+    for lay in ex.views["polynomial"].json["layers"]:
+        assert lay["eagle_filter_gap"] < 1e-12
     sym = ex.views["symbolic"].json["layers"][0]
     assert "0.05" in sym["B"] and "0.03" in sym["C"]  # B moves with c = η/n, C with a = γ/n
 
