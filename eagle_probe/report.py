@@ -158,6 +158,8 @@ UNITS = {  # per-layer table column -> unit shown under its header
     "fid e2e": "prompt units",
     "proj. cost %": "% of MSE",
     "R2 design": "fraction",
+    "alpha_0": "internal units",
+    "orders": "design form",
     "verdict": "label",
 }
 
