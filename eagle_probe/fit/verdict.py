@@ -233,6 +233,10 @@ def sample_label(labels: list[str]) -> str:
 def sample_verdict(ctx: Context) -> ViewResult:
     """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+    if "algorithm" not in ctx.results:  # the names come from the algorithm view
+        from eagle_probe.fit.algorithm import algorithm_view
+
+        ctx.results["algorithm"] = algorithm_view(ctx)
     algo = ctx.results["algorithm"].json["layers"]
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
     ctrl = None
