@@ -354,7 +354,8 @@ from eagle_probe.extract import extract
 runs = {}
 for name in ("lsa_1layer", "lsa_3layer"):
     model, task, _ = checkpoint.load(f"trained_models/{name}.pt")
-    ex = extract(model, task, probe_batch_size=512, test_batch=4096, tuning_batch=16, control=False)
+    ex = extract(model, task, probe_batch_size=512, test_batch=4096, tuning_batch=512,
+                 control=False)
     runs[name] = (model, task, ex)
     print(f"{name}: held-out MSE {ex.network['mse']:.4f} (zero predictor {ex.network['zero_mse']:.3f})")
     display(ex.table())"""),
@@ -405,7 +406,29 @@ plt.show()"""),
     ("md", """\
 Reading: a layer labelled GD has a flat filter (order 0 alone); GD++ layers need order 1 and above,
 the signature of stepping through data that earlier layers have moved by I − γG. The numbers above
-are the evidence; the trained_models README records the verdict and the training commands."""),
+are the evidence; the trained_models README records the verdict and the training commands.
+
+## The verdict, from every view
+
+The extraction's verdict takes the names above and sets beside them the GD++ step family fitted
+to the activations (steps a: the data preconditioning of the feature rows, c: the gradient step
+on the label rows), the weights projected onto GD++ and onto preconditioned GD with what that
+costs in function, and the terms found by sparse regression, written in the blocks of Z (GD is
+B+=BAtA and D+=BAtC, GD++ adds A+=AAtA and C+=AAtC)."""),
+    ("code", """\
+for name, (model, task, ex) in runs.items():
+    print(f"{name}: {ex.verdict['text']}")
+    print()
+terms = runs["lsa_3layer"][2].views["terms"].tables["terms"]
+stable = terms[terms.frequency >= 0.5]
+display(stable[["layer", "term", "coefficient", "nearest_scalar", "share"]])"""),
+    ("code", """\
+lay = runs["lsa_1layer"][2].views["algorithm"].json["layers"][0]
+assert abs(lay["scalar"]["alpha_0"] * (20 + 10 + 1) + 1) < 0.03, "1-layer: α_0 within 3% of −1/31"
+assert lay["scalar"]["r2"] >= 0.999
+assert runs["lsa_1layer"][2].verdict["label"] == "GD"
+assert runs["lsa_3layer"][2].verdict["label"] == "GD++"
+"""),
 ]
 
 

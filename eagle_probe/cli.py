@@ -669,7 +669,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
-        if "eagle" not in result.views:  # sample layout: no EAGLE steps, no exported solver
+        if model.cfg.tokens == "samples":  # the exported solver runs EAGLE, not GD++
+            payload["export"] = {
+                "solver": None,
+                "reason": "the exported solver runs EAGLE; a sample-layout model runs GD, GD++ "
+                "or preconditioned GD (see views.verdict)",
+            }
             (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
             write_report(result, tmp, str(args.model))
             _publish(args)

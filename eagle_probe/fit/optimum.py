@@ -12,6 +12,9 @@ dA' = dA − da·AK − a(dA K + A dK), dK = Π(dAᵀA + AᵀdA), and likewise f
 the steps the weights imply (view `projection`). It stops when the gradient of the loss, relative
 to the loss, is below `gtol` — a stationary point, reported with its final gradient norm — or
 after `max_iter` iterations, with `converged: false`.
+
+Sample layout: the same fit over the steps of its row-tied family (view `eagle`; B moves with c
+and C with a), i.e. the best GD++ with the network's number of layers.
 """
 
 from __future__ import annotations
@@ -62,16 +65,18 @@ def eagle_jacobian(
             M = P @ (At @ C)  # (b, n, n')
             dM = P @ (_left(At, dC) + _right(dA.swapaxes(-1, -2), C))  # (b, p, n, n')
             AK, BK, AM, BM = A @ K, B @ K, A @ M, B @ M
+            # EAGLE: B moves with a and C with c; the sample layout's family swaps them
+            sB, iB, sC, iC = (c, L + layer, a, layer) if geo.samples else (a, layer, c, L + layer)
             nA = dA - a * (_right(dA, K) + _left(A, dK))
-            nB = dB - a * (_right(dB, K) + _left(B, dK))
-            nC = dC - c * (_right(dA, M) + _left(A, dM))
+            nB = dB - sB * (_right(dB, K) + _left(B, dK))
+            nC = dC - sC * (_right(dA, M) + _left(A, dM))
             nD = dD - c * (_right(dB, M) + _left(B, dM))
             nA[:, layer] -= AK
-            nB[:, layer] -= BK
-            nC[:, L + layer] -= AM
+            nB[:, iB] -= BK
+            nC[:, iC] -= AM
             nD[:, L + layer] -= BM
             dA, dB, dC, dD = nA, nB, nC, nD
-            A, B, C, D = A - a * AK, B - a * BK, C - c * AM, D - c * BM
+            A, B, C, D = A - a * AK, B - sB * BK, C - sC * AM, D - c * BM
         pred = geo.readout * D * s
         jac = geo.readout * dD * s[:, None]
     return pred, jac
