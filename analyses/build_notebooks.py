@@ -204,10 +204,9 @@ display(plots.error_curves(hist, "seconds"))"""),
 # The reading below, checked on the numbers above: this cell fails when it no longer holds.
 assert ex.verdict["label"] == "EAGLE"
 assert abs(ex.test["projected_mse"] / ex.test["mse"] - 1) < 0.02, "projection: MSE unchanged"
-assert one.relative[0] < 1e-3, "layer 0 is an EAGLE step"
-assert min(one.relative_A[1], one.relative_B[1]) > 0.05, "layer 1's A/B update departs"
-assert max(one.relative_C[1], one.relative_D[1]) < 0.01, "layer 1's C/D update is EAGLE"
-assert 0.02 < rel(faithful, net) < 0.2, "the faithful export differs by several percent"
+assert (one.relative < 0.01).all(), "every layer is an EAGLE step to within 1% of its update"
+assert (one.relative_C < 0.01).all() and (one.relative_D < 0.01).all(), "C/D updates: EAGLE"
+assert rel(faithful, net) < 0.05, "the faithful export is within a few percent of the network"
 assert all(r["info"] == 0 and r["relative error"] < 1e-9 for r in rows), "normalized: exact"
 it = pd.DataFrame(runs).set_index("solver").iterations
 assert it["cg"] >= 100 * it["eagle"], "hundreds of times fewer iterations than CG at κ = 1e4"
@@ -216,12 +215,12 @@ assert it["cg"] >= 100 * it["eagle"], "hundreds of times fewer iterations than C
 ## Reading
 
 In weight space the network is EAGLE: projecting every layer onto the EAGLE family leaves its
-held-out MSE unchanged (the verdict above). One step at a time, layer 0 is an EAGLE step to
-round-off; layer 1's A/B update departs (a dense W_VP A-block) while its C/D update is EAGLE, and
-layers 2–3 use dense W_QK A-blocks whose departures cancel in function. The faithful export, built
-from the activation-fitted constants, therefore differs from the network by several percent, while
-the normalized export, which keeps iterating with per-problem ρ, solves the problem exactly at any
-size. Against CG, EAGLE needs hundreds of
+held-out MSE unchanged (the verdict above). One step at a time, every layer is an EAGLE step to
+within half a percent of its own update (the untrained control: 100%); layers 1–3 have EAGLE's
+weight shape outright, layer 0 a dense W_QK A-block that acts like a multiple of I on these
+prompts. The faithful export, built from the activation-fitted constants, follows the network to
+about a percent, while the normalized export, which keeps iterating with per-problem ρ, solves the
+problem exactly at any size. Against CG, EAGLE needs hundreds of
 times fewer iterations at κ = 1e4, each a dense matrix product instead of a matrix-vector
 product."""),
 ]
@@ -242,6 +241,35 @@ rng = np.random.default_rng(0)
 table1 = bench.fidelity(rng, __import__("pathlib").Path("trained_models"))
 display(table1)
 display(plots.fidelity_bars(table1))"""),
+    ("md", """\
+## Table 1 over seeds
+
+The paper reports Table 1 as a mean over 10 seeds. `trained_models/seeds/` holds 5 seeds of the
+centralized regime for two recipes: `plain` (the paper's: no prompt normalisation, constant rate
+1e-3, clip 0.1, batch 1024; kept weights chosen by the mean over the best 99% of held-out prompts)
+and `normalized` (spectral prompt normalisation, rate 1e-2 with warm-up and cosine decay, batch
+256). Test error on 4,096 fresh prompts (mean, median and worst prompt), then both readings of the
+fidelity metric per layer as mean ± sd over seeds, the paper's values beside."""),
+    ("code", """\
+from pathlib import Path
+import matplotlib.pyplot as plt
+from eagle_probe.bench import seed_summary, seeds
+
+seed_tests, seed_fid = seeds(Path("trained_models/seeds"), batch=4096, seed=2026)
+display(seed_tests.round(6))
+seed_table1 = seed_summary(seed_fid)
+display(seed_table1)
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+for ax, reading in zip(axes, ("one_step", "end_to_end")):
+    for k, (recipe, part) in enumerate(seed_table1[seed_table1.reading == reading].groupby("recipe")):
+        ax.errorbar(part.layer + 0.1 * k, part["mean"], yerr=part["std"], fmt="o", capsize=3,
+                    label=recipe)
+    paper = seed_table1[seed_table1.reading == reading].groupby("layer").paper.first()
+    ax.plot(paper.index, paper.values, "k_", ms=14, mew=2, label="paper (10 seeds)")
+    ax.set_yscale("log"); ax.set_xlabel("layer (0-based)"); ax.set_title(reading.replace("_", " "))
+    ax.set_xticks(range(len(paper)))
+axes[0].set_ylabel("‖Z − Z_EAGLE‖² / entries"); axes[1].legend(fontsize=8)
+plt.show()"""),
     ("md", "## Weight structure"),
     ("code", """\
 extractions = {}
@@ -286,20 +314,19 @@ eagle_rounds = dist[dist.method == "eagle"].rounds
 gd_rounds = dist[dist.method == "distributed_gd"].rounds.values
 admm_floats = dist[dist.method == "admm"].floats_total.values
 eagle_floats = dist[dist.method == "eagle"].floats_total.values
-eta0 = extractions["centralized"][1].layers.eta.iloc[0]
-gamma0 = extractions["centralized"][1].layers.gamma.iloc[0]
 claims = [
     ("Trained weights collapse to W_QK ≈ diag(α1 I, 0), W_VP ≈ diag(α2 I, α3 I)",
-     f"layer 0: {ex.weights.W_QK.iloc[0]}, {ex.weights.W_VP.iloc[0]}; later layers dense",
-     "confirmed for layer 0 only"),
+     "; ".join(f"layer {r.layer}: {r.W_QK}, {r.W_VP}" for r in ex.weights.itertuples()),
+     "confirmed for layers 1-3; layer 0's W_QK A-block is dense"),
     ("Table 1 centralized fidelity 2.4e-4 … 5.3e-4 (end to end)",
      ", ".join(f"{v:.1e}" for v in c_fid[c_fid.reading == "end_to_end"].fidelity),
-     "better in layer 0 (the paper's layer 1), worse in layers 1-3"),
+     "better in layers 1-3, worse in layer 0 (the paper's layer 1)"),
     ("… one layer at a time (one-step reading)",
      ", ".join(f"{v:.1e}" for v in c_fid[c_fid.reading == "one_step"].fidelity),
-     "better in layers 0, 2, 3; layer 1's A/B update departs"),
-    ("η ≈ 1, γ ≈ 1.9", f"layer 0: η = {eta0:.2f}, γ = {gamma0:.2f}",
-     "same order; γ lower in layer 0"),
+     "better in layers 1-3; layer 0 (dense W_QK) departs"),
+    ("η ≈ 1, γ ≈ 1.9", "; ".join(f"layer {r.layer}: η = {r.eta:.2f}, γ = {r.gamma:.2f}"
+                                 for r in extractions["centralized"][1].layers.itertuples()),
+     "η ≈ 1 confirmed in layers 0-2 (layer 3 has no A step); γ ≈ 1.0-1.4, below 1.9"),
     ("≈100× fewer iterations than CG at κ = 1e4",
      f"{k4.cg_iterations:.0f} vs {k4.eagle_iterations:.0f} ({k4.ratio:.0f}×)",
      "confirmed" if k4.ratio >= 100 else "refuted"),
@@ -322,14 +349,17 @@ display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measureme
 # The verdicts written as text above, checked on the numbers: this cell fails when one no
 # longer holds (the others are computed from the measurement).
 w = ex.weights
-assert w.W_QK.iloc[0].endswith("I_18, 0)") and "dense" not in w.W_VP.iloc[0], "layer 0: EAGLE"
-assert all("dense" in q + v for q, v in zip(w.W_QK.iloc[1:], w.W_VP.iloc[1:])), "later: dense"
+assert all(q.endswith("I_18, 0)") and "dense" not in v
+           for q, v in zip(w.W_QK.iloc[1:], w.W_VP.iloc[1:])), "layers 1-3: EAGLE's shape"
+assert w.W_QK.iloc[0].startswith("diag(dense"), "layer 0: dense W_QK A-block"
 e2e = c_fid[c_fid.reading == "end_to_end"] if "reading" in c_fid else c_fid
-assert e2e.sort_values("layer").better_than_paper.tolist() == [True, False, False, False], (
-    "end to end: better in layer 0 only")
+assert e2e.sort_values("layer").better_than_paper.tolist() == [False, True, True, True], (
+    "end to end: better in layers 1-3")
 one = c_fid[c_fid.reading == "one_step"].sort_values("layer")
-assert one.better_than_paper.tolist() == [True, False, True, True], "one step: all but layer 1"
-assert 0.3 < eta0 < 3 and 0.3 < gamma0 < 1.9, "η, γ of the paper's order; γ below 1.9"
+assert one.better_than_paper.tolist() == [False, True, True, True], "one step: layers 1-3"
+lay = extractions["centralized"][1].layers
+assert ((0.5 < lay.eta.iloc[:3]) & (lay.eta.iloc[:3] < 1.5)).all(), "η ≈ 1 in layers 0-2"
+assert ((0.9 < lay.gamma) & (lay.gamma < 1.5)).all(), "γ between 0.9 and 1.5, below 1.9"
 assert k4.ratio >= 100 and (gd_rounds / eagle_rounds.values >= 10).all()
 """),
 ]
@@ -354,7 +384,8 @@ from eagle_probe.extract import extract
 runs = {}
 for name in ("lsa_1layer", "lsa_3layer"):
     model, task, _ = checkpoint.load(f"trained_models/{name}.pt")
-    ex = extract(model, task, probe_batch_size=512, test_batch=4096, tuning_batch=16, control=False)
+    ex = extract(model, task, probe_batch_size=512, test_batch=4096, tuning_batch=512,
+                 control=False)
     runs[name] = (model, task, ex)
     print(f"{name}: held-out MSE {ex.network['mse']:.4f} (zero predictor {ex.network['zero_mse']:.3f})")
     display(ex.table())"""),
@@ -405,7 +436,29 @@ plt.show()"""),
     ("md", """\
 Reading: a layer labelled GD has a flat filter (order 0 alone); GD++ layers need order 1 and above,
 the signature of stepping through data that earlier layers have moved by I − γG. The numbers above
-are the evidence; the trained_models README records the verdict and the training commands."""),
+are the evidence; the trained_models README records the verdict and the training commands.
+
+## The verdict, from every view
+
+The extraction's verdict takes the names above and sets beside them the GD++ step family fitted
+to the activations (steps a: the data preconditioning of the feature rows, c: the gradient step
+on the label rows), the weights projected onto GD++ and onto preconditioned GD with what that
+costs in function, and the terms found by sparse regression, written in the blocks of Z (GD is
+B+=BAtA and D+=BAtC, GD++ adds A+=AAtA and C+=AAtC)."""),
+    ("code", """\
+for name, (model, task, ex) in runs.items():
+    print(f"{name}: {ex.verdict['text']}")
+    print()
+terms = runs["lsa_3layer"][2].views["terms"].tables["terms"]
+stable = terms[terms.frequency >= 0.5]
+display(stable[["layer", "term", "coefficient", "nearest_scalar", "share"]])"""),
+    ("code", """\
+lay = runs["lsa_1layer"][2].views["algorithm"].json["layers"][0]
+assert abs(lay["scalar"]["alpha_0"] * (20 + 10 + 1) + 1) < 0.03, "1-layer: α_0 within 3% of −1/31"
+assert lay["scalar"]["r2"] >= 0.999
+assert runs["lsa_1layer"][2].verdict["label"] == "GD"
+assert runs["lsa_3layer"][2].verdict["label"] == "GD++"
+"""),
 ]
 
 

@@ -432,42 +432,115 @@ def movielens_note() -> str:
     return "MovieLens-100K: read from the recbole package's ml-100k.inter (not redistributed)"
 
 
+def model_fidelity(model, task, paper: list[float]) -> pd.DataFrame:
+    """Table-1 fidelity of one model per layer and reading: the EAGLE steps fitted on 256 probe
+    prompts (seed 0), scored on 512 others (seed 1), against the paper's values `paper`."""
+    from eagle_probe.capture import probe_batch
+    from eagle_probe.extract import build_context, extract
+    from eagle_probe.fit.fidelity import fidelity_table
+
+    ex = extract(
+        model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity")
+    )
+    held = build_context(
+        model, task, probes=probe_batch(task, 512, 1), test_batch=8, tuning_batch=8
+    )
+    table = fidelity_table(held, ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy())
+    rows = []
+    for row in table.itertuples():
+        ref = paper[row.layer] if row.layer < len(paper) else math.nan
+        rows.append(
+            {
+                "layer": row.layer,  # 0-based, as everywhere in eagle-probe
+                "reading": row.reading,
+                "fidelity": row.total,
+                "relative": row.relative,
+                "paper": ref,
+                "better_than_paper": row.total <= ref,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
     """The extracted EAGLE against the network on held-out probes, per layer, in the paper's
     Table-1 metric: one step at a time and end to end (see eagle_probe.fit.fidelity)."""
     from eagle_probe import checkpoint
-    from eagle_probe.capture import probe_batch
-    from eagle_probe.extract import build_context, extract
-    from eagle_probe.fit.fidelity import PAPER_TABLE1, fidelity_table
+    from eagle_probe.fit.fidelity import PAPER_TABLE1
 
-    rows = []
+    parts = []
     for name in ("centralized", "distributed", "constrained"):
         path = models / f"{name}.pt"
         if not path.exists():
             continue
         model, task, _ = checkpoint.load(path)
-        ex = extract(
-            model, task, probe_batch_size=256, seed=0, control=False, views=("eagle", "fidelity")
+        parts.append(model_fidelity(model, task, PAPER_TABLE1[name]).assign(model=name))
+    if not parts:
+        return pd.DataFrame(
+            columns=[
+                "model",
+                "layer",
+                "reading",
+                "fidelity",
+                "relative",
+                "paper",
+                "better_than_paper",
+            ]
         )
-        held = build_context(
-            model, task, probes=probe_batch(task, 512, 1), test_batch=8, tuning_batch=8
+    table = pd.concat(parts, ignore_index=True)
+    return table[["model"] + [c for c in table.columns if c != "model"]]
+
+
+SEED_NAME = r"(?P<recipe>[a-z_]+)_seed(?P<seed>\d+)\.pt"
+
+
+def seeds(
+    folder: Path, *, batch: int = 20_000, seed: int = 2026
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every `{recipe}_seed{k}.pt` in `folder` (centralized models of the paper distribution):
+    (tests, fidelity). tests: one row per model with the mean, median and worst prompt MSE on
+    `batch` fresh prompts and × below the zero predictor for the mean and the median; fidelity:
+    one row per model, layer and reading (`model_fidelity`)."""
+    import re
+
+    from eagle_probe import checkpoint
+    from eagle_probe.evaluate import evaluate
+    from eagle_probe.fit.fidelity import PAPER_TABLE1
+
+    tests, parts = [], []
+    for path in sorted(folder.glob("*.pt")):
+        match = re.fullmatch(SEED_NAME, path.name)
+        if not match:
+            continue
+        model, task, metrics = checkpoint.load(path)
+        result = evaluate(model, task, batch=batch, seed=seed)
+        zero = result["zero_mse"]
+        key = {"recipe": match["recipe"], "seed": int(match["seed"])}
+        tests.append(
+            key
+            | {
+                "mse": result["mse"],
+                "median_mse": result["median_mse"],
+                "worst_mse": result["worst_mse"],
+                "below_zero_mean": zero / result["mse"],
+                "below_zero_median": zero / result["median_mse"],
+                "nonfinite": result["nonfinite_prompts"],
+                "select": metrics.get("train_config", {}).get("select", "mean"),
+                "train_s": metrics.get("wall_seconds"),
+            }
         )
-        table = fidelity_table(held, ex.layers.a_step.to_numpy(), ex.layers.c_step.to_numpy())
-        for row in table.itertuples():
-            paper = PAPER_TABLE1[name]
-            ref = paper[row.layer] if row.layer < len(paper) else math.nan
-            rows.append(
-                {
-                    "model": name,
-                    "layer": row.layer,  # 0-based, as everywhere in eagle-probe
-                    "reading": row.reading,
-                    "fidelity": row.total,
-                    "relative": row.relative,
-                    "paper": ref,
-                    "better_than_paper": row.total <= ref,
-                }
-            )
-    return pd.DataFrame(rows)
+        parts.append(model_fidelity(model, task, PAPER_TABLE1["centralized"]).assign(**key))
+    if not tests:
+        raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint in {folder}")
+    return pd.DataFrame(tests), pd.concat(parts, ignore_index=True)
+
+
+def seed_summary(fidelity: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 as mean ± sd over seeds: one row per recipe, layer and reading, the paper beside."""
+    grouped = fidelity.groupby(["recipe", "reading", "layer"])
+    table = grouped.fidelity.agg(["mean", "std", "count"]).reset_index()
+    table["paper"] = grouped.paper.first().values
+    return table
 
 
 # --- driver -------------------------------------------------------------------------------

@@ -213,6 +213,18 @@ def build_parser() -> Parser:
         help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
     )
     train.add_argument(
+        "--select",
+        default="mean",
+        help="validation number that picks the kept weights: mean, median or trimmed (mean over "
+        "the best 99%% of prompts)",
+    )
+    train.add_argument(
+        "--gain-lr",
+        type=_finite_float,
+        default=0.0,
+        help="learning rate of a trained log-gain per layer and head, folded into W_P (0: off)",
+    )
+    train.add_argument(
         "--clip-qk",
         type=_finite_float,
         default=0.0,
@@ -312,6 +324,19 @@ def build_parser() -> Parser:
     sw.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
     sw.add_argument(
         "--parallel", type=_positive_int, default=None, help="runs at a time (the CPU count)"
+    )
+    sw.add_argument("--normalize", default="spectral", help="prompt normalisation (spectral)")
+    sw.add_argument("--schedule", default="warmup_cosine", help="learning-rate schedule")
+    sw.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
+    sw.add_argument(
+        "--gain-lr", type=_finite_float, default=0.0, help="rate of the head log-gains (0: off)"
+    )
+    sw.add_argument("--select", default="mean", help="mean, median or trimmed (mean)")
+    sw.add_argument(
+        "--eval-batch", type=_positive_int, default=2048, help="held-out validation prompts"
+    )
+    sw.add_argument(
+        "--name", default="{regime}_seed{seed}", help="checkpoint file stem ({regime}_seed{seed})"
     )
     sw.add_argument("--out", default="sweep-out", help="directory for checkpoints and sweep.csv")
     sw.add_argument("--force", action="store_true", help="write into an existing --out")
@@ -431,7 +456,7 @@ def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
     steps_done = previous.get("steps_done", 0)
     if not isinstance(steps_done, int) or isinstance(steps_done, bool) or steps_done < 0:
         bad.append("steps_done")
-    for key in ("best_val_mse",):
+    for key in ("best_val_mse", "best_val_selected"):
         value = previous.get(key)
         if value is not None and not isinstance(value, int | float):
             bad.append(key)
@@ -507,6 +532,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             clip=args.clip,
             clip_qk=args.clip_qk,
             weight_decay=args.weight_decay,
+            gain_lr=args.gain_lr,
+            select=args.select,
             freeze_values_last=args.freeze_values_last,
             curriculum=args.curriculum,
             skip_spikes=args.skip_spikes,
@@ -545,7 +572,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
 
     def write(model, metrics: dict[str, Any]) -> None:
         # Nothing is published before a validation has given finite numbers.
-        if claim is None or metrics.get("best_val_mse") is None:
+        if claim is None or metrics.get("best_val_selected") is None:
             return
         payload = checkpoint.jsonable(metrics | provenance)
         claim.write(out, lambda handle: checkpoint.dump(handle, model, task, payload))
@@ -571,10 +598,12 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         if tdist.get_rank() != 0:
             return 0  # rank 0 writes the checkpoint and reports
     metrics["test"] = evaluate(model, task)
-    if not math.isfinite(metrics["test"]["mse"]) or metrics.get("best_val_mse") is None:
+    # the number the kept weights were selected by must be finite on the test prompts too
+    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
+    if not math.isfinite(metrics["test"][decisive]) or metrics.get("best_val_selected") is None:
         raise EagleProbeError(
-            f"training diverged (test MSE {metrics['test']['mse']}); nothing written - lower "
-            "--lr or --init-std"
+            f"training diverged (test {decisive.replace('_', ' ')} {metrics['test'][decisive]}); "
+            "nothing written - lower --lr or --init-std"
         )
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
@@ -749,7 +778,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
         payload["timings"]["total"] = time.perf_counter() - start
-        if "eagle" not in result.views:  # sample layout: no EAGLE steps, no exported solver
+        if model.cfg.tokens == "samples":  # the exported solver runs EAGLE, not GD++
+            payload["export"] = {
+                "solver": None,
+                "reason": "the exported solver runs EAGLE; a sample-layout model runs GD, GD++ "
+                "or preconditioned GD (see views.verdict)",
+            }
             (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
             write_report(result, tmp, str(args.model))
             _publish(args)
@@ -788,8 +822,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for r in regimes:
         if r not in REGIMES:
             raise EagleProbeError(f"unknown regime {r!r}; choose from {', '.join(REGIMES)}")
+    from eagle_probe.model import NORMALIZE
+    from eagle_probe.sweep import run_name
+    from eagle_probe.train import SCHEDULES, SELECTIONS
+
+    for option, value, known in (
+        ("--normalize", args.normalize, NORMALIZE),
+        ("--schedule", args.schedule, SCHEDULES),
+        ("--select", args.select, SELECTIONS),
+    ):
+        if value not in known:
+            raise EagleProbeError(f"unknown {option} {value!r}; choose from {', '.join(known)}")
+    if not args.lr > 0 or args.gain_lr < 0:
+        raise EagleProbeError("--lr must be positive and --gain-lr non-negative")
     text = args.seeds.strip()
     count = int(text) if text.isdigit() else None
+    if count == 0:
+        raise EagleProbeError("--seeds 0 asks for no run: give a count of at least 1 or a list")
     if count is not None and count * len(regimes) > MAX_RUNS:
         raise EagleProbeError(
             f"--seeds {text} with {len(regimes)} regime(s) asks for more than {MAX_RUNS} runs"
@@ -804,6 +853,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise EagleProbeError("give at least one regime and seeds in [0, 2**32)")
     if len(seeds) * len(regimes) > MAX_RUNS:
         raise EagleProbeError(f"the sweep asks for more than {MAX_RUNS} runs")
+    for r in regimes:
+        for seed in seeds:
+            run_name(args.name, r, seed)
+    extra = [
+        "--normalize",
+        args.normalize,
+        "--schedule",
+        args.schedule,
+        "--lr",
+        repr(args.lr),
+        "--gain-lr",
+        repr(args.gain_lr),
+        "--select",
+        args.select,
+        "--eval-batch",
+        str(args.eval_batch),
+    ]
     out = _out_dir(args.out, args.force)
     tmp = _claim(args, files.output_dir(out, force=args.force))
     table = run_sweep(
@@ -813,7 +879,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         steps=args.steps,
         batch=args.batch,
         parallel=args.parallel,
-        extra=["--threads", str(args.threads)] if args.threads else None,
+        extra=extra + (["--threads", str(args.threads)] if args.threads else []),
+        name=args.name,
     )
     _publish(args)
     import pandas as pd

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle_probe import __version__
+from eagle_probe.errors import EagleProbeError
 from eagle_probe.files import atomic_write_text
 
 TEMPLATE = Path(__file__).with_name("solver_template.py")
@@ -27,6 +28,11 @@ BEGIN, END = "# --- BEGIN RECOVERED CONSTANTS ---", "# --- END RECOVERED CONSTAN
 def solver_source(extraction: dict[str, Any], projectors: list | None = None) -> str:
     """The text of solver.py for an extraction (the dict of `Extraction.to_json()`)."""
     model = extraction["model"]
+    if model.get("tokens") == "samples":
+        raise EagleProbeError(
+            "a sample-layout extraction has GD++ steps, not EAGLE's; the exported solver runs "
+            "EAGLE, so there is none to write for this model (see views.verdict)"
+        )
     layers = [
         {
             "a_step": _finite(lay["a_step"], "a_step"),

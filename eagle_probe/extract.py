@@ -43,11 +43,12 @@ CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained cont
 # and the control runs `eagle` and `fidelity` only (all the verdict reads).
 CONTROL_PROBE_FLOPS = 1e11
 
-# Views that apply to each token layout (ModelConfig.tokens). The EAGLE views read the feature
-# layout's blocks of W_QK and W_VP; the sample layout is read through its implicit iterate only.
+# Views that apply to each token layout (ModelConfig.tokens): every view reads both (in the sample
+# layout the step family is GD++, `fit.geometry`, and the verdict names GD / GD++ /
+# preconditioned GD); the algorithm view's names are of the sample layout's literature.
 VIEWS_FOR_LAYOUT = {
     "features": fit.ORDER,
-    "samples": ("polynomial", "algorithm"),
+    "samples": fit.ORDER,
 }
 
 
@@ -69,6 +70,7 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
         normalize=cfg.normalize,
         machines=cfg.machines if cfg.regime == "distributed" else 1,
         projector=sketch_projectors(qk, cfg.n) if cfg.regime == "constrained" else None,
+        layout=cfg.tokens,
     )
 
 
@@ -258,6 +260,8 @@ class Extraction:
             table["orders"] = [p["orders"] for p in poly]
             table["expansion_gap"] = [p["eagle_filter_gap"] for p in poly]
             table["linearity_deviation"] = [p["linearity_deviation"] for p in poly]
+        if "algorithm" in self.views and self.geometry.samples:
+            table["alpha_0"] = self.views["algorithm"].tables["algorithm"].alpha_0.values
         if "verdict" in self.views:
             table["label"] = [v["label"] for v in self.views["verdict"].json["layers"]]
         table["structure"] = self.geometry.reading
@@ -331,7 +335,9 @@ class Extraction:
 
 def layer_table(ex: Extraction) -> pd.DataFrame:
     """Per layer, with units: steps read from activations and from weights, fidelity one-step and
-    end-to-end (prompt units), the projection's cost, the design form's R², the label."""
+    end-to-end (prompt units), the projection's cost, the design form's R², the label. In the
+    sample layout a and c are the GD++ family's steps (`fit.geometry`), and the order-0 step α_0
+    and the design form's orders are added."""
     t = ex.layers
     if "eagle" not in ex.views:  # sample layout: the algorithm view's columns, orders as text
         return t.assign(orders=[",".join(map(str, o)) for o in t.orders])
@@ -353,6 +359,9 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
         cols["proj. cost %"] = (t.projection_mse / net - 1.0) * 100 if net > 0 else np.nan
     if "r2" in t:
         cols["R2 design"] = t.r2
+    if "alpha_0" in t:  # sample layout: the order-0 step and the design form's orders
+        cols["alpha_0"] = t.alpha_0
+        cols["orders"] = [",".join(map(str, o)) if o is not None else "all" for o in t.orders]
     if "label" in t:
         cols["verdict"] = t.label
     return pd.DataFrame(cols)

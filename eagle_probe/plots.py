@@ -154,11 +154,15 @@ def network_products(ex: Extraction) -> tuple[np.ndarray, np.ndarray, str] | Non
     return None
 
 
-def _block_axis(ax, n: int, width: int, xlabel: str, ylabel: str) -> None:
-    """Tick the A (first n) and C (last n') feature columns and draw the A|C boundary."""
+def _block_axis(
+    ax, n: int, width: int, xlabel: str, ylabel: str, coords: tuple[str, str] = ("A", "C")
+) -> None:
+    """Tick the A (first n) and C (last n') feature columns and draw the A|C boundary (sample
+    layout: the X features and Y labels of the rows)."""
     centres = [(n - 1) / 2, n + (width - n - 1) / 2]
-    ax.set_xticks(centres, [f"A 0–{n - 1}", "C"], fontsize=7)
-    ax.set_yticks(centres, [f"A 0–{n - 1}", "C"], fontsize=7, rotation=90, va="center")
+    a, c = coords
+    ax.set_xticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7)
+    ax.set_yticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7, rotation=90, va="center")
     for pos in (ax.axvline, ax.axhline):
         pos(n - 0.5, color="k", lw=0.8, ls="--")
     ax.set_xlabel(xlabel, fontsize=7)
@@ -178,7 +182,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
     if got is None:
         return {}
     qk, vp, source = got
-    n = ex.geometry.n
+    n, coords = ex.geometry.split[0], ex.geometry.coords
     width = qk.shape[-1]
     L, H = qk.shape[:2]
     per = max(1, MAX_PANELS // H)  # layers per figure
@@ -207,7 +211,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
                 ax = axes[2 * line + row][col]
                 lim = max(float(np.nanmax(np.abs(W))) if W.size else 0.0, 1e-12)
                 im = ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
-                _block_axis(ax, n, width, xl, yl)
+                _block_axis(ax, n, width, xl, yl, coords)
                 ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
                 cb.ax.tick_params(labelsize=6)

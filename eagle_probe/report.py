@@ -38,22 +38,36 @@ def _g(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def _family(ex: Extraction) -> str:
+    """The step family the views fit: EAGLE, or GD++ in the sample layout."""
+    return "GD++" if ex.geometry.samples else "EAGLE"
+
+
 def _projection(ex: Extraction) -> list[str]:
     p = ex.views["projection"].json
     net, pm = p["network_mse"], p["projected_mse"]
     change = (pm / net - 1) * 100 if net > 0 else math.nan
-    return [
-        f"projection onto the {p['family']} EAGLE family: MSE {_g(net)} -> {_g(pm)} "
+    family = "GD++ family" if ex.geometry.samples else f"{p['family']} EAGLE family"
+    lines = [
+        f"projection onto the {family}: MSE {_g(net)} -> {_g(pm)} "
         f"({change:+.1f}%); per layer alone: "
         + ", ".join(f"L{lay['layer']} {(lay['mse'] / net - 1) * 100:+.1f}%" for lay in p["layers"])
     ]
+    if "preconditioned_mse" in p and net > 0:
+        pc = p["preconditioned_mse"]
+        lines.append(
+            f"projection onto preconditioned GD (W_QK's XX block free): MSE {_g(pc)} "
+            f"({(pc / net - 1) * 100:+.1f}%)"
+        )
+    return lines
 
 
 def _optimum(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     lines = [
-        f"best EAGLE ({len(o['optimal']['a_steps'])} layers, steps by Levenberg-Marquardt from the "
+        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} layers, steps by Levenberg-Marquardt "
+        "from the "
         f"weight-read steps, {o['tuning_prompts']} tuning prompts):",
     ]
     for name in ("optimal", "distilled"):
@@ -75,7 +89,9 @@ def _terms(ex: Extraction) -> list[str]:
         parts = []
         for term in lay.get("terms", []):
             coef = term.get("coefficient")
-            text = _g(coef) if isinstance(coef, (int, float)) else f"|W| {_g(term.get('norm'))}"
+            text = (
+                _g(coef) if isinstance(coef, (int, float)) else f"|W| {_g(term.get('frobenius'))}"
+            )
             parts.append(f"{term['name']} {text} ({term.get('frequency', 1.0):.2f})")
         fid = lay.get("one_step_fidelity")
         lines.append(f"  L{lay['layer']}: " + "; ".join(parts) + f"   [1-step fid {_g(fid)}]")
@@ -98,8 +114,10 @@ TEXT = {"projection": _projection, "optimum": _optimum, "terms": _terms, "weight
 
 def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
+    layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
     lines = [
-        f"{name}: {info['regime']}, {info['layers']} layers x {info['heads']} head(s), probe batch "
+        f"{name}: {info['regime']}{layout}, {info['layers']} layers x {info['heads']} head(s), "
+        "probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
         f"held-out MSE {_g(net['mse'])} (zero predictor {_g(net['zero_mse'])}, "
@@ -140,6 +158,8 @@ UNITS = {  # per-layer table column -> unit shown under its header
     "fid e2e": "prompt units",
     "proj. cost %": "% of MSE",
     "R2 design": "fraction",
+    "alpha_0": "internal units",
+    "orders": "design form",
     "verdict": "label",
 }
 
@@ -151,6 +171,15 @@ TABLE_NOTE = (
     "input (e2e); rel 1-step: the one-step gap over the layer's own update ‖Z_{l+1} − Z_l‖²; "
     "proj. cost: change of the held-out MSE with only this layer projected onto the EAGLE "
     "family; R2 design: the spectral-filter (design form) fit's R²."
+)
+SAMPLE_TABLE_NOTE = (
+    "Sample layout. a, c: the steps of one GD++ layer, read from the activations (act.) and from "
+    "the weights' projection onto the isotropic family (wts): c moves the label rows B, D by "
+    "−c B Aᵀ(·) (the gradient step), a moves the feature rows A, C by −a A Aᵀ(·) (the "
+    "preconditioning of the data; 0 for plain GD); eta, gamma: the same times the batch-max "
+    "‖A_l‖₂²; fid: ‖Z_net − Z_GD++‖²_F / #entries one step at a time and run from the input; "
+    "alpha_0: the order-0 step of the implicit iterate (GD from zero with step η: −η); orders: "
+    "the design form's essential orders; verdict: GD, GD++ or preconditioned GD."
 )
 
 
@@ -225,12 +254,47 @@ CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its pref
 }
 
 
+SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout's own readings
+    "weights": lambda ex: (
+        "Rows [x, y] of the prompt: X the d features, Y the labels. GD is W_QK = diag(q I, 0) with "
+        "W_VP's YY block the step; GD++ adds a scalar X×X block to W_VP (the data "
+        "preconditioning); preconditioned GD has a non-scalar X×X block in W_QK."
+    ),
+    "filters": lambda ex: (
+        "The solid fitted filter against the dashed filter of the GD++ steps read from the "
+        "activations, over the eigenvalue rug of the probes."
+    ),
+    "fidelity": lambda ex: (
+        "The gap to one GD++ layer with the fitted steps, per block, one step at a time and run "
+        "from the input (the paper has no numbers for this layout)" + _fidelity_note(ex) + "."
+    ),
+    "attribution": lambda ex: (
+        "Tall bars mark the blocks the function depends on; GD and GD++ use W_QK's XX block and "
+        "W_VP's YY block (GD++ also W_VP's XX block in every layer but the last)."
+    ),
+    "projection_cost": lambda ex: (
+        "Bars at the network's dotted line cost nothing; the green bars show the best GD++ "
+        "steps" + _projection_note(ex) + "."
+    ),
+    "verdict_gaps": lambda ex: (
+        "How much of each layer's update one GD++ layer with the fitted steps misses, against "
+        "the untrained control; the label is the algorithm view's name for the layer."
+    ),
+    "terms": lambda ex: (
+        "Dark cells are terms selected in almost every bag, written in the blocks of Z: GD is "
+        "B+=BAtA and D+=BAtC, GD++ adds A+=AAtA and C+=AAtC, preconditioned GD has "
+        "B+=BAt*W*A and D+=BAt*W*C."
+    ),
+}
+
+
 def caption(name: str, ex: Extraction) -> str:
     """The one-sentence caption of figure `name` (its longest registered prefix decides)."""
-    keys = [k for k in CAPTIONS if name == k or name.startswith(k + "_") or name.startswith(k)]
+    table = SAMPLE_CAPTIONS if ex.geometry.samples else CAPTIONS
+    keys = [k for k in table if name == k or name.startswith(k + "_") or name.startswith(k)]
     if not keys:
         return ""
-    return CAPTIONS[max(keys, key=len)](ex)
+    return table[max(keys, key=len)](ex)
 
 
 def png_bytes(fig) -> bytes:
@@ -329,7 +393,8 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     parts.append("</section>")
     parts.append('<section id="layers"><h2>Per layer</h2>')
     parts.append(_table_html(ex))
-    parts.append(f'<p class="note">{e(TABLE_NOTE)}</p></section>')
+    note = SAMPLE_TABLE_NOTE if ex.geometry.samples else TABLE_NOTE
+    parts.append(f'<p class="note">{e(note)}</p></section>')
     parts.append('<section id="figures"><h2>Figures</h2>')
     for k, (fig_name, png) in enumerate(figures.items(), start=1):
         data = base64.b64encode(png).decode("ascii")

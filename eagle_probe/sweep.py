@@ -27,6 +27,23 @@ class Run:
     path: Path
 
 
+NAME = "{regime}_seed{seed}"  # checkpoint file stem of a run
+TRAIN_OPTIONS = ["--schedule", "warmup_cosine", "--eval-batch", "2048"]  # when `extra` is None
+
+
+def run_name(template: str, regime: str, seed: int) -> str:
+    """The file stem of one run: `template` with {regime} and {seed} filled in."""
+    try:
+        name = template.format(regime=regime, seed=seed)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise EagleProbeError(
+            f"--name {template!r} may use only {{regime}} and {{seed}} ({exc})"
+        ) from None
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise EagleProbeError(f"--name {template!r} does not give a plain file name")
+    return name
+
+
 def _command(run: Run, steps: int, batch: int, extra: list[str]) -> list[str]:
     return [
         sys.executable,
@@ -41,12 +58,8 @@ def _command(run: Run, steps: int, batch: int, extra: list[str]) -> list[str]:
         str(steps),
         "--batch",
         str(batch),
-        "--schedule",
-        "warmup_cosine",
         "--eval-every",
-        str(max(1, steps // 4)),
-        "--eval-batch",
-        "2048",
+        str(max(1, steps // 8)),
         "--threads",
         "1",
         "--no-progress",
@@ -66,21 +79,31 @@ def run_sweep(
     batch: int,
     parallel: int | None = None,
     extra: list[str] | None = None,
+    name: str = NAME,
     log=print,
 ) -> pd.DataFrame:
-    """Train every (regime, seed), `parallel` at a time, then extract; returns the table."""
+    """Train every (regime, seed), `parallel` at a time, then extract; returns the table.
+
+    `extra` are further `eagle-probe train` options (normalisation, schedule, rates, selection);
+    `name` the checkpoint stem template. Each row carries the test mean, median and worst prompt
+    MSE and both fidelity readings (one step and end to end) of its layer."""
     from eagle_probe import checkpoint
     from eagle_probe.extract import extract
 
     out.mkdir(parents=True, exist_ok=True)
-    runs = [Run(r, s, out / f"{r}_seed{s}.pt") for r in regimes for s in seeds]
+    runs = [Run(r, s, out / f"{run_name(name, r, s)}.pt") for r in regimes for s in seeds]
+    if len({run.path for run in runs}) < len(runs):
+        raise EagleProbeError(f"--name {name!r} gives two runs the same file name")
     parallel = parallel or max(1, os.cpu_count() or 1)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
 
     def train(run: Run) -> tuple[Run, int, float, str]:
         start = time.perf_counter()
         proc = subprocess.run(
-            _command(run, steps, batch, extra or []), capture_output=True, text=True, env=env
+            _command(run, steps, batch, TRAIN_OPTIONS if extra is None else extra),
+            capture_output=True,
+            text=True,
+            env=env,
         )
         tail = (proc.stderr.strip().splitlines() or [""])[-1]
         return run, proc.returncode, time.perf_counter() - start, tail
@@ -115,14 +138,19 @@ def run_sweep(
                     {
                         "regime": run.regime,
                         "seed": run.seed,
+                        "model": run.path.name,
                         "layer": layer.layer,
                         "status": "ok",
                         "train_seconds": seconds,
                         "improvement": test.get("improvement"),
                         "mse": test.get("mse"),
+                        "median_mse": test.get("median_mse"),
+                        "worst_mse": test.get("worst_mse"),
+                        "zero_mse": test.get("zero_mse"),
                         "eta": layer.eta,
                         "gamma": layer.gamma,
                         "fidelity": layer.fidelity,
+                        "fidelity_one_step": layer.fidelity_one_step,
                         "r2": layer.r2,
                     }
                 )
@@ -136,6 +164,5 @@ def run_sweep(
 def spread(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation across seeds of η, γ, fidelity and R², per regime and layer."""
     ok = table[table.status == "ok"]
-    return ok.groupby(["regime", "layer"])[["improvement", "eta", "gamma", "fidelity", "r2"]].agg(
-        ["mean", "std"]
-    )
+    columns = ["improvement", "eta", "gamma", "fidelity_one_step", "fidelity", "r2"]
+    return ok.groupby(["regime", "layer"])[columns].agg(["mean", "std"])

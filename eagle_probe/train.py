@@ -30,6 +30,11 @@ from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 
 SCHEDULES = ("constant", "warmup_cosine")
+# What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
+# or the mean over the best 99% of prompts ("trimmed"), which a few rare large-‖A‖ prompts whose
+# error explodes under constant steps cannot dominate, while a failure on many prompts still counts.
+SELECTIONS = ("mean", "median", "trimmed")
+TRIM = 0.99
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +48,11 @@ class TrainConfig:
     warmup: float = 0.1  # warmup_cosine: fraction of steps of linear warm-up
     final_lr_ratio: float = 0.01  # warmup_cosine: last rate / peak rate
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's plain Adam
+    # > 0: each head's output is multiplied during training by exp(g), g a trained log-gain per
+    # layer and head updated at this rate; the gains are folded into W_P in every saved state, so
+    # the checkpoint is a plain model. It lets a layer's step size move multiplicatively.
+    gain_lr: float = 0.0
+    select: str = "mean"  # one of SELECTIONS: the validation number that picks the kept weights
     clip: float = 0.1  # global gradient-norm clip (0 disables)
     clip_qk: float = 0.0  # separate norm clip for the W_Q/W_K gradients (0 disables)
     freeze_values_last: float = 0.0  # fraction of steps at the end with W_V, W_P frozen
@@ -60,6 +70,8 @@ class TrainConfig:
     data_shards: int | None = None
 
     def __post_init__(self) -> None:
+        if self.select not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.select!r}; choose from {SELECTIONS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
         for name in ("steps", "batch", "eval_every", "eval_batch", "data_shards"):
@@ -73,7 +85,7 @@ class TrainConfig:
         for name in ("warmup", "freeze_values_last"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
-        for name in ("clip", "clip_qk", "final_lr_ratio", "weight_decay"):
+        for name in ("clip", "clip_qk", "final_lr_ratio", "weight_decay", "gain_lr"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.spike_factor > 1.0:
@@ -209,10 +221,14 @@ def train(
         else None
     )
 
+    groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "base_lr": cfg.lr}]
+    log_gain = _attach_gains(model) if cfg.gain_lr > 0 else None
+    if log_gain is not None:
+        groups.append({"params": [log_gain], "base_lr": cfg.gain_lr, "weight_decay": 0.0})
     if cfg.weight_decay > 0:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
     else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        optimizer = torch.optim.Adam(groups, lr=cfg.lr)
     qk_params = [p for n, p in model.named_parameters() if n.endswith(("W_Q", "W_K"))]
     value_params = [p for n, p in model.named_parameters() if n.endswith(("W_V", "W_P"))]
     freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
@@ -222,10 +238,12 @@ def train(
     spikes: list[dict[str, Any]] = list(previous.get("spikes", []))
     recent = collections.deque(maxlen=200)
     best_val = previous.get("best_val_mse")
+    best_selected = previous.get("best_val_selected", best_val)
     best = {
+        "val_selected": best_selected if best_selected is not None else math.inf,
         "val_mse": best_val if best_val is not None else math.inf,
         "step": previous.get("best_step", 0),
-        "state": copy.deepcopy(model.state_dict()),
+        "state": _folded_state(model, log_gain),
     }
     window_loss, window_steps, skipped = 0.0, 0, 0
     start = time.perf_counter()
@@ -237,18 +255,30 @@ def train(
         errors = prompt_errors(model, val_prompts, reference=False)
         model.train()
         summary = summarize(errors)
-        val = summary["mse"] if math.isfinite(summary["mse"]) else math.inf
+        trimmed = _trimmed_mean(errors["model"])
+        val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
+            cfg.select
+        ]
+        val = val if math.isfinite(val) else math.inf
         row = {
             "step": step,
             "train_loss": window_loss / max(1, window_steps),
             "val_mse": summary["mse"],
+            "val_median": summary["median_mse"],
+            "val_trimmed": trimmed,
             "val_worst": summary["worst_mse"],
+            "val_selected": val if math.isfinite(val) else None,
             "lr": optimizer.param_groups[0]["lr"],
             "seconds": time.perf_counter() - start,
         }
         history.append(row)
-        if val < best["val_mse"]:
-            best.update(val_mse=val, step=step, state=copy.deepcopy(model.state_dict()))
+        if val < best["val_selected"]:
+            best.update(
+                val_selected=val,
+                val_mse=summary["mse"] if math.isfinite(summary["mse"]) else math.inf,
+                step=step,
+                state=_folded_state(model, log_gain),
+            )
         return row
 
     def _metrics() -> dict[str, Any]:
@@ -262,6 +292,9 @@ def train(
             "resumed_from_step": start_step,
             "best_step": best["step"],
             "best_val_mse": best["val_mse"] if math.isfinite(best["val_mse"]) else None,
+            "best_val_selected": (
+                best["val_selected"] if math.isfinite(best["val_selected"]) else None
+            ),
             "skipped_steps": skipped,
             "spikes": spikes[-200:],
             "spike_count": len(spikes),
@@ -282,7 +315,7 @@ def train(
     try:
         for step in range(start_step, cfg.steps):
             for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * lr_factor(cfg, step)
+                group["lr"] = group["base_lr"] * lr_factor(cfg, step)
             if step == freeze_at and cfg.freeze_values_last > 0:
                 for p in value_params:
                     p.requires_grad_(False)
@@ -322,8 +355,9 @@ def train(
                 if cfg.clip_qk > 0:
                     torch.nn.utils.clip_grad_norm_(qk_params, cfg.clip_qk)
                 if cfg.clip > 0:
+                    clipped = [p for p in model.parameters() if p.requires_grad]
                     torch.nn.utils.clip_grad_norm_(
-                        [p for p in model.parameters() if p.requires_grad], cfg.clip
+                        clipped + ([log_gain] if log_gain is not None else []), cfg.clip
                     )
                 optimizer.step()
                 recent.append(value)
@@ -343,10 +377,46 @@ def train(
         bar.close()
 
     if not cfg.keep_best or not history:
-        best["state"] = model.state_dict()
+        best["state"] = _folded_state(model, log_gain)
+    if log_gain is not None:
+        model.reset_hooks(including_permanent=True)
     final = _with_state(model, best["state"])
     final.eval()
     return final, _metrics() | {"interrupted": interrupted}
+
+
+def _trimmed_mean(errors: torch.Tensor) -> float:
+    """Mean of the smallest TRIM share of per-prompt errors (non-finite ones count as largest)."""
+    values = torch.where(torch.isfinite(errors), errors, torch.full_like(errors, math.inf))
+    keep = max(1, int(TRIM * values.numel()))
+    return float(values.sort().values[:keep].mean())
+
+
+def _attach_gains(model: LinearTransformer) -> torch.Tensor:
+    """A zero log-gain per layer and head, applied to each head's output by permanent hooks."""
+    cfg = model.cfg
+    log_gain = torch.nn.Parameter(torch.zeros(cfg.n_layers, cfg.heads, dtype=cfg.torch_dtype))
+
+    def scaler(layer: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def hook(result: torch.Tensor, hook: Any) -> torch.Tensor:  # (b, T, h, E)
+            return result * log_gain[layer].exp().view(1, 1, -1, 1)
+
+        return hook
+
+    for layer in range(cfg.n_layers):
+        model.add_hook(f"blocks.{layer}.attn.hook_result", scaler(layer), is_permanent=True)
+    return log_gain
+
+
+def _folded_state(model: LinearTransformer, log_gain: torch.Tensor | None) -> dict:
+    """A copy of the model's state with the head gains multiplied into W_P."""
+    state = copy.deepcopy(model.state_dict())
+    if log_gain is not None:
+        gains = log_gain.detach().exp()
+        for layer in range(model.cfg.n_layers):
+            key = f"blocks.{layer}.attn.W_P"
+            state[key] = state[key] * gains[layer].view(-1, 1, 1).to(state[key].dtype)
+    return state
 
 
 def _with_state(model: LinearTransformer, state: dict[str, torch.Tensor]) -> LinearTransformer:

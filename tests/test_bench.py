@@ -246,3 +246,33 @@ def test_summary_explains_verdicts_and_links_figures():
     assert "- `better_than_paper`: verdict: True when `fidelity` ≤ `paper`" in text
     assert "](centralized_error_vs_iteration.png)" in text
     assert "`info`: 0 (converged) in 8 of 8 rows." in text
+
+
+def test_seed_table_reads_every_seed_and_averages_table1(tmp_path):
+    """Planted EAGLE models saved as seeds: every fidelity is round-off, the test numbers are
+    evaluate's, and the summary is the mean and sd over the files."""
+    from conftest import planted_model
+
+    from eagle_probe.bench import seed_summary, seeds
+    from eagle_probe.evaluate import evaluate
+
+    steps = {0: ([0.4, 0.3], [0.9, 0.7]), 1: ([0.5, 0.2], [0.8, 0.6])}
+    for k, (a, c) in steps.items():
+        model, task = planted_model(a, c, normalize="spectral", n=6, d=6)
+        checkpoint.save(tmp_path / f"planted_seed{k}.pt", model, task, {})
+    (tmp_path / "notes.pt").write_bytes(b"not a seed")  # ignored: not {recipe}_seed{k}.pt
+    tests, fid = seeds(tmp_path, batch=300, seed=5)
+    assert sorted(tests.seed) == [0, 1] and set(tests.recipe) == {"planted"}
+    model, task = planted_model(*steps[1], normalize="spectral", n=6, d=6)
+    want = evaluate(model, task, batch=300, seed=5)
+    row = tests[tests.seed == 1].iloc[0]
+    assert row.mse == pytest.approx(want["mse"], rel=1e-9)
+    assert row.below_zero_median == pytest.approx(want["zero_mse"] / want["median_mse"], rel=1e-9)
+    assert fid.fidelity.max() < 1e-20, "planted EAGLE: the fitted steps reproduce every layer"
+    table = seed_summary(fid)
+    assert set(table["count"]) == {2} and len(table) == 2 * 2  # two readings × two layers
+    one = fid[(fid.reading == "one_step") & (fid.layer == 1)].fidelity
+    got = table[(table.reading == "one_step") & (table.layer == 1)].iloc[0]
+    assert got["mean"] == pytest.approx(one.mean()) and got["std"] == pytest.approx(one.std())
+    with pytest.raises(ValueError, match="no"):
+        seeds(tmp_path / "missing", batch=10)

@@ -219,6 +219,48 @@ def test_cli_doc_lists_every_subcommand_and_option():
                     assert option in text, f"{name} {option} missing from docs/cli.md"
 
 
+def _documented_keys(data: dict) -> None:
+    """Every key of an extraction.json (top level, layers, every view) is in the schema doc."""
+    text = (ROOT / "docs" / "extraction-schema.md").read_text()
+    documented = set(re.findall(r"`([A-Za-z_0-9]+)`", text))
+    assert set(data) <= documented
+    assert set(data["layers"][0]) <= documented
+    assert set(data["geometry"]) <= documented
+
+    def keys(obj):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from keys(v)
+
+    for name, view in data["views"].items():
+        assert f"`views.{name}`" in text, name
+        missing = set(keys(view)) - documented
+        assert not missing, f"views.{name}: {sorted(missing)} not in docs/extraction-schema.md"
+
+
+def test_schema_doc_lists_every_sample_layout_field():
+    """The sample layout's own keys (GD++ steps, X/Y blocks, the GD / GD++ verdict)."""
+    import numpy as np
+
+    from eagle_probe import layouts
+    from eagle_probe.extract import extract
+    from eagle_probe.tasks import TaskConfig
+
+    rng = np.random.default_rng(0)
+    qk, vp = layouts.gdpp_products(4, 1, [0.5, 0.4], [0.3, 0.2])
+    qk = qk + 0.01 * rng.standard_normal(qk.shape)  # every block present
+    vp = vp + 0.01 * rng.standard_normal(vp.shape)
+    model = layouts.model_from_products(layouts.sample_config(n=8, d=4, layers=2), qk, vp)
+    task = TaskConfig(task="least_squares", n=8, d=4, n_prime=1, d_prime=1, alpha=1.0)
+    data = extract(model, task, probe_batch_size=32, test_batch=32, tuning_batch=32).to_json()
+    assert data["model"]["tokens"] == "samples"
+    _documented_keys(data)
+
+
 def test_schema_doc_lists_every_layer_field(tmp_path):
     from eagle_probe.extract import extract
     from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
@@ -230,22 +272,4 @@ def test_schema_doc_lists_every_layer_field(tmp_path):
     data = extract(
         model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, test_batch=32, tuning_batch=32
     ).to_json()
-    text = (ROOT / "docs" / "extraction-schema.md").read_text()
-    documented = set(re.findall(r"`([A-Za-z_0-9]+)`", text))
-    assert set(data) <= documented
-    assert set(data["layers"][0]) <= documented
-
-    def keys(obj):
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                yield k
-                yield from keys(v)
-        elif isinstance(obj, list):
-            for v in obj:
-                yield from keys(v)
-
-    views = data["views"]
-    for name, view in views.items():
-        assert f"`views.{name}`" in text, name
-        missing = set(keys(view)) - documented
-        assert not missing, f"views.{name}: {sorted(missing)} not in docs/extraction-schema.md"
+    _documented_keys(data)

@@ -129,7 +129,13 @@ def _bad_inputs(tmp_path):
         },
     )
     (tmp_path / "text.pt").write_text("not a torch file")
+    (tmp_path / "text.npz").write_text("not an npz archive")
     (tmp_path / "w.bin").write_bytes(b"\0")
+    torch.save([1.0, 2.0], tmp_path / "list.pt")
+    full = {f"blocks.0.attn.{w}": np.ones((1, 4, 4)) for w in ("W_Q", "W_K", "W_V", "W_P")}
+    full["blocks.0.attn.W_V"] = np.full((1, 4, 4), np.inf)
+    np.savez(tmp_path / "inf.npz", **full)
+    np.savez(tmp_path / "four_d.npz", allparam=np.zeros((1, 2, 4, 4)))
     return {
         "unknown layout": ["--layout", "keras", str(tmp_path / "good.npz"), "--n", "5"],
         "nan": ["--layout", "ahn", str(tmp_path / "nan.npz"), "--n", "5"],
@@ -143,6 +149,14 @@ def _bad_inputs(tmp_path):
         "not torch": ["--layout", "ahn", str(tmp_path / "text.pt"), "--n", "5"],
         "unknown suffix": ["--layout", "ahn", str(tmp_path / "w.bin"), "--n", "5"],
         "absent": ["--layout", "ahn", str(tmp_path / "absent.npz"), "--n", "5"],
+        "inf": ["--layout", "samples", str(tmp_path / "inf.npz"), "--n", "5"],
+        "allparam as samples": ["--layout", "samples", str(tmp_path / "good.npz"), "--n", "5"],
+        "allparam 4-d": ["--layout", "ahn", str(tmp_path / "four_d.npz"), "--n", "5"],
+        "negative n": ["--layout", "ahn", str(tmp_path / "good.npz"), "--n", "-1"],
+        "fractional n": ["--layout", "ahn", str(tmp_path / "good.npz"), "--n", "2.5"],
+        "not npz": ["--layout", "ahn", str(tmp_path / "text.npz"), "--n", "5"],
+        "list in pt": ["--layout", "ahn", str(tmp_path / "list.pt"), "--n", "5"],
+        "bad dtype": ["--layout", "ahn", str(tmp_path / "good.npz"), "--n", "5", "--dtype", "f16"],
     }
 
 

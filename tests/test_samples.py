@@ -11,6 +11,7 @@ import torch
 from eagle_probe import checkpoint, layouts
 from eagle_probe.cli import main
 from eagle_probe.extract import extract
+from eagle_probe.fit import VIEWS
 from eagle_probe.fit.algorithm import R2_MIN
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
@@ -108,7 +109,7 @@ def _rel(got, want) -> float:
 def test_planted_gd_is_order_zero_alone():
     etas = [0.5, 0.4, 0.3]
     ex, layers = _algorithm(*layouts.gd_products(D, 1, etas), 3)
-    assert set(ex.views) == {"polynomial", "algorithm"}  # feature-layout views are skipped
+    assert set(ex.views) == set(VIEWS)  # every view reads the sample layout
     for lay, eta in zip(layers, etas, strict=True):
         assert lay["label"] == "GD"
         assert lay["polynomial"]["orders"] == [0]
@@ -156,8 +157,10 @@ def test_imported_ahn_gd_is_order_zero_with_step_eta_over_n():
     (lay,) = ex.views["algorithm"].json["layers"]
     assert lay["label"] == "GD" and lay["polynomial"]["orders"] == [0]
     assert _rel(lay["scalar"]["alpha_0"], -eta / N) < 1e-12
-    assert ex.to_json()["layers"] == [{"layer": 0, "label": "GD"}]
-    assert "GD" in ex.render()
+    (row,) = ex.to_json()["layers"]
+    assert row["label"] == "GD" and abs(row["c_step"] / (eta / N) - 1) < 1e-12
+    assert abs(row["a_step"]) < 1e-15  # no data preconditioning: plain GD
+    assert ex.verdict["label"] == "GD" and "Verdict: GD." in ex.render()
 
 
 def test_best_single_step_gain_is_one_over_n_plus_d_plus_one():
@@ -186,7 +189,7 @@ def test_shipped_one_layer_lsa_is_one_gd_step_with_the_optimal_gain():
     want = -1 / (task.n + task.d + 1)
     assert abs(lay["scalar"]["alpha_0"] / want - 1) < 0.03
     assert lay["scalar"]["r2"] >= 0.999
-    assert lay["label"] == "GD"
+    assert lay["label"] == "GD" and ex.verdict["label"] == "GD"
 
 
 def test_shipped_three_layer_lsa_is_gdpp():
@@ -196,6 +199,7 @@ def test_shipped_three_layer_lsa_is_gdpp():
     assert [lay["label"] for lay in layers[1:]] == ["GD++", "GD++"]
     assert layers[1]["polynomial"]["orders"] == [0, 1, 2]
     assert layers[1]["squared_preconditioner"]["square_gap"] < 0.01  # α ∝ (1 − γλ)²
+    assert ex.verdict["label"] == "GD++"
 
 
 def test_cli_trains_a_sample_layout_model(tmp_path):
@@ -225,6 +229,9 @@ def test_cli_extracts_a_sample_layout_model(tmp_path, capsys):
     assert main(["extract", str(path), "--out", str(out), "--probe-batch", "64"]) == 0
     data = json.loads((out / "extraction.json").read_text())
     assert data["model"]["tokens"] == "samples"
-    assert set(data["views"]) == {"polynomial", "algorithm"}
-    assert data["layers"] == [{"layer": 0, "label": "GD"}]
-    assert "GD" in capsys.readouterr().out
+    assert set(data["views"]) == set(VIEWS)
+    assert [lay["label"] for lay in data["layers"]] == ["GD"]
+    assert data["views"]["verdict"]["model"]["label"] == "GD"
+    assert (out / "report.html").is_file() and not (out / "solver.py").exists()
+    assert data["export"]["solver"] is None and "EAGLE" in data["export"]["reason"]
+    assert "Verdict: GD." in capsys.readouterr().out

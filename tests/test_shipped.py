@@ -89,3 +89,41 @@ def test_prompt_scale_is_the_configured_matrix_norm(shipped):
     m64, z0 = float64_copy(model), p.z0().to(torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(m64(1e2 * z0), 1e2 * m64(z0), rtol=1e-10, atol=0)
+
+
+SEEDS = sorted((TRAINED / "seeds").glob("*_seed*.pt"))
+
+
+def test_five_seeds_of_each_recipe_are_shipped_small():
+    names = sorted(p.stem for p in SEEDS)
+    assert names == [f"{r}_seed{k}" for r in ("normalized", "plain") for k in range(5)]
+    for path in SEEDS:
+        assert path.stat().st_size < 100_000, path.name
+        assert path.with_suffix(".json").is_file(), path.name
+
+
+@pytest.mark.parametrize("path", SEEDS, ids=lambda p: p.stem)
+def test_seed_models_reproduce_their_recorded_numbers(path):
+    """The median prompt is what the plain recipe is judged by (its mean is ruled by the rare
+    prompts whose error explodes under constant steps); it must be finite and reproducible."""
+    model, task, metrics = checkpoint.load(path)
+    result = evaluate(model, task, batch=RECORDED_BATCH, seed=RECORDED_SEED)
+    want = metrics["test"]
+    assert result["median_mse"] == pytest.approx(want["median_mse"], rel=ROUNDOFF)
+    assert result["zero_mse"] == pytest.approx(want["zero_mse"], rel=1e-9)
+    if path.stem.startswith("normalized"):
+        assert model.cfg.normalize == "spectral" and result["nonfinite_prompts"] == 0
+        assert result["mse"] == pytest.approx(want["mse"], rel=ROUNDOFF)
+        assert result["improvement"] > 50, "the normalized recipe beats the zero predictor 50x"
+    else:
+        assert model.cfg.normalize == "none"
+        assert metrics["train_config"]["select"] == "trimmed"
+
+
+def test_plain_recipe_median_prompt_is_10x_below_zero_in_four_of_five_seeds():
+    good = 0
+    for path in SEEDS:
+        if path.stem.startswith("plain"):
+            test = json.loads(path.with_suffix(".json").read_text())["test"]
+            good += test["zero_mse"] / test["median_mse"] >= 10
+    assert good >= 4

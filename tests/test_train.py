@@ -71,6 +71,55 @@ def test_same_seed_same_model_and_training_moves_it():
     assert not torch.equal(a.blocks[0].attn.W_Q, c.blocks[0].attn.W_Q)
 
 
+def test_head_gains_are_trained_and_folded_into_w_p():
+    """With --gain-lr the kept weights are a plain model computing what the gained model did."""
+    from eagle_probe.tasks import sample
+    from eagle_probe.train import _attach_gains, _folded_state
+
+    cfg = _cfg(n_heads=2)
+    gained = LinearTransformer(cfg, generator=make_generator(2))
+    log_gain = _attach_gains(gained)
+    with torch.no_grad():
+        log_gain.copy_(torch.tensor([[0.7, -1.1], [2.0, 0.3]]))
+    z0 = sample(TASK, 16, make_generator(3)).z0()
+    plain = LinearTransformer(cfg)
+    plain.load_state_dict(_folded_state(gained, log_gain))
+    expected = gained(z0)
+    assert not torch.allclose(expected, LinearTransformer(cfg, generator=make_generator(2))(z0))
+    torch.testing.assert_close(plain(z0), expected, rtol=1e-5, atol=1e-7)
+    # training with gains moves them (W_P of a layer scales by their exponentials) and the model
+    # it returns carries no hooks
+    run = TrainConfig(steps=30, batch=64, lr=1e-3, gain_lr=5e-2, eval_every=10, eval_batch=256)
+    model, metrics = train(cfg, TASK, run, progress=False)
+    assert metrics["train_config"]["gain_lr"] == 5e-2
+    assert all(not hp.fwd_hooks for hp in model.hook_dict.values())
+    plain_run, _ = train(cfg, TASK, replace(run, gain_lr=0.0), progress=False)
+    assert not torch.equal(model.blocks[0].attn.W_P, plain_run.blocks[0].attn.W_P)
+
+
+@pytest.mark.parametrize("select, key", [("median", "val_median"), ("trimmed", "val_trimmed")])
+def test_selection_rule_picks_the_kept_weights(select, key):
+    run = TrainConfig(
+        steps=40, batch=64, lr=2e-2, eval_every=10, eval_batch=256, seed=2, select=select
+    )
+    _, metrics = train(_cfg(normalize="none"), TASK, run, progress=False)
+    values = [row[key] for row in metrics["history"]]
+    best = min(range(len(values)), key=values.__getitem__)
+    assert metrics["best_val_selected"] == values[best]
+    assert metrics["best_step"] == metrics["history"][best]["step"]
+    assert metrics["best_val_mse"] == metrics["history"][best]["val_mse"]
+
+
+def test_trimmed_mean_drops_the_worst_prompt_in_a_hundred():
+    from eagle_probe.train import _trimmed_mean
+
+    errors = torch.tensor([1.0] * 99 + [1e30])
+    assert _trimmed_mean(errors) == 1.0
+    errors = torch.tensor([2.0] * 98 + [math.inf, math.nan])
+    assert _trimmed_mean(errors) == math.inf  # two bad prompts in a hundred are not trimmed away
+    assert _trimmed_mean(torch.arange(200.0)) == sum(range(198)) / 198
+
+
 def test_data_shards_default_to_one_per_process():
     assert TrainConfig().data_shards is None
     run = TrainConfig(steps=2, batch=32, eval_every=2, eval_batch=64, seed=4)
@@ -142,7 +191,15 @@ def test_size_mismatch_between_model_and_task():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"steps": 0}, {"lr": -1.0}, {"schedule": "step"}, {"warmup": 1.5}, {"spike_factor": 0.5}],
+    [
+        {"steps": 0},
+        {"lr": -1.0},
+        {"schedule": "step"},
+        {"warmup": 1.5},
+        {"spike_factor": 0.5},
+        {"gain_lr": -1e-2},
+        {"select": "best"},
+    ],
 )
 def test_bad_train_configs(kwargs):
     with pytest.raises(ValueError):

@@ -31,8 +31,8 @@ ORDER = (
     "polynomial",
     "terms",
     "symbolic",
-    "verdict",
     "algorithm",
+    "verdict",
 )
 missing = set(VIEWS) ^ set(ORDER)
 if missing:

@@ -13,6 +13,11 @@ W_VP's block X×Y reads the value's X features and writes the Y features. Two ab
 
 Scored on the first `PROMPTS` held-out prompts, fewer where the ablations' layer passes (about
 layers² × heads × blocks / 2 per prompt) would exceed the views' flops budget (`Context.scoring`).
+Scored on the first `PROMPTS` held-out prompts (the cost grows with layers² × heads² otherwise).
+
+Sample layout: the coordinates are the d features X and the d' labels Y of the rows [x, y]
+(`Geometry.coords`), so the blocks are XX, XY, YX, YY: W_QK's X×X block is the score x_qᵀ Γ x_j
+of (preconditioned) GD, W_VP's Y×Y block writes the labels' values into the labels (the step).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ PROMPTS = 512
 
 
 def _slices(n: int, block: str) -> tuple[slice, slice]:
-    part = {"A": slice(0, n), "C": slice(n, None)}
+    part = {"A": slice(0, n), "C": slice(n, None), "X": slice(0, n), "Y": slice(n, None)}
     return part[block[0]], part[block[1]]
 
 
@@ -39,20 +44,27 @@ def _only(W: np.ndarray, n: int, block: str) -> np.ndarray:
     return out
 
 
+def block_names(geo) -> tuple[str, ...]:
+    """The four blocks of a product in this layout: AA, AC, CA, CC or XX, XY, YX, YY."""
+    a, c = geo.coords
+    return (a + a, a + c, c + a, c + c)
+
+
 def layer_passes(ctx: Context) -> int:
     """Layer passes per prompt: the stream, each nonzero block's ablation with the layers after
     it, and each block zeroed everywhere."""
     L, H = ctx.qk.shape[:2]
-    n = ctx.geometry.n
+    split = ctx.geometry.split[0]
+    blocks = block_names(ctx.geometry)
     passes = L
     for layer in range(L):
         for W in (ctx.qk[layer], ctx.vp[layer]):
-            for block in BLOCKS:
-                rs, cs = _slices(n, block)
+            for block in blocks:
+                rs, cs = _slices(split, block)
                 passes += int(np.count_nonzero(np.any(W[:, rs, cs] != 0, axis=(-1, -2)))) * (
                     L - layer
                 )
-    return passes + len(BLOCKS) * 2 * L
+    return passes + len(blocks) * 2 * L
 
 
 @register("attribution")
@@ -63,6 +75,7 @@ def attribution_view(ctx: Context) -> ViewResult:
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
     base = held.mse(geo.readout_of(stream[-1], held.z0))
     L, H = ctx.qk.shape[:2]
+    split, blocks = geo.split[0], block_names(geo)
 
     def finish(Z: np.ndarray, layer: int) -> float:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -76,8 +89,8 @@ def attribution_view(ctx: Context) -> ViewResult:
         for head in range(H):
             qk, vp = ctx.qk[layer, head], ctx.vp[layer, head]
             for product, W in (("W_QK", qk), ("W_VP", vp)):
-                for block in BLOCKS:
-                    part = _only(W, geo.n, block)
+                for block in blocks:
+                    part = _only(W, split, block)
                     if not np.any(part):
                         continue
                     pair = (part, vp) if product == "W_QK" else (qk, part)
@@ -97,10 +110,10 @@ def attribution_view(ctx: Context) -> ViewResult:
                     )
     everywhere = []
     for product in ("W_QK", "W_VP"):
-        for block in BLOCKS:
+        for block in blocks:
             qk, vp = ctx.qk.copy(), ctx.vp.copy()
             target = qk if product == "W_QK" else vp
-            rs, cs = _slices(geo.n, block)
+            rs, cs = _slices(split, block)
             if not np.any(target[..., rs, cs]):
                 continue
             target[..., rs, cs] = 0.0

@@ -9,6 +9,10 @@ update Z_{l+1} − Z_l, jointly over the two blocks that share it and per block 
 η_l = a_l ‖A_l‖², γ_l = c_l ‖A_l‖² with ‖A_l‖₂ the batch-max spectral norm of the A block entering
 layer l (internal units), the paper's normalisation of the steps. The one-step residual is
 relative to the layer's own update.
+
+Sample layout: the same four directions tied by row (`Geometry.pairs`): a from the feature rows
+A, C (the data preconditioning of GD++), c from the label rows B, D (the gradient step), with the
+per-block checks `a_from_A`, `a_from_C`, `c_from_B`, `c_from_D`.
 """
 
 from __future__ import annotations
@@ -35,14 +39,15 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
     rows = []
     for layer in range(cap.layers):
         Z, Z1 = cap.Z[layer], cap.Z[layer + 1]
-        dA, dB, dC, dD = geometry.blocks(Z1 - Z)
-        FA, FB, FC, FD = geometry.eagle_features(Z, layer)
-        a = _coef([dA, dB], [FA, FB])
-        c = _coef([dC, dD], [FC, FD])
+        delta = dict(zip("ABCD", geometry.blocks(Z1 - Z), strict=True))
+        feats = dict(zip("ABCD", geometry.eagle_features(Z, layer), strict=True))
+        (p, q), (r, s) = geometry.pairs  # blocks sharing a, blocks sharing c
+        a = _coef([delta[p], delta[q]], [feats[p], feats[q]])
+        c = _coef([delta[r], delta[s]], [feats[r], feats[s]])
         # Z1 − EAGLE(Z) from the features already at hand (geometry.eagle_step, unrecomputed)
+        step = {p: a, q: a, r: c, s: c}
         with np.errstate(over="ignore", invalid="ignore"):
-            gA, gB, gC, gD = dA + a * FA, dB + a * FB, dC + c * FC, dD + c * FD
-        gap2 = sum(float(np.sum(x * x)) for x in (gA, gB, gC, gD))
+            gap2 = sum(float(np.sum((delta[x] + step[x] * feats[x]) ** 2)) for x in "ABCD")
         A = geometry.blocks(Z)[0]
         # a stream that overflowed (an untrained control at large sizes) has no spectral norm
         norm2 = (
@@ -56,10 +61,10 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
                 "layer": layer,
                 "a_step": a,
                 "c_step": c,
-                "a_from_A": _coef([dA], [FA]),
-                "a_from_B": _coef([dB], [FB]),
-                "c_from_C": _coef([dC], [FC]),
-                "c_from_D": _coef([dD], [FD]),
+                f"a_from_{p}": _coef([delta[p]], [feats[p]]),
+                f"a_from_{q}": _coef([delta[q]], [feats[q]]),
+                f"c_from_{r}": _coef([delta[r]], [feats[r]]),
+                f"c_from_{s}": _coef([delta[s]], [feats[s]]),
                 "norm_a_max": math.sqrt(norm2),
                 "eta": a * norm2,
                 "gamma": c * norm2,
@@ -89,12 +94,18 @@ def eagle_view(ctx: Context) -> ViewResult:
         f"layer {int(r.layer)}: negative {name} step {step:.3g} (EAGLE's steps are positive)"
         for r in table.itertuples()
         for name, step in (("A", r.a_step), ("C", r.c_step))
-        if step < 0 and abs(step) > 1e-3
+        if step < 0 and abs(step) > 1e-3 and not ctx.geometry.samples
     ]
     layers = table.to_dict(orient="records")
+    family = (
+        "sample layout, steps tied by row: A −= a A AᵀA, C −= a A AᵀC, B −= c B AᵀA, "
+        "D_slot −= c B AᵀC (one GD++ layer: c the gradient step, a the data preconditioning)"
+        if ctx.geometry.samples
+        else "EAGLE: A −= a A AᵀA, B −= a B AᵀA, C −= c A AᵀC, D_slot −= c B AᵀC"
+    )
     return ViewResult(
         "eagle",
-        {"reading": ctx.geometry.reading, "units": "internal", "layers": layers},
+        {"reading": ctx.geometry.reading, "family": family, "units": "internal", "layers": layers},
         {"eagle": table},
         warnings,
     )

@@ -13,6 +13,9 @@ and overall, absolute and relative: the relative one-step gap divides by ‖Z_{l
 layer's own update), the relative end-to-end gap by ‖Z_{l+1} − Z_0‖² (the change so far). An
 untrained model moves the stream very little, so an absolute gap alone makes it look best; the
 relative numbers and the untrained control (`verdict`) are what decide.
+
+In the sample layout the steps are those of its row-tied family (`Geometry.pairs`, view `eagle`),
+so the metric says how far each layer is from one GD++ layer; the paper has no numbers for it.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def fidelity_table(ctx: Context, a_steps, c_steps) -> pd.DataFrame:
             for k, g, r in zip(BLOCKS, geo.blocks(gap2), geo.blocks(ref), strict=True):
                 size = float(np.sum(r))
                 row[f"relative_{k}"] = float(np.sum(g)) / size if size > 0 else float("nan")
-            paper = PAPER_TABLE1.get(geo.regime, [])
+            paper = [] if geo.samples else PAPER_TABLE1.get(geo.regime, [])
             row["paper"] = paper[layer] if layer < len(paper) else float("nan")
             rows.append(row)
     return pd.DataFrame(rows)

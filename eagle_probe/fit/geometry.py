@@ -1,6 +1,17 @@
 """The regime's shape, in one place: sizes, the token mask, how prompts are scaled and read out,
 and how each regime's EAGLE step looks (S = I, a learned sketch, or column blocks).
 
+Both token layouts are handled here in block orientation Z = [[A, C], [B, D]] (the capture's):
+the sample layout's layer H ← H + Σ_h ((H W_QK^h Hᵀ) ⊙ M_s) H W_VP^h / n on H = Zᵀ is applied by
+transposing in and out (`layer`). Its natural step family uses the same four directions as EAGLE
+(A AᵀA, B AᵀA, A AᵀC, B AᵀC) but ties them by row rather than by column: one layer of the
+isotropic sample-layout family W_QK = diag(q I_d, 0), W_VP = diag(v I_d, w I_d') moves the feature
+rows A, C by −a A Aᵀ(·) with a = −q v / n and the label rows B, D by −c B Aᵀ(·) with c = −q w / n.
+That is one GD++ layer (von Oswald et al. 2023): c is the gradient step on the implicit iterate, a
+the preconditioning I − a G of the data; a = 0 is plain GD. In that layout `a_step` and `c_step`
+(everywhere in the views) are these two steps. Both families share the card-notation filter
+f_l = c_l m_l(λ)², m_{l+1} = m_l (1 − a_l λ m_l²) (`fit.polynomial.eagle_expansion`).
+
 Everything here is plain NumPy: the extraction reads the model once (`eagle_probe.extract`) and
 hands the views a `Geometry` and the products W_QK, W_VP as arrays.
 """
@@ -33,6 +44,7 @@ class Geometry:
     machines: int = 1  # distributed: column blocks
     projector: np.ndarray | None = None  # constrained: (L, n, n) projector onto the sketch range
     reading: str = ""  # distributed: "local" (per-machine Gram) or "centralized"; else the regime
+    layout: str = "features"  # token layout: "features" (tokens = rows of Z) or "samples" (H = Zᵀ)
 
     def __post_init__(self) -> None:
         if not self.reading:
@@ -45,6 +57,34 @@ class Geometry:
     @property
     def width(self) -> int:
         return self.n + self.n_prime
+
+    @property
+    def samples(self) -> bool:
+        """True in the sample layout (tokens are the n + n' samples, the stream is H = Zᵀ)."""
+        return self.layout == "samples"
+
+    @property
+    def split(self) -> tuple[int, int]:
+        """How the residual coordinates of the products W_QK, W_VP split into two kinds: (n, n')
+        sample/query columns in the feature layout, (d, d') features/labels in the sample one."""
+        return (self.d, self.d_prime) if self.samples else (self.n, self.n_prime)
+
+    @property
+    def coords(self) -> tuple[str, str]:
+        """Names of the two coordinate kinds of the products: A/C columns, or X/Y (x and y of
+        the sample rows [x, y])."""
+        return ("X", "Y") if self.samples else ("A", "C")
+
+    @property
+    def key_scale(self) -> float:
+        """Factor on the attention scores: 1/n in the sample layout (mean over the n keys)."""
+        return 1.0 / self.n if self.samples else 1.0
+
+    @property
+    def pairs(self) -> tuple[str, str]:
+        """Which blocks share the step a and which the step c: EAGLE ties by column (A, B | C, D),
+        the sample-layout family by row (A, C | B, D)."""
+        return ("AC", "BD") if self.samples else ("AB", "CD")
 
     def as_centralized(self) -> Geometry:
         """The same model read as a centralized EAGLE (Σ_μ A^μ A^μᵀ A = A Aᵀ A)."""
@@ -83,9 +123,13 @@ class Geometry:
     # --- the network's own forward, from products ------------------------------------------------
 
     def layer(self, Z: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
-        """One layer Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h for Z (b, T, E), qk/vp (h, E, E)."""
-        scores = np.einsum("bte,hef,bsf->bhts", Z, qk, Z, optimize=True) * self.mask  # (b,h,T,T)
-        return Z + np.einsum("bhts,bse,hef->btf", scores, Z, vp, optimize=True)
+        """One layer Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h for Z (b, T, E), qk/vp (h, E, E);
+        in the sample layout the same on H = Zᵀ with the scores times 1/n, Z returned as blocks."""
+        H = Z.swapaxes(-1, -2) if self.samples else Z  # the stream as the layers see it
+        mask = self.mask * self.key_scale
+        scores = np.einsum("bte,hef,bsf->bhts", H, qk, H, optimize=True) * mask  # (b,h,T,T)
+        H = H + np.einsum("bhts,bse,hef->btf", scores, H, vp, optimize=True)
+        return H.swapaxes(-1, -2) if self.samples else H
 
     def stream(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
         """Residual stream of the products qk, vp (L, h, E, E) from prompts z0 (b, T, E) in prompt
@@ -139,15 +183,17 @@ class Geometry:
 
     def eagle_step(self, Z: np.ndarray, layer: int, a: float, c: float) -> np.ndarray:
         """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated (BRIEF §3):
-        A −= a A K, B −= a B K, C −= c A P Aᵀ C, D_slot −= c B P Aᵀ C."""
+        A −= a A K, B −= a B K, C −= c A P Aᵀ C, D_slot −= c B P Aᵀ C. Sample layout: the row-tied
+        family, A −= a A AᵀA, C −= a A AᵀC, B −= c B AᵀA, D_slot −= c B AᵀC (module text)."""
         FA, FB, FC, FD = self.eagle_features(Z, layer)
         d, n = self.d, self.n
+        step = dict(zip("ABCD", (a, c, a, c) if self.samples else (a, a, c, c), strict=True))
         out = Z.copy()
         with np.errstate(over="ignore", invalid="ignore"):
-            out[:, :d, :n] -= a * FA
-            out[:, d:, :n] -= a * FB
-            out[:, :d, n:] -= c * FC
-            out[:, d:, n:] -= c * FD
+            out[:, :d, :n] -= step["A"] * FA
+            out[:, d:, :n] -= step["B"] * FB
+            out[:, :d, n:] -= step["C"] * FC
+            out[:, d:, n:] -= step["D"] * FD
         return out
 
     def run_eagle(self, Z0: np.ndarray, a_steps, c_steps) -> np.ndarray:
@@ -159,14 +205,16 @@ class Geometry:
 
     def eagle_products(self, a_steps, c_steps) -> tuple[np.ndarray, np.ndarray]:
         """Products (L, 1, E, E) whose layers run EAGLE with the given steps, read centralized:
-        W_QK = diag(I_n, 0), W_VP = diag(−a I_n, −c I_n')."""
-        L, n, E = len(a_steps), self.n, self.width
+        W_QK = diag(I_n, 0), W_VP = diag(−a I_n, −c I_n'); sample layout (E = d + d'):
+        W_QK = diag(I_d, 0), W_VP = diag(−n a I_d, −n c I_d') (the scores carry 1/n)."""
+        L, (k, _) = len(a_steps), self.split
+        E = sum(self.split)
         qk = np.zeros((L, 1, E, E))
         vp = np.zeros((L, 1, E, E))
-        qk[:, 0, range(n), range(n)] = 1.0
+        qk[:, 0, range(k), range(k)] = 1.0
         for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
-            vp[layer, 0, range(n), range(n)] = -a
-            vp[layer, 0, range(n, E), range(n, E)] = -c
+            vp[layer, 0, range(k), range(k)] = -a / self.key_scale
+            vp[layer, 0, range(k, E), range(k, E)] = -c / self.key_scale
         return qk, vp
 
     def to_json(self) -> dict:
@@ -179,6 +227,7 @@ class Geometry:
             "normalize": self.normalize,
             "readout": self.readout,
             "machines": self.machines,
+            "layout": self.layout,
         }
 
 

@@ -12,6 +12,9 @@ dA' = dA − da·AK − a(dA K + A dK), dK = Π(dAᵀA + AᵀdA), and likewise f
 the steps the weights imply (view `projection`). It stops when the gradient of the loss, relative
 to the loss, is below `gtol` — a stationary point, reported with its final gradient norm — or
 after `max_iter` iterations, with `converged: false`.
+
+Sample layout: the same fit over the steps of its row-tied family (view `eagle`; B moves with c
+and C with a), i.e. the best GD++ with the network's number of layers.
 """
 
 from __future__ import annotations
@@ -45,6 +48,45 @@ def _grow(X: np.ndarray, new: np.ndarray) -> np.ndarray:
     return np.concatenate([X, new[:, None]], axis=1)
 
 
+def _rows_jacobian(
+    geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`eagle_jacobian` for the sample layout's row-tied family (B moves with c and C with a), with
+    every tangent carried through every block."""
+    L = len(a_steps)
+    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
+    A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
+    D[...] = 0.0
+    b, p = z0.shape[0], 2 * L
+    dA, dB, dC, dD = (np.zeros((b, p) + x.shape[1:]) for x in (A, B, C, D))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(L):
+            a, c = a_steps[layer], c_steps[layer]
+            At = A.swapaxes(-1, -2)
+            K = geo.gram_map(At @ A, layer)  # (b, n, n)
+            X = _left(At, dA)  # Aᵀ dA: (b, p, n, n)
+            dK = geo.gram_map(X + X.swapaxes(-1, -2), layer)
+            P = geo.query_operator(layer)
+            M = P @ (At @ C)  # (b, n, n')
+            dM = P @ (_left(At, dC) + _right(dA.swapaxes(-1, -2), C))  # (b, p, n, n')
+            AK, BK, AM, BM = A @ K, B @ K, A @ M, B @ M
+            # EAGLE: B moves with a and C with c; the sample layout's family swaps them
+            sB, iB, sC, iC = (c, L + layer, a, layer) if geo.samples else (a, layer, c, L + layer)
+            nA = dA - a * (_right(dA, K) + _left(A, dK))
+            nB = dB - sB * (_right(dB, K) + _left(B, dK))
+            nC = dC - sC * (_right(dA, M) + _left(A, dM))
+            nD = dD - c * (_right(dB, M) + _left(B, dM))
+            nA[:, layer] -= AK
+            nB[:, iB] -= BK
+            nC[:, iC] -= AM
+            nD[:, L + layer] -= BM
+            dA, dB, dC, dD = nA, nB, nC, nD
+            A, B, C, D = A - a * AK, B - sB * BK, C - sC * AM, D - c * BM
+        pred = geo.readout * D * s
+        jac = geo.readout * dD * s[:, None]
+    return pred, jac
+
+
 def eagle_jacobian(
     geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +96,8 @@ def eagle_jacobian(
     Only the tangents that can be nonzero are carried: before layer l only a_0 … a_{l−1} and
     c_0 … c_{l−1} have acted, and the c's never reach A or B, so the c tangents live in the n'
     query columns alone."""
+    if geo.samples:
+        return _rows_jacobian(geo, z0, a_steps, c_steps, scale)
     L = len(a_steps)
     s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
@@ -96,6 +140,8 @@ def eagle_jacobian(
 def spectral(geo: Geometry) -> bool:
     """True when the regime's reading of EAGLE uses the plain Gram AᵀA and no query projector:
     then every step is a spectral filter of A_0 and `spectral_jacobian` applies."""
+    if geo.samples:  # the row-tied family: not a filter of A_0 alone
+        return False
     plain_gram = geo.reading != "distributed"
     plain_query = not (geo.reading == "constrained" and geo.projector is not None)
     return plain_gram and plain_query
@@ -309,7 +355,8 @@ def predict(
             At = A.swapaxes(-1, -2)
             K = geo.gram_map(At @ A, layer)
             M = geo.query_operator(layer) @ (At @ C)
-            A, B, C, D = A - a * (A @ K), B - a * (B @ K), C - c * (A @ M), D - c * (B @ M)
+            sB, sC = (c, a) if geo.samples else (a, c)  # the row-tied family swaps them
+            A, B, C, D = A - a * (A @ K), B - sB * (B @ K), C - sC * (A @ M), D - c * (B @ M)
         return geo.readout * D * s
 
 

@@ -14,6 +14,12 @@ The steps the projection implies are EAGLE's: a_l = −Σ_h q_h v_h and c_l = �
 the mean over the machines' heads, since Σ_μ A^μ A^μᵀ = A Aᵀ. q' ≠ 0 is reported:
 EAGLE has no query-side C term. The cost is measured in function, on held-out prompts: the test
 MSE with only layer l projected, and with every layer projected.
+
+Sample layout (E = d + d', blocks X = the d features, Y = the d' labels of a row [x, y]): the
+same isotropic family, W_QK = diag(q I_d, q_c I_d'), W_VP = diag(v I_d, w I_d'), is GD++ (GD
+where v = 0), with a = −Σ_h q_h v_h / n, c = −Σ_h q_h w_h / n (the scores carry 1/n; view `eagle`
+for what a and c do). Preconditioned GD (Ahn et al. 2023) frees W_QK's X×X block:
+`preconditioned_mse` is the held-out MSE with every layer projected onto that larger family.
 """
 
 from __future__ import annotations
@@ -33,17 +39,20 @@ VP_NAMES = {
 
 
 def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
-    """diag(a_part, c_part I_n') as an E × E matrix (a_part n × n, or None for 0)."""
-    M = np.zeros((geo.width, geo.width))
+    """diag(a_part, c_part I_n') as an E × E matrix (a_part n × n, or None for 0); sample layout:
+    diag(a_part, c_part I_d') with a_part d × d."""
+    k, rest = geo.split
+    M = np.zeros((k + rest, k + rest))
     if a_part is not None:
-        M[: geo.n, : geo.n] = a_part
-    M[geo.n :, geo.n :] = c_part * np.eye(geo.n_prime)
+        M[:k, :k] = a_part
+    M[k:, k:] = c_part * np.eye(rest)
     return M
 
 
 def family(geo: Geometry, head: int, qk_head: np.ndarray) -> tuple[list, list]:
     """Basis matrices (E × E) of the head's W_QK and W_VP families."""
-    n, eye = geo.n, np.eye(geo.n)
+    n = geo.split[0]
+    eye = np.eye(n)
     c_only = _embed(geo, None, 1.0)
     if geo.regime == "distributed":
         size = n // geo.machines
@@ -56,6 +65,18 @@ def family(geo: Geometry, head: int, qk_head: np.ndarray) -> tuple[list, list]:
         P = U[:, :r] @ U[:, :r].T
         return [_embed(geo, P), c_only], [_embed(geo, P), c_only]
     return [_embed(geo, eye), c_only], [_embed(geo, eye), c_only]
+
+
+def preconditioned_family(geo: Geometry) -> list[np.ndarray]:
+    """Sample layout: basis of W_QK = diag(Γ, q_c I_d') with Γ a free d × d block."""
+    d = geo.split[0]
+    out = []
+    for i in range(d):
+        for j in range(d):
+            unit = np.zeros((d, d))
+            unit[i, j] = 1.0
+            out.append(_embed(geo, unit))
+    return out + [_embed(geo, None, 1.0)]
 
 
 def project(M: np.ndarray, basis: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -83,8 +104,8 @@ def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
                 row[f"{name}_outside"] = off / norm if norm else 0.0
             rows.append(row)
     heads = pd.DataFrame(rows)
-    heads["a_part"] = -heads.q * heads.v
-    heads["c_part"] = -heads.q * heads.w
+    heads["a_part"] = -heads.q * heads.v * geo.key_scale
+    heads["c_part"] = -heads.q * heads.w * geo.key_scale
     steps = heads.groupby("layer")[["a_part", "c_part"]].sum()
     if geo.regime == "distributed":
         # head μ moves only machine μ's block (A, B) and adds its share of Σ_μ A^μ A^μᵀ C: with
@@ -126,8 +147,18 @@ def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
 @register("projection")
 def projection_view(ctx: Context) -> ViewResult:
     """The regime's EAGLE family in weight space: levels, implied steps, cost in function."""
-    proj = project_products(ctx.geometry, ctx.qk, ctx.vp)
+    geo = ctx.geometry
+    proj = project_products(geo, ctx.qk, ctx.vp)
     cost = projection_cost(ctx, proj["qk"], proj["vp"])
+    extra_json = {}
+    if geo.samples:
+        basis = preconditioned_family(geo)
+        pqk = np.zeros_like(ctx.qk)
+        for idx in np.ndindex(ctx.qk.shape[:2]):
+            pqk[idx] = project(ctx.qk[idx], basis)[1]
+        extra_json["preconditioned_mse"] = ctx.held_out.mse(
+            geo.predict(ctx.held_out.z0, pqk, proj["vp"])
+        )
     heads = proj["heads"]
     layers = []
     for layer in range(ctx.qk.shape[0]):
@@ -147,7 +178,8 @@ def projection_view(ctx: Context) -> ViewResult:
     net, projected = cost["network_mse"], cost["projected_mse"]
     if not np.isfinite(projected) or projected > 10 * max(net, ctx.zero_mse):
         warnings.append(
-            f"projecting every layer onto the {ctx.geometry.regime} EAGLE family blows up "
+            f"projecting every layer onto the {'GD++' if geo.samples else geo.regime + ' EAGLE'} "
+            "family blows up "
             f"(MSE {projected:.3g} against the network's {net:.3g}): the network is not that family"
         )
     table = pd.DataFrame(
@@ -156,11 +188,12 @@ def projection_view(ctx: Context) -> ViewResult:
     return ViewResult(
         "projection",
         {
-            "family": ctx.geometry.regime,
+            "family": "GD++ (samples)" if geo.samples else geo.regime,
             "units": "internal (steps); prompt units (MSE)",
             "network_mse": net,
             "projected_mse": projected,
             "prompts": cost["prompts"],
+            **extra_json,
             "layers": layers,
         },
         {"projection": table, "heads": heads},

@@ -5,19 +5,23 @@ from __future__ import annotations
 from eagle_probe.fit.base import Context, ViewResult, register
 
 
-def symbolic_layers(a_steps, c_steps, digits: int = 4) -> list[dict[str, str]]:
-    """sympy text of each layer's EAGLE update with the recovered numbers."""
+def symbolic_layers(
+    a_steps, c_steps, digits: int = 4, samples: bool = False
+) -> list[dict[str, str]]:
+    """sympy text of each layer's EAGLE update with the recovered numbers (D: the prediction,
+    the negated slot). `samples`: the sample layout's row-tied family, C with a and B with c."""
     import sympy as sp
 
     rows = []
     for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
         A, B, C, D = (sp.MatrixSymbol(f"{s}_{layer}", 1, 1) for s in "ABCD")
         a_, c_ = sp.Float(a, digits), sp.Float(c, digits)
+        b_, cc_ = (c_, a_) if samples else (a_, c_)  # steps of the B and C updates
         rows.append(
             {
                 "A": str(A - a_ * A * A.T * A),
-                "B": str(B - a_ * B * A.T * A),
-                "C": str(C - c_ * A * A.T * C),
+                "B": str(B - b_ * B * A.T * A),
+                "C": str(C - cc_ * A * A.T * C),
                 "D": str(D + c_ * B * A.T * C),
             }
         )
@@ -27,4 +31,5 @@ def symbolic_layers(a_steps, c_steps, digits: int = 4) -> list[dict[str, str]]:
 @register("symbolic")
 def symbolic_view(ctx: Context) -> ViewResult:
     steps = ctx.results["eagle"].tables["eagle"]
-    return ViewResult("symbolic", {"layers": symbolic_layers(steps.a_step, steps.c_step)}, {}, [])
+    layers = symbolic_layers(steps.a_step, steps.c_step, samples=ctx.geometry.samples)
+    return ViewResult("symbolic", {"layers": layers}, {}, [])

@@ -18,18 +18,28 @@ JSON (`views.terms`, every field in docs/extraction-schema.md): per layer the te
 coefficients, frequencies and shares, the one-step fidelity (Table-1 metric, prompt units) and the
 relative residual; and the discovered terms run layer by layer from held-out prompts, scored
 against the true D next to the network.
+
+Sample layout. Its layer on H = Zᵀ, H ← H + Σ_h ((H W_QK^h Hᵀ) ⊙ M_s) H W_VP^h / n, is the
+feature layout's form (1) for the stream H, whose visible rows are the n samples [Aᵀ Bᵀ]: H's
+blocks are [[Aᵀ, Bᵀ], [Cᵀ, Dᵀ]]. So the library runs on H unchanged (`stream_context`), and each
+term X_H += P_H·W1·Q_Hᵀ·R_H·W2 is reported transposed back, X += W2ᵀ·R·Qᵀ·W1ᵀ·P, in the blocks
+of Z (`sample_term`): `X+=RQtP` scalar, `X+=RQt*W*P` (W = W1ᵀ, features of Q × features of P),
+`X+=W*RQtP` (W = W2ᵀ), `X+=V*RQt*U*P` (the lifted coefficient of both, transposed alike). The
+coefficients include the scores' 1/n. GD is `B+=BAtA` and `D+=BAtC` with −η/n; GD++ adds
+`A+=AAtA` and `C+=AAtC` with −γ/n; preconditioned GD is `B+=BAt*W*A` and `D+=BAt*W*C` with
+W = −(η/n) Γᵀ.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from eagle_probe.fit import library as lib
 from eagle_probe.fit import sparse
-from eagle_probe.fit.base import Context, ViewResult, affordable, register, table1
+from eagle_probe.fit.base import Context, HeldOut, ViewResult, affordable, register, table1
 from eagle_probe.fit.geometry import Geometry
 
 
@@ -84,8 +94,17 @@ def _rows(term: lib.Term, g: Geometry) -> int:
 def _candidates(X: str, g: Geometry, prompts: int, cfg: TermsConfig) -> list[lib.Term]:
     """The library's families for X that the probe batch can identify."""
     kx = g.n if lib.KIND[X] == "a" else g.n_prime
+    size = {"a": g.n, "c": g.n_prime}
     out = []
     for term in lib.library((X,)):
+        if (
+            term.free == "both"
+            and size[lib.KIND[term.Q]] == 1
+            and lib.KIND[term.R] == lib.KIND[term.P]
+        ):
+            # one column of Q's kind: P·U·QᵀR·V is P·W·RᵀQ, the W1 family with key and value
+            # swapped, exactly; leave the duplicate out so the simpler family names the term
+            continue
         rows = prompts * _rows(term, g)
         features = term.shared_features(g)
         if term.free in ("W2", "both") and features > min(
@@ -416,16 +435,82 @@ def run_from_input(z0: np.ndarray, per_layer: list[list[Fitted]], g: Geometry) -
     return g.readout_of(Z, z0)
 
 
+# --- the sample layout: the library on H = Zᵀ ---------------------------------------------------
+
+H_TO_Z = {"A": "A", "B": "C", "C": "B", "D": "D"}  # block of H = [[Aᵀ, Bᵀ], [Cᵀ, Dᵀ]] -> of Z
+
+
+def stream_context(ctx: Context) -> Context:
+    """The sample layout's context in the stream's orientation H = Zᵀ, read as a feature-layout
+    geometry (d ↔ n, d' ↔ n'; its visible rows are the n samples), with the scores' 1/n."""
+    g, cap = ctx.geometry, ctx.cap
+    gh = replace(g, d=g.n, n=g.d, d_prime=g.n_prime, n_prime=g.d_prime, layout="features")
+
+    def t(x: np.ndarray) -> np.ndarray:
+        return x.swapaxes(-1, -2)
+
+    return replace(
+        ctx,
+        cap=replace(cap, Z=t(cap.Z), d=g.n, n=g.d),
+        geometry=gh,
+        held_out=HeldOut(z0=t(ctx.held_out.z0), D=t(ctx.held_out.D)),
+        network_pred=t(ctx.network_pred),
+    )
+
+
+def sample_term(
+    term: lib.Term, coef: np.ndarray | float, gh: Geometry
+) -> tuple[str, str, np.ndarray]:
+    """(name, target, coefficient) of a term of H (geometry `gh`) in the blocks of Z: the
+    transpose X += W2ᵀ·R·Qᵀ·W1ᵀ·P of X_H += P_H·W1·Q_Hᵀ·R_H·W2 (module text)."""
+    X, P, Q, R = (H_TO_Z[x] for x in (term.target, term.P, term.Q, term.R))
+    W = np.asarray(coef, dtype=np.float64)
+    if term.free == "none":
+        return f"{X}+={R}{Q}t{P}", X, W
+    if term.free == "W1":
+        return f"{X}+={R}{Q}t*W*{P}", X, W.T
+    if term.free == "W2":
+        return f"{X}+=W*{R}{Q}t{P}", X, W.T
+    # lifted K = Σ_h vec(W1) vec(W2)ᵀ -> Σ_h vec(W1ᵀ) vec(W2ᵀ)ᵀ
+    k = {"a": gh.n, "c": gh.n_prime}
+    kp, kq, kr, kx = (k[lib.KIND[x]] for x in (term.P, term.Q, term.R, term.target))
+    if W.ndim == 2:
+        W = W.reshape(kp, kq, kr, kx).transpose(1, 0, 3, 2).reshape(kq * kp, kx * kr)
+    return f"{X}+=V*{R}{Q}t*U*{P}", X, W
+
+
+def _to_sample_blocks(out: dict, per_layer: list[list[Fitted]], gh: Geometry) -> None:
+    """Rename the terms and targets of `discover`'s JSON from H's blocks to Z's (in place);
+    matrix coefficients are transposed (their trace, norms and singular values are unchanged)."""
+    for lay, fitted in zip(out["layers"], per_layer, strict=True):
+        for entry, t in zip(lay["terms"], fitted, strict=True):
+            name, target, W = sample_term(t.term, t.coef, gh)
+            entry["name"], entry["target"] = name, target
+            if t.term.free != "none":
+                entry["coefficient"] = W.tolist()
+                entry["shape"] = list(W.shape)
+        targets = {H_TO_Z[k]: v for k, v in lay["targets"].items()}
+        lay["targets"] = {k: targets[k] for k in lib.TARGETS}
+        for info in lay["targets"].values():
+            info["unstable"] = [sample_term(lib.parse(n), 0.0, gh)[0] for n in info["unstable"]]
+
+
 @register("terms")
 def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
     """Sparse discovery of each layer's block-product terms (see the module docstring)."""
     cfg = cfg or TermsConfig()
+    samples = ctx.geometry.samples
+    if samples:
+        ctx = stream_context(ctx)
     g = ctx.geometry
     try:
         lib.check_mask(g)
     except ValueError as exc:
         return ViewResult("terms", {"supported": False, "layers": []}, warnings=[f"terms: {exc}"])
     per_layer, out = discover(ctx, cfg)
+    if samples:
+        _to_sample_blocks(out, per_layer, g)
+        out["orientation"] = "samples: terms of H = Zᵀ written in the blocks of Z"
     held, net_pred = ctx.scoring(3 * g.layers)  # a layer of terms costs about 3 of products
     pred = run_from_input(held.z0, per_layer, g)
     mse = held.mse(pred)
@@ -461,6 +546,11 @@ def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
         )
 
     rows = [_row(layer, t) for layer, fitted in enumerate(per_layer) for t in fitted]
+    if samples:
+        for row, entry in zip(
+            rows, [e for lay in out["layers"] for e in lay["terms"]], strict=True
+        ):
+            row["term"], row["target"] = entry["name"], entry["target"]
     table = pd.DataFrame(
         rows,
         columns=[

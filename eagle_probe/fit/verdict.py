@@ -14,6 +14,14 @@ The model is
   MSE (LIKE_PROJECTION_COST);
 - "not EAGLE" otherwise, and whatever its layers when it is not clearly better than the zero
   predictor (MSE above ZERO_FRACTION of the zero predictor's) or than its untrained control.
+
+Sample layout (`sample_verdict`): the algorithms of the in-context-learning literature instead.
+Each layer takes the algorithm view's name ("GD", "GD++", "preconditioned GD", "polynomial" or
+"unrecognised", fitted to the implicit iterate); the model is named by the most general layer:
+"preconditioned GD" if any layer is, else "GD++" if any layer is, else "polynomial" if any layer
+is, else "GD"; "unrecognised" if any layer is unexplained or the model is not clearly better than
+the zero predictor. The family's one-step gap (views `eagle`, `fidelity`), the projection's cost
+and the discovered terms are quoted beside it.
 """
 
 from __future__ import annotations
@@ -204,8 +212,158 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     return " ".join(parts)
 
 
+# --- the sample layout ---------------------------------------------------------------------
+
+# In the blocks of Z (view `terms`, sample layout): GD's terms, GD++'s data preconditioning, and
+# preconditioned GD's matrix steps (the last two also with a preconditioned data update)
+SAMPLE_TERMS = {
+    "GD": ("B+=BAtA", "D+=BAtC"),
+    "GD++": ("A+=AAtA", "C+=AAtC", "A+=W*AAtA", "C+=W*AAtC"),
+    "preconditioned GD": ("B+=BAt*W*A", "D+=BAt*W*C", "A+=AAt*W*A", "C+=AAt*W*C"),
+}
+SAMPLE_ORDER = ("GD", "polynomial", "GD++", "preconditioned GD")  # least to most general
+
+
+def sample_label(labels: list[str]) -> str:
+    """The model's name from its layers' names (module text)."""
+    if not labels or "unrecognised" in labels:
+        return "unrecognised"
+    return max(labels, key=SAMPLE_ORDER.index)
+
+
+def sample_verdict(ctx: Context) -> ViewResult:
+    """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
+    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+    if "algorithm" not in ctx.results:  # the names come from the algorithm view
+        from eagle_probe.fit.algorithm import algorithm_view
+
+        ctx.results["algorithm"] = algorithm_view(ctx)
+    algo = ctx.results["algorithm"].json["layers"]
+    fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
+    ctrl = None
+    if ctx.control is not None and "fidelity" in ctx.control.results:
+        ctrl = ctx.control.results["fidelity"].json["layers"]
+    proj = ctx.results.get("projection")
+    layers = []
+    for lay in algo:
+        layer = lay["layer"]
+        cost = float("nan")
+        if proj is not None and net > 0:
+            cost = proj.json["layers"][layer]["mse"] / net - 1.0
+        layers.append(
+            {
+                "layer": layer,
+                "label": lay["label"],
+                "alpha_0": lay["scalar"]["alpha_0"],
+                "orders": lay["polynomial"]["orders"],
+                "r2": {
+                    "scalar": lay["scalar"]["r2"],
+                    "polynomial": lay["polynomial"]["r2"],
+                    "matrix": lay["matrix"]["r2"],
+                },
+                "one_step_relative": fid[layer]["one_step"]["relative"] if fid else float("nan"),
+                "one_step_relative_D": fid[layer]["one_step"]["relative_blocks"]["D"]
+                if fid
+                else float("nan"),
+                "control_relative": ctrl[layer]["one_step"]["relative"] if ctrl else float("nan"),
+                "projection_cost": cost,
+            }
+        )
+    warnings = []
+    label = sample_label([lay["label"] for lay in layers])
+    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
+        label = "unrecognised"
+        warnings.append(
+            f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
+            f"{_fmt(zero)}): its fits describe no working algorithm"
+        )
+    parts = [
+        f"sample-layout model, {geo.layers} layers × {geo.heads} head(s); held-out MSE "
+        f"{_fmt(net)} ({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
+    ]
+    for lay, a in zip(layers, algo, strict=True):
+        what = {
+            "GD": f"one gradient step, α_0 = {_fmt(lay['alpha_0'])} (R² {lay['r2']['scalar']:.6f})",
+            "GD++": f"orders {a['polynomial']['orders']} of the design form, α = "
+            f"[{', '.join(_fmt(v) for v in a['polynomial']['alpha'])}] "
+            f"(R² {lay['r2']['polynomial']:.6f})",
+            "preconditioned GD": f"a matrix step Γ, {a['matrix']['departure_from_scalar']:.2g} "
+            f"away from a multiple of I (R² {lay['r2']['matrix']:.6f})",
+            "polynomial": f"orders {a['polynomial']['orders']} without the order-1 term "
+            f"(R² {lay['r2']['polynomial']:.6f})",
+            "unrecognised": "no fit reaches R² "
+            f"{ctx.results['algorithm'].json['thresholds']['r2_min']}",
+        }[lay["label"]]
+        gap = ""
+        if math.isfinite(lay["one_step_relative"]):
+            gap = (
+                f"; one GD++ layer misses {_fmt(lay['one_step_relative'])} of its update "
+                f"({_fmt(lay['one_step_relative_D'])} of the D slot's)"
+            )
+            if math.isfinite(lay["control_relative"]):
+                gap += f" (untrained control {_fmt(lay['control_relative'])})"
+        parts.append(f"Layer {lay['layer']}: {lay['label']}, {what}{gap}.")
+    if proj is not None and net > 0 and math.isfinite(proj.json["projected_mse"]):
+        pm = proj.json["projected_mse"]
+        text = (
+            f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)} "
+            f"({(pm / net - 1) * 100:+.1f}%)"
+        )
+        if "preconditioned_mse" in proj.json:
+            pc = proj.json["preconditioned_mse"]
+            text += f", onto preconditioned GD {_fmt(pc)} ({(pc / net - 1) * 100:+.1f}%)"
+        parts.append(text + ".")
+    opt = ctx.results.get("optimum")
+    if opt is not None and net > 0:
+        o = opt.json
+        parts.append(
+            f"The best GD++ with the same number of layers (fitted to the truth, relative gradient "
+            f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+            f"({o['optimal_mse'] / net:.2f}× the network's MSE)."
+        )
+    terms = ctx.results.get("terms")
+    if terms is not None:
+        known = {t for names in SAMPLE_TERMS.values() for t in names}
+        extra: dict[str, list[int]] = {}
+        for lay in terms.json.get("layers", []):
+            last = lay["layer"] == geo.layers - 1  # only the D slot of the last layer is read
+            for t in lay.get("terms", []):
+                if last and t["target"] != "D":
+                    continue
+                if t.get("frequency", 1.0) >= 0.5 and t["name"] not in known:
+                    extra.setdefault(t["name"], []).append(lay["layer"])
+        if extra:
+            parts.append(
+                "Term discovery finds terms outside GD, GD++ and preconditioned GD: "
+                + "; ".join(f"{n} (layer {', '.join(map(str, ls))})" for n, ls in extra.items())
+                + "."
+            )
+        else:
+            parts.append(
+                "Term discovery finds only terms of GD, GD++ and preconditioned GD (in the last "
+                "layer, on the D slot the prediction reads)."
+            )
+    parts.append(f"Verdict: {label}.")
+    return ViewResult(
+        "verdict",
+        {
+            "thresholds": {
+                **ctx.results["algorithm"].json["thresholds"],
+                "zero_fraction": ZERO_FRACTION,
+            },
+            "off_family_blocks": [],
+            "layers": layers,
+            "model": {"label": label, "text": " ".join(parts)},
+        },
+        {},
+        warnings,
+    )
+
+
 @register("verdict")
 def verdict_view(ctx: Context) -> ViewResult:
+    if ctx.geometry.samples:
+        return sample_verdict(ctx)
     layers = layer_labels(ctx)
     net, zero = ctx.network_mse, ctx.zero_mse
     warnings = []

@@ -1,5 +1,9 @@
 """Weight structure: what W_QK and W_VP look like after sparsification, per layer and head, and
-what the sparsified ("simplified") model does in function."""
+what the sparsified ("simplified") model does in function.
+
+The products split into two coordinate kinds (`Geometry.split`, `Geometry.coords`): the n sample
+columns A and the n' query columns C in the feature layout; the d features X and the d' labels Y
+of the rows [x, y] in the sample layout, where the blocks are named XX, XY, YX, YY."""
 
 from __future__ import annotations
 
@@ -88,17 +92,18 @@ def simplified_products(qk: np.ndarray, vp: np.ndarray, n: int) -> tuple[np.ndar
     return out_qk, out_vp
 
 
-def block_norms(W: np.ndarray, n: int) -> dict[str, float]:
-    """Frobenius norms of the four blocks of an E × E product and the off-diagonal/diagonal ratio
-    of its A-block (0 for a scalar multiple of I)."""
+def block_norms(W: np.ndarray, n: int, coords: tuple[str, str] = ("A", "C")) -> dict[str, float]:
+    """Frobenius norms of the four blocks of an E × E product (named by `coords`) and the
+    off-diagonal/diagonal ratio of its first block (0 for a scalar multiple of I)."""
     nn = W[:n, :n]
     off = nn - np.diag(np.diag(nn))
     diag = float(np.linalg.norm(np.diag(nn)))
+    a, c = coords
     return {
-        "AA": float(np.linalg.norm(nn)),
-        "AC": float(np.linalg.norm(W[:n, n:])),
-        "CA": float(np.linalg.norm(W[n:, :n])),
-        "CC": float(np.linalg.norm(W[n:, n:])),
+        a + a: float(np.linalg.norm(nn)),
+        a + c: float(np.linalg.norm(W[:n, n:])),
+        c + a: float(np.linalg.norm(W[n:, :n])),
+        c + c: float(np.linalg.norm(W[n:, n:])),
         "offdiag_ratio": float(np.linalg.norm(off)) / diag if diag else float("inf"),
     }
 
@@ -106,7 +111,7 @@ def block_norms(W: np.ndarray, n: int) -> dict[str, float]:
 @register("weights")
 def weights_view(ctx: Context) -> ViewResult:
     """Structure text, block norms and the simplified model's held-out MSE."""
-    n = ctx.geometry.n
+    n, coords = ctx.geometry.split[0], ctx.geometry.coords
     table = weight_view(ctx.qk, ctx.vp, n)
     sqk, svp = simplified_products(ctx.qk, ctx.vp, n)
     held, net_pred = ctx.scoring(ctx.geometry.layers)
@@ -120,8 +125,8 @@ def weights_view(ctx: Context) -> ViewResult:
                 "head": int(row.head),
                 "W_QK": row.W_QK,
                 "W_VP": row.W_VP,
-                "qk_blocks": block_norms(ctx.qk[row.layer, row.head], n),
-                "vp_blocks": block_norms(ctx.vp[row.layer, row.head], n),
+                "qk_blocks": block_norms(ctx.qk[row.layer, row.head], n, coords),
+                "vp_blocks": block_norms(ctx.vp[row.layer, row.head], n, coords),
             }
         )
     warnings = []

@@ -353,20 +353,31 @@ def centralized_terms():
     torch.set_num_threads(1)
     model, task, _ = checkpoint.load(TRAINED / "centralized.pt")
     ctx = make_context(model, task)
-    return ctx, terms_view(ctx)
+    return ctx, terms_view(ctx), model
 
 
 def test_centralized_terms_are_faithful_one_step(centralized_terms):
-    ctx, result = centralized_terms
+    ctx, result, model = centralized_terms
     for layer in result.json["layers"]:
         assert layer["one_step_fidelity"] <= 1e-4, layer["layer"]
-    # layer 0 is plain EAGLE; layer 1's A/B update needs a matrix value block (dense W_VP A-block)
-    first = {t["name"]: t for t in result.json["layers"][0]["terms"]}
-    assert set(EAGLE) <= set(first)
-    second = {t["name"]: t for t in result.json["layers"][1]["terms"]}
-    assert "A+=AAtA*W" in second and "B+=BAtA*W" in second
-    # its nearest scalar is the layer's A-step read off the weights (a_1 = 8.128)
-    assert second["A+=AAtA*W"]["nearest_scalar"] == pytest.approx(-8.128, rel=0.01)
+    # Every layer updates each block along EAGLE's direction for it (scalar, or with a matrix
+    # coefficient: W_QK of layer 0 is dense); the C step's nearest scalar is −c_l, read here
+    # from the raw weights: c_l = (mean diagonal of W_QK's A block) × (−mean diagonal of W_VP's
+    # C block).
+    n = ctx.geometry.n
+    qk, ov = model.QK.AB[:, 0].numpy(), model.OV.AB[:, 0].numpy()
+    directions = {"A": "AAtA", "B": "BAtA", "C": "AAtC", "D": "BAtC"}
+    for layer in result.json["layers"]:
+        terms = {t["name"]: t for t in layer["terms"]}
+        for block, direction in directions.items():
+            forms = {f"{block}+={direction}", f"{block}+={direction}*W"}
+            forms |= {f"{block}+={direction[0]}*W*{direction[1:]}"}
+            assert forms & set(terms), (layer["layer"], block, sorted(terms))
+        l = layer["layer"]
+        c_step = np.mean(np.diag(qk[l][:n, :n])) * -np.mean(np.diag(ov[l][n:, n:]))
+        c_term = terms.get("C+=A*W*AtC") or terms.get("C+=AAtC*W") or terms["C+=AAtC"]
+        scalar = c_term.get("nearest_scalar", c_term.get("coefficient"))
+        assert scalar == pytest.approx(-c_step, rel=0.02), l
     mse, net = result.json["run_from_input_mse"], result.json["network_mse"]
     assert abs(mse / net - 1.0) < 0.1
 

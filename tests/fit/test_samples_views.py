@@ -1,0 +1,274 @@
+"""Every view on sample-layout models whose algorithm is known: GD, GD++ and preconditioned GD
+planted by hand from their equations (von Oswald et al. 2023, Ahn et al. 2023).
+
+Sample layout, rows [x, y]: one layer is H ← H + ((H W_QK Hᵀ) ⊙ M_s) H W_VP / n. In the blocks
+of Z = Hᵀ that is ΔZ = W_VPᵀ (Z_s Z_sᵀ) W_QKᵀ Z / n over the n sample columns Z_s, so
+  GD        W_QK = diag(I_d, 0), W_VP = diag(0, −η):     B += −(η/n) B AᵀA,  D += −(η/n) B AᵀC
+  GD++      W_VP = diag(−γ I_d, −η) adds                 A += −(γ/n) A AᵀA,  C += −(γ/n) A AᵀC
+  precond.  W_QK = diag(Γ, 0), W_VP = diag(0, −η):       B += B Aᵀ W A, D += B Aᵀ W C, W = −(η/n) Γᵀ
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eagle_probe.extract import build_context, extract
+from eagle_probe.fit import optimum
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig
+
+D, N = 4, 10
+E = D + 1
+TASK = TaskConfig(task="least_squares", n=N, d=D, n_prime=1, d_prime=1, alpha=1.0)
+ETAS, GAMMAS = [0.5, 0.4], [0.3, 0.2]
+PRECONDITIONERS = [
+    np.eye(D) + 0.3 * np.random.default_rng(5 + k).standard_normal((D, D)) for k in range(2)
+]
+
+
+def gd(etas=ETAS) -> tuple[np.ndarray, np.ndarray]:
+    qk, vp = np.zeros((len(etas), 1, E, E)), np.zeros((len(etas), 1, E, E))
+    qk[:, 0, :D, :D] = np.eye(D)
+    vp[:, 0, D, D] = -np.asarray(etas)
+    return qk, vp
+
+
+def gdpp(etas=ETAS, gammas=GAMMAS) -> tuple[np.ndarray, np.ndarray]:
+    qk, vp = gd(etas)
+    for layer, gamma in enumerate(gammas):
+        vp[layer, 0, :D, :D] = -gamma * np.eye(D)
+    return qk, vp
+
+
+def preconditioned(etas=ETAS, gammas=PRECONDITIONERS) -> tuple[np.ndarray, np.ndarray]:
+    qk, vp = gd(etas)
+    for layer, gamma in enumerate(gammas):
+        qk[layer, 0, :D, :D] = gamma
+    return qk, vp
+
+
+def model_of(qk: np.ndarray, vp: np.ndarray, normalize: str = "none") -> LinearTransformer:
+    """W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I: the products exactly."""
+    L, h = qk.shape[:2]
+    cfg = ModelConfig(
+        tokens="samples",
+        n=N,
+        d=D,
+        n_prime=1,
+        d_prime=1,
+        n_layers=L,
+        n_heads=h,
+        normalize=normalize,
+        dtype="float64",
+    )
+    model = LinearTransformer(cfg)
+    state = dict(model.state_dict())
+    eye = torch.eye(E, dtype=torch.float64).expand(h, E, E).clone()
+    for layer in range(L):
+        state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
+        state[f"blocks.{layer}.attn.W_K"] = eye.clone()
+        state[f"blocks.{layer}.attn.W_V"] = torch.from_numpy(vp[layer].copy())
+        state[f"blocks.{layer}.attn.W_P"] = eye.clone()
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def run(qk, vp, **kw):
+    kw = {"probe_batch_size": 64, "test_batch": 256, "tuning_batch": 128, **kw}
+    return extract(model_of(qk, vp), TASK, **kw)
+
+
+@pytest.fixture(scope="module")
+def extractions():
+    return {
+        "GD": run(*gd()),
+        "GD++": run(*gdpp()),
+        "preconditioned GD": run(*preconditioned()),
+    }
+
+
+def _rel(got, want) -> float:
+    got, want = np.asarray(got, float), np.asarray(want, float)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def _terms(ex) -> list[dict[str, np.ndarray]]:
+    return [
+        {t["name"]: np.asarray(t["coefficient"]) for t in lay["terms"]}
+        for lay in ex.views["terms"].json["layers"]
+    ]
+
+
+def expected_terms(name: str) -> list[dict[str, np.ndarray]]:
+    out = []
+    for layer, eta in enumerate(ETAS):
+        if name == "preconditioned GD":
+            W = -eta / N * PRECONDITIONERS[layer].T
+            out.append({"B+=BAt*W*A": W, "D+=BAt*W*C": W})
+            continue
+        terms = {"B+=BAtA": np.asarray(-eta / N), "D+=BAtC": np.asarray(-eta / N)}
+        if name == "GD++":
+            gamma = GAMMAS[layer]
+            terms |= {"A+=AAtA": np.asarray(-gamma / N), "C+=AAtC": np.asarray(-gamma / N)}
+        out.append(terms)
+    return out
+
+
+@pytest.mark.parametrize("name", ["GD", "GD++", "preconditioned GD"])
+def test_terms_view_recovers_the_planted_algorithm_and_nothing_else(extractions, name):
+    got = _terms(extractions[name])
+    for layer, (have, want) in enumerate(zip(got, expected_terms(name), strict=True)):
+        assert set(have) == set(want), (layer, sorted(have))
+        for term, coef in want.items():
+            assert _rel(have[term], coef) < 1e-6, (layer, term)
+
+
+@pytest.mark.parametrize("name", ["GD", "GD++", "preconditioned GD"])
+def test_verdict_names_the_planted_algorithm(extractions, name):
+    ex = extractions[name]
+    assert ex.verdict["label"] == name
+    assert ex.verdict["text"].endswith(f"Verdict: {name}.")
+    assert "only terms of GD, GD++ and preconditioned GD" in ex.verdict["text"]
+    labels = [lay["label"] for lay in ex.views["verdict"].json["layers"]]
+    # GD++'s first layer is a plain GD step on the iterate; it preconditions the next one's data
+    assert labels == {"GD": ["GD", "GD"], "GD++": ["GD", "GD++"]}.get(name, [name, name])
+    assert ex.table().verdict.tolist() == labels
+
+
+def test_step_views_read_the_planted_gdpp_steps(extractions):
+    ex = extractions["GD++"]
+    a_want, c_want = np.array(GAMMAS) / N, np.array(ETAS) / N
+    steps = ex.views["eagle"].tables["eagle"]
+    assert _rel(steps.a_step, a_want) < 1e-9 and _rel(steps.c_step, c_want) < 1e-9
+    assert _rel(steps.a_from_C, a_want) < 1e-9 and _rel(steps.c_from_B, c_want) < 1e-9
+    assert "a_from_B" not in steps  # the sample layout ties A with C, B with D
+    for lay in ex.views["fidelity"].json["layers"]:
+        assert lay["one_step"]["relative"] < 1e-20 and lay["end_to_end"]["relative"] < 1e-20
+        assert np.isnan(lay["paper"])
+    proj = ex.views["projection"].json
+    assert _rel([lay["a_step"] for lay in proj["layers"]], a_want) < 1e-12
+    assert _rel([lay["c_step"] for lay in proj["layers"]], c_want) < 1e-12
+    assert proj["projected_mse"] == pytest.approx(proj["network_mse"], rel=1e-10)
+    assert proj["preconditioned_mse"] == pytest.approx(proj["network_mse"], rel=1e-10)
+    # the GD++ steps imply the filter f_l = c_l m_l(λ)², m_{l+1} = m_l (1 − a_l λ m_l²), as EAGLE's
+    for lay in ex.views["polynomial"].json["layers"]:
+        assert lay["eagle_filter_gap"] < 1e-12
+    sym = ex.views["symbolic"].json["layers"][0]
+    assert "0.05" in sym["B"] and "0.03" in sym["C"]  # B moves with c = η/n, C with a = γ/n
+
+
+def test_optimum_distils_the_planted_steps_with_a_converged_optimizer(extractions):
+    ex = extractions["GD++"]
+    o = ex.views["optimum"].json
+    dist = o["distilled"]
+    assert _rel(dist["a_steps"], np.array(GAMMAS) / N) < 1e-6
+    assert _rel(dist["c_steps"], np.array(ETAS) / N) < 1e-6
+    assert dist["converged"] and dist["loss"] <= 1e-20 * np.mean(ex.network_pred**2)  # exact
+    opt = o["optimal"]
+    assert opt["converged"] and opt["relative_gradient"] <= optimum.GTOL
+    assert o["optimal_mse"] < o["network_mse"]  # better GD++ steps than the planted ones
+
+
+def test_weights_and_attribution_name_the_rows_x_and_y(extractions):
+    ex = extractions["GD++"]
+    heads = ex.views["weights"].json["heads"]
+    assert heads[0]["W_QK"] == "diag(1 I_4, 0)" and heads[0]["W_VP"] == "diag(-0.3 I_4, -0.5 I_1)"
+    assert set(heads[0]["qk_blocks"]) == {"XX", "XY", "YX", "YY", "offdiag_ratio"}
+    assert heads[0]["qk_blocks"]["XY"] == 0.0 and heads[0]["vp_blocks"]["YY"] == 0.5
+    att = ex.views["attribution"].json
+    assert {(b["product"], b["block"]) for b in att["everywhere"]} == {
+        ("W_QK", "XX"),
+        ("W_VP", "XX"),
+        ("W_VP", "YY"),
+    }
+    ratio = {(b["product"], b["block"]): b["ratio"] for b in att["everywhere"]}
+    # without W_VP's YY block (the gradient step) the prediction stays 0
+    zero = ex.network["zero_mse"] / ex.network["mse"]
+    assert ratio["W_VP", "YY"] == pytest.approx(zero, rel=1e-9)
+
+
+def test_preconditioned_gd_needs_the_free_block(extractions):
+    proj = extractions["preconditioned GD"].views["projection"].json
+    assert proj["preconditioned_mse"] == pytest.approx(proj["network_mse"], rel=1e-10)
+    assert abs(proj["projected_mse"] / proj["network_mse"] - 1) > 0.01
+    assert (
+        extractions["preconditioned GD"].views["eagle"].json["layers"][0]["one_step_residual"] > 0.1
+    )  # not one isotropic GD++ layer
+
+
+@pytest.mark.parametrize("normalize", ["none", "spectral"])
+def test_geometry_forward_is_the_network_in_the_sample_layout(normalize):
+    g = torch.Generator().manual_seed(3)
+    qk = 0.3 * torch.randn(2, 2, E, E, generator=g, dtype=torch.float64).numpy()
+    vp = 0.3 * torch.randn(2, 2, E, E, generator=g, dtype=torch.float64).numpy()
+    model = model_of(qk, vp, normalize)
+    ctx = build_context(model, TASK, probe_batch_size=8, test_batch=32, tuning_batch=8)
+    got = ctx.geometry.predict(ctx.held_out.z0, ctx.qk, ctx.vp)
+    np.testing.assert_allclose(got, ctx.network_pred, rtol=1e-11, atol=1e-14)
+    stream = ctx.geometry.stream(ctx.cap.Z[0] * ctx.cap.scale[:, None, None], ctx.qk, ctx.vp)
+    np.testing.assert_allclose(stream, ctx.cap.Z, rtol=1e-11, atol=1e-13)
+
+
+def test_jacobian_of_the_sample_family_matches_finite_differences():
+    ctx = build_context(model_of(*gdpp()), TASK, probe_batch_size=8, test_batch=8, tuning_batch=16)
+    geo, z0 = ctx.geometry, ctx.tuning.z0
+    theta = np.array([0.02, 0.05, 0.04, 0.03])
+    _, jac = optimum.eagle_jacobian(geo, z0, theta[:2], theta[2:])
+    for i in range(theta.size):
+        h = 1e-6
+        up, down = theta.copy(), theta.copy()
+        up[i] += h
+        down[i] -= h
+        fd = (
+            optimum.predict(geo, z0, up[:2], up[2:]) - optimum.predict(geo, z0, down[:2], down[2:])
+        ) / (2 * h)
+        assert np.abs(fd - jac[:, i]).max() <= 1e-6 * max(np.abs(fd).max(), 1e-12)
+
+
+def test_no_eagle_solver_is_written_for_a_sample_layout_extraction(extractions):
+    from eagle_probe.errors import EagleProbeError
+    from eagle_probe.export import solver_source
+
+    with pytest.raises(EagleProbeError, match="sample-layout"):
+        solver_source(extractions["GD"].to_json())
+
+
+def test_terms_recover_gdpp_split_over_heads_with_several_labels_and_queries():
+    """Two heads carrying half of each step each, d' = n' = 2: the same four terms."""
+    dp, L = 2, len(ETAS)
+    width = D + dp
+    qk, vp = np.zeros((L, 2, width, width)), np.zeros((L, 2, width, width))
+    qk[:, :, :D, :D] = np.eye(D)
+    for layer in range(L):
+        vp[layer, :, D:, D:] = -ETAS[layer] / 2 * np.eye(dp)
+        vp[layer, :, :D, :D] = -GAMMAS[layer] / 2 * np.eye(D)
+    cfg = ModelConfig(
+        tokens="samples",
+        n=N,
+        d=D,
+        n_prime=2,
+        d_prime=dp,
+        n_layers=L,
+        n_heads=2,
+        normalize="none",
+        dtype="float64",
+    )
+    model = LinearTransformer(cfg)
+    state = dict(model.state_dict())
+    eye = torch.eye(width, dtype=torch.float64).expand(2, width, width).clone()
+    for layer in range(L):
+        state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
+        state[f"blocks.{layer}.attn.W_K"] = eye.clone()
+        state[f"blocks.{layer}.attn.W_V"] = torch.from_numpy(vp[layer].copy())
+        state[f"blocks.{layer}.attn.W_P"] = eye.clone()
+    model.load_state_dict(state)
+    task = TaskConfig(task="least_squares", n=N, d=D, n_prime=2, d_prime=dp, alpha=1.0)
+    ex = extract(model.eval(), task, probe_batch_size=64, test_batch=64, tuning_batch=32)
+    got = _terms(ex)
+    for have, want in zip(got, expected_terms("GD++"), strict=True):
+        assert set(have) == set(want)
+        for term, coef in want.items():
+            assert _rel(have[term], coef) < 1e-6, term
+    assert ex.verdict["label"] == "GD++"
