@@ -96,26 +96,31 @@ print("largest change of any head's share between problem types:",
     ("code", """\
 # The verdicts below, checked on the numbers above: this cell fails when one no longer holds.
 heads = ex.fits[ex.fits["head"] >= 0]
-for layer, group in heads.groupby("layer"):
-    for orders in group.orders:  # every head: a polynomial in G from order 0 up, no gaps
-        assert list(orders) == list(range(len(orders))), (layer, list(orders))
-    assert (group.share > 0).all(), f"layer {layer}: a head works against its layer's update"
-assert 1.5 < two / full < 6, "two heads per layer: about threefold the error"
+assert (heads.share > 0).all(), "no head works against its layer's update"
+orders = {layer: [list(o) for o in group.orders] for layer, group in heads.groupby("layer")}
+assert sum(o == [0] for o in orders[0]) >= 7, "layer 0: order 0 alone in 7 of 8 heads"
+assert all(o[0] == 0 and len(o) <= 4 for o in orders[1]), "layer 1: orders 0-2 (or 0-3)"
+assert (heads[heads.layer >= 2].r2 < 0.5).all(), "layers 2-3: a head alone is no polynomial"
+assert 1.5 < two / full < 6, "two heads per layer: several times the error"
 assert two < ex.test["zero_mse"] / 5, "two heads per layer: well below the zero predictor"
 assert single > ex.test["zero_mse"], "one head per layer: the model explodes"
-assert pruning.removed.iloc[-4:].str.startswith("L0").all(), "the last heads removed are layer 0's"
+assert pruning.removed.iloc[-3:].str.startswith("L0").all(), "the last heads removed are layer 0's"
 assert routing.max_share_change.max() < 0.25, "no head's share moves much between problem types"
 """),
     ("md", """\
 ## Verdicts
 
-- **Orders and steps per head**: within a layer the heads carry the same kind of update (same
-  orders); they split the layer's step between them rather than specialising in different orders.
+- **Orders and steps per head**: in layers 0 and 1 the heads carry the same kind of update and
+  split the layer's step between them: order 0 alone in 7 of layer 0's 8 heads, orders 0–2 in
+  all of layer 1's. In layers 2 and 3 a head's own update is not a design-form polynomial
+  (per-head R² below 0.5, see the table); only the heads' sum is read as one.
 - **Pruning 8 → 1 head per layer** (no retraining, greedy): down to two heads per layer the error
-  grows about threefold and stays well below the zero predictor; removing the last heads of
+  grows severalfold and stays well below the zero predictor; removing the last heads of
   layer 0 makes the model explode (see the printed numbers). Without retraining, the paper's
   "pruning to one head changes little" is refuted for this model; the heads of layer 0 share the
-  first EAGLE step between them, and no single one carries a stable step on its own.
+  first EAGLE step between them, and no single one carries a stable step on its own (ablating one
+  of layer 0's heads alone costs up to two orders of magnitude, one of a later layer's at most a
+  few fold).
 - **Algorithm routing**: the heads' shares move by at most the printed amount between the paper
   distribution, scalar prediction, Nyström kernels and low-rank completion — the same heads carry
   every problem type. The seed text's routing claim is refuted for this model."""),
