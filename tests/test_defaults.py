@@ -38,6 +38,8 @@ TRAIN_OPTIONS = {
     "clip": (TrainConfig, "clip"),
     "clip_qk": (TrainConfig, "clip_qk"),
     "weight_decay": (TrainConfig, "weight_decay"),
+    "gain_lr": (TrainConfig, "gain_lr"),
+    "select": (TrainConfig, "select"),
     "freeze_values_last": (TrainConfig, "freeze_values_last"),
     "curriculum": (TrainConfig, "curriculum"),
     "skip_spikes": (TrainConfig, "skip_spikes"),
