@@ -373,11 +373,11 @@ def test_centralized_terms_are_faithful_one_step(centralized_terms):
             forms = {f"{block}+={direction}", f"{block}+={direction}*W"}
             forms |= {f"{block}+={direction[0]}*W*{direction[1:]}"}
             assert forms & set(terms), (layer["layer"], block, sorted(terms))
-        l = layer["layer"]
-        c_step = np.mean(np.diag(qk[l][:n, :n])) * -np.mean(np.diag(ov[l][n:, n:]))
+        index = layer["layer"]
+        c_step = np.mean(np.diag(qk[index][:n, :n])) * -np.mean(np.diag(ov[index][n:, n:]))
         c_term = terms.get("C+=A*W*AtC") or terms.get("C+=AAtC*W") or terms["C+=AAtC"]
         scalar = c_term.get("nearest_scalar", c_term.get("coefficient"))
-        assert scalar == pytest.approx(-c_step, rel=0.02), l
+        assert scalar == pytest.approx(-c_step, rel=0.02), index
     mse, net = result.json["run_from_input_mse"], result.json["network_mse"]
     assert abs(mse / net - 1.0) < 0.1
 
