@@ -163,7 +163,8 @@ def algorithm_view(ctx: Context) -> ViewResult:
         matrix["gamma"] = matrix["gamma"].tolist()
         layers.append({**f, "matrix": matrix})
     warnings = [
-        f"layer {f['layer']}: no algorithm explains the update (best R² "
+        f"layer {f['layer']}: no gradient-descent step (GD, GD++ or preconditioned GD) explains "
+        f"the update of x (best R² "
         f"{max(f['scalar']['r2'], f['polynomial']['r2'], f['matrix']['r2']):.4f} < {R2_MIN})"
         for f in fits
         if f["label"] == "unrecognised"
