@@ -881,6 +881,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         extra=extra + (["--threads", str(args.threads)] if args.threads else []),
         name=args.name,
+        published=out,
     )
     _publish(args)
     import pandas as pd

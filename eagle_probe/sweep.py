@@ -80,13 +80,16 @@ def run_sweep(
     parallel: int | None = None,
     extra: list[str] | None = None,
     name: str = NAME,
+    published: Path | None = None,
     log=print,
 ) -> pd.DataFrame:
     """Train every (regime, seed), `parallel` at a time, then extract; returns the table.
 
     `extra` are further `eagle-probe train` options (normalisation, schedule, rates, selection);
     `name` the checkpoint stem template. Each row carries the test mean, median and worst prompt
-    MSE and both fidelity readings (one step and end to end) of its layer."""
+    MSE and both fidelity readings (one step and end to end) of its layer. `published`: the
+    directory `out` will be moved to (the CLI writes into a temporary one); each checkpoint's
+    recorded command then names the file where it ends up."""
     from eagle_probe import checkpoint
     from eagle_probe.extract import extract
 
@@ -123,6 +126,8 @@ def run_sweep(
                 )
                 continue
             model, task, metrics = checkpoint.load(run.path)
+            if published is not None and isinstance(metrics.get("command"), str):
+                _record_path(run.path, published / run.path.name, model, task, metrics)
             ex = extract(
                 model,
                 task,
@@ -159,6 +164,21 @@ def run_sweep(
     table = pd.DataFrame(rows)
     table.to_csv(out / "sweep.csv", index=False)
     return table
+
+
+def _record_path(path: Path, final: Path, model, task, metrics: dict) -> None:
+    """Rewrite the `-o` of the recorded training command (checkpoint and its .json) to `final`."""
+    import json
+
+    from eagle_probe import checkpoint
+
+    metrics["command"] = metrics["command"].replace(str(path), str(final))
+    checkpoint.save(path, model, task, metrics)
+    record = path.with_suffix(".json")
+    if record.is_file():
+        data = json.loads(record.read_text())
+        data["command"] = metrics["command"]
+        record.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def spread(table: pd.DataFrame) -> pd.DataFrame:

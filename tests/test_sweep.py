@@ -65,14 +65,20 @@ def test_sweep_names_files_and_passes_training_options(tmp_path):
         parallel=1,
         extra=["--normalize", "none", "--schedule", "constant", "--select", "median"],
         name="plain_seed{seed}",
+        published=tmp_path / "final",
         log=lambda m: None,
     )
+    import json
+
     from eagle_probe import checkpoint
 
+    recorded = json.loads((tmp_path / "plain_seed3.json").read_text())["command"]
+    assert recorded.endswith(f"-o {tmp_path / 'final' / 'plain_seed3.pt'}")
     model, _, metrics = checkpoint.load(tmp_path / "plain_seed3.pt")
     assert model.cfg.normalize == "none"
     assert metrics["train_config"]["schedule"] == "constant"
     assert metrics["train_config"]["select"] == "median"
+    assert metrics["command"] == recorded
     assert set(table.model) == {"plain_seed3.pt"}
     assert {"median_mse", "worst_mse", "fidelity_one_step", "fidelity"} <= set(table.columns)
 
