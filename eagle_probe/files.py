@@ -32,6 +32,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +42,11 @@ import numpy as np
 from eagle_probe.errors import EagleProbeError
 
 PARTIAL = ".eagle-probe-partial-"
+# A staging directory is created under this name, locked, then renamed to its PARTIAL name, so
+# another run's sweep never sees it unlocked; one left under it by a kill in between is removed
+# once it is older than NEW_DEBRIS_AGE seconds.
+NEW = ".eagle-probe-new-"
+NEW_DEBRIS_AGE = 3600.0
 
 
 class OutputError(EagleProbeError):
@@ -185,24 +191,36 @@ class _Staging:
         parent = _parent(target)
         self._sweep(parent, target.name)
         try:
-            self.path = Path(tempfile.mkdtemp(prefix=f".{target.name}{PARTIAL}", dir=parent))
+            fresh = Path(tempfile.mkdtemp(prefix=f".{target.name}{NEW}", dir=parent))
+            self._fd = os.open(fresh, os.O_RDONLY)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held through the rename
+            self.path = fresh.with_name(
+                f".{target.name}{PARTIAL}{fresh.name[len(target.name) + 1 + len(NEW) :]}"
+            )
+            os.rename(fresh, self.path)
         except OSError as exc:
             raise OutputError(
                 f"cannot write beside {target} ({parent}): {exc.strerror or exc}"
             ) from None
-        self._fd = os.open(self.path, os.O_RDONLY)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     @staticmethod
     def _sweep(parent: Path, name: str) -> None:
         """Remove staging directories of `name` whose owner is gone (their lock is free)."""
+        live, new = f".{name}{PARTIAL}", f".{name}{NEW}"
         try:
-            entries = [e for e in os.scandir(parent) if e.name.startswith(f".{name}{PARTIAL}")]
+            entries = [e for e in os.scandir(parent) if e.name.startswith((live, new))]
         except OSError:
             return
         for entry in entries:
             if not entry.is_dir(follow_symlinks=False):
                 continue
+            if entry.name.startswith(new):  # being created now, or left by a kill long ago
+                try:
+                    age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    continue
+                if age < NEW_DEBRIS_AGE:
+                    continue
             try:
                 fd = os.open(entry.path, os.O_RDONLY)
             except OSError:

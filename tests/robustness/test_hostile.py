@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -209,6 +210,23 @@ def test_an_interrupted_command_leaves_no_output_and_no_debris(tmp_path):
             (tmp / "extraction.json").write_text("{}")
             raise KeyboardInterrupt
     assert _listing(tmp_path) == []
+
+
+def test_a_staging_directory_being_created_is_not_taken_for_debris(tmp_path):
+    """A run creates its staging directory under a NEW name and locks it before it takes its
+    PARTIAL name; another run's sweep in between must leave it alone (it once removed it, and the
+    run failed). One under the NEW name for over an hour is a killed run's debris."""
+    fresh = tmp_path / f".out{files.NEW}abc"
+    fresh.mkdir()
+    old = tmp_path / f".out{files.NEW}old"
+    old.mkdir()
+    hours_ago = time.time() - 2 * files.NEW_DEBRIS_AGE
+    os.utime(old, (hours_ago, hours_ago))
+    with files.output_dir(tmp_path / "out") as tmp:
+        (tmp / "extraction.json").write_text("{}")
+        assert tmp.name.startswith(f".out{files.PARTIAL}")
+    assert fresh.is_dir() and not old.exists()
+    assert (tmp_path / "out" / "extraction.json").is_file()
 
 
 def test_debris_of_a_killed_run_is_cleared_and_does_not_block_a_rerun(tmp_path):
