@@ -76,3 +76,20 @@ def plant_cross_term(
         attn.W_Q[:, :n, n:E] = M.to(attn.W_Q.dtype)
         attn.W_K[:, n:E, n:E] = torch.eye(E - n, dtype=attn.W_K.dtype)
     return M.numpy()
+
+
+def assert_jacobian_matches_finite_differences(geo, z0, theta: np.ndarray, h: float = 1e-6):
+    """The optimum's Jacobian in the steps θ = (a_0 … a_{L−1}, c_0 … c_{L−1}) against central
+    differences of its prediction, column by column, to 1e-6 of the difference's size."""
+    from eagle_probe.fit import optimum
+
+    L = theta.size // 2
+    _, jac = optimum.eagle_jacobian(geo, z0, theta[:L], theta[L:])
+    for i in range(theta.size):
+        up, down = theta.copy(), theta.copy()
+        up[i] += h
+        down[i] -= h
+        fd = (
+            optimum.predict(geo, z0, up[:L], up[L:]) - optimum.predict(geo, z0, down[:L], down[L:])
+        ) / (2 * h)
+        assert np.abs(fd - jac[:, i]).max() <= 1e-6 * max(np.abs(fd).max(), 1e-12), i

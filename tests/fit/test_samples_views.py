@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from probe_context import assert_jacobian_matches_finite_differences
 
 from eagle_probe.extract import build_context, extract
 from eagle_probe.fit import optimum
@@ -49,15 +50,17 @@ def preconditioned(etas=ETAS, gammas=PRECONDITIONERS) -> tuple[np.ndarray, np.nd
     return qk, vp
 
 
-def model_of(qk: np.ndarray, vp: np.ndarray, normalize: str = "none") -> LinearTransformer:
-    """W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I: the products exactly."""
-    L, h = qk.shape[:2]
+def model_of(
+    qk: np.ndarray, vp: np.ndarray, normalize: str = "none", n_prime: int = 1
+) -> LinearTransformer:
+    """W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I: the products exactly (d' read off their width)."""
+    L, h, width = qk.shape[:3]
     cfg = ModelConfig(
         tokens="samples",
         n=N,
         d=D,
-        n_prime=1,
-        d_prime=1,
+        n_prime=n_prime,
+        d_prime=width - D,
         n_layers=L,
         n_heads=h,
         normalize=normalize,
@@ -65,7 +68,7 @@ def model_of(qk: np.ndarray, vp: np.ndarray, normalize: str = "none") -> LinearT
     )
     model = LinearTransformer(cfg)
     state = dict(model.state_dict())
-    eye = torch.eye(E, dtype=torch.float64).expand(h, E, E).clone()
+    eye = torch.eye(width, dtype=torch.float64).expand(h, width, width).clone()
     for layer in range(L):
         state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
         state[f"blocks.{layer}.attn.W_K"] = eye.clone()
@@ -214,17 +217,7 @@ def test_geometry_forward_is_the_network_in_the_sample_layout(normalize):
 def test_jacobian_of_the_sample_family_matches_finite_differences():
     ctx = build_context(model_of(*gdpp()), TASK, probe_batch_size=8, test_batch=8, tuning_batch=16)
     geo, z0 = ctx.geometry, ctx.tuning.z0
-    theta = np.array([0.02, 0.05, 0.04, 0.03])
-    _, jac = optimum.eagle_jacobian(geo, z0, theta[:2], theta[2:])
-    for i in range(theta.size):
-        h = 1e-6
-        up, down = theta.copy(), theta.copy()
-        up[i] += h
-        down[i] -= h
-        fd = (
-            optimum.predict(geo, z0, up[:2], up[2:]) - optimum.predict(geo, z0, down[:2], down[2:])
-        ) / (2 * h)
-        assert np.abs(fd - jac[:, i]).max() <= 1e-6 * max(np.abs(fd).max(), 1e-12)
+    assert_jacobian_matches_finite_differences(geo, z0, np.array([0.02, 0.05, 0.04, 0.03]))
 
 
 def test_no_eagle_solver_is_written_for_a_sample_layout_extraction(extractions):
@@ -244,28 +237,9 @@ def test_terms_recover_gdpp_split_over_heads_with_several_labels_and_queries():
     for layer in range(L):
         vp[layer, :, D:, D:] = -ETAS[layer] / 2 * np.eye(dp)
         vp[layer, :, :D, :D] = -GAMMAS[layer] / 2 * np.eye(D)
-    cfg = ModelConfig(
-        tokens="samples",
-        n=N,
-        d=D,
-        n_prime=2,
-        d_prime=dp,
-        n_layers=L,
-        n_heads=2,
-        normalize="none",
-        dtype="float64",
-    )
-    model = LinearTransformer(cfg)
-    state = dict(model.state_dict())
-    eye = torch.eye(width, dtype=torch.float64).expand(2, width, width).clone()
-    for layer in range(L):
-        state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
-        state[f"blocks.{layer}.attn.W_K"] = eye.clone()
-        state[f"blocks.{layer}.attn.W_V"] = torch.from_numpy(vp[layer].copy())
-        state[f"blocks.{layer}.attn.W_P"] = eye.clone()
-    model.load_state_dict(state)
+    model = model_of(qk, vp, n_prime=2)
     task = TaskConfig(task="least_squares", n=N, d=D, n_prime=2, d_prime=dp, alpha=1.0)
-    ex = extract(model.eval(), task, probe_batch_size=64, test_batch=64, tuning_batch=32)
+    ex = extract(model, task, probe_batch_size=64, test_batch=64, tuning_batch=32)
     got = _terms(ex)
     for have, want in zip(got, expected_terms("GD++"), strict=True):
         assert set(have) == set(want)

@@ -4,6 +4,7 @@ normalised prompts, one and several heads), planted departures, untrained and us
 import numpy as np
 import pytest
 import torch
+from probe_context import assert_jacobian_matches_finite_differences
 
 from eagle_probe.extract import build_context, extract, run_views
 from eagle_probe.fit import optimum
@@ -101,18 +102,7 @@ def test_jacobian_of_eagle_matches_finite_differences():
     ctx = build_context(model, task, probe_batch_size=16, test_batch=32, tuning_batch=32)
     geo = ctx.geometry
     z0 = ctx.tuning.z0
-    theta = np.array(A_STEPS + C_STEPS)
-    _, jac = optimum.eagle_jacobian(geo, z0, theta[:3], theta[3:])
-    for i in range(theta.size):
-        h = 1e-6
-        up, down = theta.copy(), theta.copy()
-        up[i] += h
-        down[i] -= h
-        fd = (
-            optimum.predict(geo, z0, up[:3], up[3:]) - optimum.predict(geo, z0, down[:3], down[3:])
-        ) / (2 * h)
-        scale = max(np.abs(fd).max(), 1e-12)
-        assert np.abs(fd - jac[:, i]).max() <= 1e-6 * scale
+    assert_jacobian_matches_finite_differences(geo, z0, np.array(A_STEPS + C_STEPS))
 
 
 def test_optimum_from_a_poor_start_converges_to_a_better_eagle():
