@@ -297,7 +297,25 @@ def build_parser() -> Parser:
     pl.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
     pl.add_argument("--a-steps", required=True, help="comma-separated a_0,…,a_{L-1}")
     pl.add_argument("--c-steps", required=True, help="comma-separated c_0,…,c_{L-1}")
-    pl.add_argument("--heads", type=_positive_int, default=1, help="heads per layer (1)")
+    pl.add_argument(
+        "--regime",
+        default="centralized",
+        help="centralized (eagle), distributed (eagle-distributed, one head per machine) or "
+        "constrained (eagle-sketched, a random rank-r sketch per layer)",
+    )
+    pl.add_argument(
+        "--machines", type=_positive_int, default=3, help="distributed: machines M (3)"
+    )
+    pl.add_argument("--rank", type=_positive_int, default=5, help="constrained: sketch rank r (5)")
+    pl.add_argument(
+        "--sketch-seed", type=_nonneg_int, default=0, help="constrained: seed of the sketches (0)"
+    )
+    pl.add_argument(
+        "--heads",
+        type=_positive_int,
+        default=None,
+        help="heads per layer (1; distributed: one per machine)",
+    )
     pl.add_argument("--dtype", default="float32", help="float32 or float64")
     pl.add_argument("--force", action="store_true", help="overwrite an existing output")
     pl.add_argument("-o", "--out", required=True, help="checkpoint to write")
@@ -666,7 +684,8 @@ def _steps(text: str, name: str) -> list[float]:
 
 def cmd_plant(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files
-    from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig, eagle_weights
+    from eagle_probe.layouts import plant
+    from eagle_probe.model import DTYPES, REGIMES, ModelConfig
     from eagle_probe.tasks import TaskConfig
 
     a_steps, c_steps = _steps(args.a_steps, "--a-steps"), _steps(args.c_steps, "--c-steps")
@@ -677,29 +696,47 @@ def cmd_plant(args: argparse.Namespace) -> int:
         )
     if args.dtype not in DTYPES:
         raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
+    if args.regime not in REGIMES:
+        raise EagleProbeError(f"unknown regime {args.regime!r}; choose from {', '.join(REGIMES)}")
+    if args.regime == "distributed" and args.n % args.machines:
+        raise EagleProbeError(f"--machines {args.machines} must divide --n {args.n}")
+    if args.regime == "constrained" and args.rank > args.n:
+        raise EagleProbeError(f"--rank {args.rank} must lie in [1, --n = {args.n}]")
     out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
-    cfg = ModelConfig(
-        regime="centralized",
-        n=args.n,
-        d=args.d,
-        n_prime=args.n_prime,
-        d_prime=args.d_prime,
-        n_layers=len(a_steps),
-        n_heads=args.heads,
-        normalize="none",  # the planted steps act on the prompt itself
-        dtype=args.dtype,
-    )
+    try:
+        cfg = ModelConfig(
+            regime=args.regime,
+            n=args.n,
+            d=args.d,
+            n_prime=args.n_prime,
+            d_prime=args.d_prime,
+            n_layers=len(a_steps),
+            n_heads=args.heads,
+            machines=args.machines,
+            rank=args.rank,
+            normalize="none",  # the planted steps act on the prompt itself
+            dtype=args.dtype,
+        )
+    except ValueError as err:
+        raise EagleProbeError(str(err)) from None
     task = TaskConfig(
         n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
     )
     budget.check_model(cfg, _budget(args))
     claim = _claim(args, files.output_files([out], force=args.force))
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, a_steps, c_steps))
-    metrics = {"planted": {"a_steps": a_steps, "c_steps": c_steps}}
+    model = plant(cfg, a_steps, c_steps, sketch_seed=args.sketch_seed)
+    from eagle_probe.fit.families import FOR_REGIME
+
+    family = FOR_REGIME[cfg.regime][0]
+    planted = {"a_steps": a_steps, "c_steps": c_steps, "family": family}
+    if cfg.regime == "constrained":
+        planted["sketch_seed"] = args.sketch_seed
+    metrics = {"planted": planted}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
     _publish(args)
-    print(f"wrote {out}: {len(a_steps)} planted EAGLE layers, {args.heads} head(s), {args.dtype}")
+    print(
+        f"wrote {out}: {len(a_steps)} planted {family} layers, {cfg.heads} head(s), {args.dtype}"
+    )
     return 0
 
 

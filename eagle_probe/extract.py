@@ -50,9 +50,12 @@ VIEWS_FOR_LAYOUT = {
     "features": fit.ORDER,
     "samples": fit.ORDER,
 }
+# Views that read one regime's own structure run only on models of that regime (every other view
+# runs on every regime).
+VIEWS_FOR_REGIME = {"communication": ("distributed",), "sketch": ("constrained",)}
 
 
-def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
+def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
     """The regime's shape read from the model (the constrained sketch from its W_QK)."""
     cfg = model.cfg
     return Geometry(
@@ -69,7 +72,9 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray) -> Geometry:
         readout=float(model.readout_scale.detach()),
         normalize=cfg.normalize,
         machines=cfg.machines if cfg.regime == "distributed" else 1,
-        projector=sketch_projectors(qk, cfg.n) if cfg.regime == "constrained" else None,
+        projector=sketch_projectors(qk, cfg.n)
+        if cfg.regime == "constrained" and qk is not None
+        else None,
         layout=cfg.tokens,
     )
 
@@ -411,7 +416,12 @@ def extract(
         raise EagleProbeError(
             f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
         )
-    names = tuple(v for v in names if v in VIEWS_FOR_LAYOUT[model.cfg.tokens])
+    names = tuple(
+        v
+        for v in names
+        if v in VIEWS_FOR_LAYOUT[model.cfg.tokens]
+        and model.cfg.regime in VIEWS_FOR_REGIME.get(v, (model.cfg.regime,))
+    )
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
     timings: dict[str, float] = {}

@@ -86,6 +86,99 @@ def products_to_state(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> dict[
     return state
 
 
+def _factor(P: np.ndarray, width: int, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(X, Y) with X Yᵀ = P, both E × width, from P's SVD (exact to round-off when P's rank is
+    at most `width`; P = U S Vᵀ, X = U √S, Y = V √S)."""
+    U, s, Vt = np.linalg.svd(P)
+    rank = int(np.sum(s > 1e-12 * max(float(s[0]), 1e-300))) if s.size else 0
+    if rank > width:
+        raise EagleProbeError(
+            f"{name} of {where} has rank {rank}, above this model's head width {width}: "
+            "it cannot be planted in this architecture"
+        )
+    X, Y = np.zeros((P.shape[0], width)), np.zeros((P.shape[1], width))
+    root = np.sqrt(s[:rank])
+    X[:, :rank], Y[:, :rank] = U[:, :rank] * root, Vt[:rank].T * root
+    return X, Y
+
+
+def narrow_products_to_state(
+    cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray
+) -> dict[str, torch.Tensor]:
+    """A state_dict for heads of any width whose products are qk, vp (L, h, E, E): each product
+    factored through its SVD (W_Q W_Kᵀ = W_QK, W_V W_Pᵀ = W_VP). Refuses products a head cannot
+    hold: a rank above the head's width, or (distributed) a W_QK that reads outside the head's
+    own column block."""
+    qk, vp = np.asarray(qk, dtype=np.float64), np.asarray(vp, dtype=np.float64)
+    L, h, E = cfg.n_layers, cfg.heads, cfg.width
+    for name, P in (("W_QK", qk), ("W_VP", vp)):
+        if P.shape != (L, h, E, E):
+            raise EagleProbeError(f"{name} has shape {P.shape}; this model needs {(L, h, E, E)}")
+        if not np.isfinite(P).all():
+            raise EagleProbeError(f"{name} contains NaN or Inf entries")
+    model = LinearTransformer(cfg)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = model.blocks[0].attn.qk_mask.to(torch.float64).numpy() if L else np.ones((h, E))
+    dtype = cfg.torch_dtype
+    for layer in range(L):
+        W = {k: np.zeros((h, E, cfg.qk if k in ("W_Q", "W_K") else cfg.vp)) for k in WEIGHT_NAMES}
+        for head in range(h):
+            where = f"layer {layer}, head {head}"
+            outside = np.abs(qk[layer, head]) * (1.0 - np.outer(rows[head], rows[head]))
+            if outside.max() > 1e-12 * max(float(np.abs(qk[layer, head]).max()), 1e-300):
+                raise EagleProbeError(
+                    f"W_QK of {where} reads columns outside the head's own block: a "
+                    f"{cfg.regime} head cannot hold it"
+                )
+            W["W_Q"][head], W["W_K"][head] = _factor(qk[layer, head], cfg.qk, "W_QK", where)
+            W["W_V"][head], W["W_P"][head] = _factor(vp[layer, head], cfg.vp, "W_VP", where)
+        for k, value in W.items():
+            state[f"blocks.{layer}.attn.{k}"] = torch.from_numpy(value).to(dtype)
+    return state
+
+
+def plant(
+    cfg: ModelConfig,
+    a_steps: Sequence[float],
+    c_steps: Sequence[float],
+    *,
+    family: str | None = None,
+    sketch_seed: int = 0,
+    sketches: np.ndarray | None = None,
+) -> LinearTransformer:
+    """A model of configuration `cfg` whose layers run `family` (default: the paper's family of
+    the regime: eagle, eagle-distributed or eagle-sketched) exactly with the given steps, in
+    eval mode. The sketched family draws per layer a random n × r orthonormal S (r = cfg.rank)
+    from `sketch_seed` unless `sketches` (L, n, r) are given; W_QK's A-block is S Sᵀ."""
+    from eagle_probe.fit import families
+    from eagle_probe.extract import geometry_of
+
+    if cfg.samples:
+        raise EagleProbeError("EAGLE is planted in the feature layout; see gd_products for GD")
+    if len(a_steps) != cfg.n_layers or len(c_steps) != cfg.n_layers:
+        raise EagleProbeError(
+            f"need {cfg.n_layers} a-steps and c-steps (one per layer), "
+            f"got {len(a_steps)} and {len(c_steps)}"
+        )
+    name = family or families.FOR_REGIME[cfg.regime][0]
+    fam = families.get(name)
+    if cfg.regime not in fam.regimes:
+        raise EagleProbeError(
+            f"family {name!r} runs in a {' or '.join(fam.regimes)} model, not a {cfg.regime} one"
+        )
+    geo = geometry_of(LinearTransformer(cfg), None)
+    projectors = None
+    if name == "eagle-sketched":
+        if sketches is None:
+            rng = np.random.default_rng(sketch_seed)
+            sketches = families.random_sketches(cfg.n, cfg.rank, cfg.n_layers, rng)
+        projectors = np.einsum("lnr,lmr->lnm", sketches, sketches)
+    qk, vp = fam.products(geo, a_steps, c_steps, projectors)
+    model = LinearTransformer(cfg)
+    model.load_state_dict(narrow_products_to_state(cfg, qk, vp))
+    return model.eval()
+
+
 def model_from_products(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> LinearTransformer:
     """A model of configuration `cfg` running the products qk, vp (L, h, E, E), in eval mode."""
     model = LinearTransformer(cfg)

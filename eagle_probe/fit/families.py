@@ -1,0 +1,243 @@
+"""The algorithm families the views read, behind one contract (a registry, like the views).
+
+A family is one algorithm with 2L free step sizes (a_l, c_l per layer). It knows
+
+- `geometry(geo)`: the `Geometry` whose `eagle_step` runs it (the reading of the A/B update and
+  of the C/D update), so every view that steps, runs or fits EAGLE runs *this* family;
+- `basis(geo, head, qk_head)`: the span of W_QK and W_VP one head of it may have (the weight
+  projection), with the names of the levels, and `steps(geo, levels)` the steps they imply;
+- `products(geo, a_steps, c_steps, projectors=None)`: products (L, h, E, E) that run it exactly
+  (a plant, loaded into a real model by `layouts.plant`);
+- `export`: the regime the exported solver runs it in (`solver_template.REGIME`).
+
+Block orientation, A is d × n, machine μ owns the column block A^μ, G = A Aᵀ, G^μ = A^μ A^μᵀ:
+
+    eagle                A −= a G A, B −= a (B Aᵀ) A, C −= c G C, D += c B Aᵀ C
+    eagle-distributed    A^μ −= a G^μ A^μ, B^μ −= a (B^μ A^μᵀ) A^μ (each machine, its own
+                         columns), C −= c Σ_μ G^μ C, D += c Σ_μ B^μ A^μᵀ C: only the C/D results
+                         cross machines, (d + d') n' floats per machine per round
+    eagle-over-machines  eagle's update computed across machines (Σ_μ G^μ A = G A): every
+                         machine needs every other's A columns, d n / M floats per machine
+    eagle-sketched       with the layer's rank-r projector P = S Sᵀ: A −= a (A P Aᵀ) A P,
+                         B −= a (B P Aᵀ) A P, C −= c (A P Aᵀ) C, D += c (B P Aᵀ) C
+
+The D slot of the network carries −D (BRIEF §3), so the products write −c into it. The
+distributed steps are in the sum-over-machines convention above: the paper's per-machine
+average C = mean_μ (C − γ G^μ C) is c = γ / M.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from eagle_probe.fit.geometry import Geometry
+
+# rank cut of a head's W_QK A-block: its sketch range (relative to its largest singular value)
+RANGE_RTOL = 1e-6
+
+
+def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
+    """diag(a_part, c_part I) as an E × E matrix (a_part k × k over the first coordinate kind,
+    or None for 0)."""
+    k, rest = geo.split
+    M = np.zeros((k + rest, k + rest))
+    if a_part is not None:
+        M[:k, :k] = a_part
+    M[k:, k:] = c_part * np.eye(rest)
+    return M
+
+
+def own_block(geo: Geometry, machine: int) -> np.ndarray:
+    """The n × n identity on machine `machine`'s columns (zero elsewhere)."""
+    size = geo.n // geo.machines
+    own = np.zeros((geo.n, geo.n))
+    sl = slice(machine * size, (machine + 1) * size)
+    own[sl, sl] = np.eye(size)
+    return own
+
+
+def head_range(qk_head: np.ndarray, n: int) -> np.ndarray:
+    """Projector onto the range of a head's W_QK A-block (its learned sketch S Sᵀ): (n, n)."""
+    U, s, _ = np.linalg.svd(qk_head[:n, :n])
+    r = int(np.sum(s > RANGE_RTOL * max(float(s.max()), 1e-300)))
+    return U[:, :r] @ U[:, :r].T
+
+
+def random_sketches(n: int, r: int, layers: int, rng: np.random.Generator) -> np.ndarray:
+    """Per layer an n × r sketch S with orthonormal columns (a random orthogonal draw):
+    (L, n, r)."""
+    return np.stack([np.linalg.qr(rng.standard_normal((n, r)))[0] for _ in range(layers)])
+
+
+@dataclass(frozen=True)
+class Family:
+    """One algorithm family (module text)."""
+
+    name: str
+    regimes: tuple[str, ...]  # model regimes that admit it
+    reading: str  # Geometry.reading that runs its step
+    export: str  # solver_template.REGIME of its exported solver
+    update: str  # the update, one line
+    sends: str  # what crosses machines per round ("" outside the distributed regime)
+    # (geo, head, qk_head) -> (W_QK basis, W_VP basis, level names of each)
+    _basis: Callable[[Geometry, int, np.ndarray], tuple[list, list, tuple, tuple]]
+
+    def geometry(self, geo: Geometry, projector: np.ndarray | None = None) -> Geometry:
+        """The geometry that runs this family on `geo`'s model (projector: the sketched
+        family's per-layer projectors, (L, n, n); default: the geometry's own)."""
+        if self.reading == "constrained":
+            P = geo.projector if projector is None else projector
+            return replace(geo, reading="constrained", projector=P)
+        return replace(geo, reading=self.reading, projector=None)
+
+    def basis(self, geo: Geometry, head: int, qk_head: np.ndarray) -> tuple[list, list]:
+        """Basis matrices (E × E) of the head's W_QK and W_VP in this family."""
+        qk, vp, _, _ = self._basis(geo, head, qk_head)
+        return qk, vp
+
+    def level_names(self, geo: Geometry) -> tuple[tuple, tuple]:
+        """Names of the W_QK and W_VP levels `basis` returns, in order."""
+        E = sum(geo.split)
+        _, _, qn, vn = self._basis(geo, 0, np.eye(E))
+        return qn, vn
+
+    def steps(self, geo: Geometry, heads) -> tuple[np.ndarray, np.ndarray]:
+        """The steps (a_l, c_l) implied by the projected levels, a DataFrame with columns
+        layer, q, v, w (one row per head): a = −Σ_h q v, c = −Σ_h q w (internal units; the
+        sample layout's scores carry 1/n). Machine-local families move one machine's columns
+        per head and add one machine's share of Σ_μ A^μ A^μᵀ C: with equal levels that is one
+        step with the per-head level, so their steps are the means over heads."""
+        a = (-heads.q * heads.v * geo.key_scale).groupby(heads.layer).sum().to_numpy()
+        c = (-heads.q * heads.w * geo.key_scale).groupby(heads.layer).sum().to_numpy()
+        if geo.regime == "distributed":
+            a, c = a / geo.heads, c / geo.heads
+        return a, c
+
+    def products(
+        self, geo: Geometry, a_steps, c_steps, projectors: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Products W_QK, W_VP (L, h, E, E) whose layers run this family exactly with the given
+        steps, for a model of `geo`'s shape (`geo.heads` heads; each carries 1/h of the value
+        where heads share a step). Sketched: `projectors` (L, n, n), default `geo.projector`."""
+        L, h, n = len(a_steps), geo.heads, geo.split[0]
+        E = sum(geo.split)
+        if len(c_steps) != L:
+            raise ValueError(f"need one c-step per a-step, got {L} and {len(c_steps)}")
+        qk, vp = np.zeros((L, h, E, E)), np.zeros((L, h, E, E))
+        for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
+            a, c = float(a) / geo.key_scale, float(c) / geo.key_scale
+            for head in range(h):
+                if self.name == "eagle":
+                    qk[layer, head] = _embed(geo, np.eye(n))
+                    vp[layer, head] = _embed(geo, -a / h * np.eye(n), -c / h)
+                elif self.name == "eagle-distributed":
+                    own = own_block(geo, head)
+                    qk[layer, head] = _embed(geo, own)
+                    vp[layer, head] = _embed(geo, -a * own, -c)
+                elif self.name == "eagle-over-machines":
+                    qk[layer, head] = _embed(geo, own_block(geo, head))
+                    vp[layer, head] = _embed(geo, -a * np.eye(n), -c)
+                elif self.name == "eagle-sketched":
+                    P = (geo.projector if projectors is None else projectors)[layer]
+                    qk[layer, head] = _embed(geo, P)
+                    vp[layer, head] = _embed(geo, -a / h * P, -c / h)
+                else:  # pragma: no cover - every registered family is handled above
+                    raise ValueError(f"family {self.name!r} has no plant")
+        return qk, vp
+
+
+def _isotropic(geo: Geometry, head: int, qk_head: np.ndarray):
+    eye, c_only = np.eye(geo.split[0]), _embed(geo, None, 1.0)
+    return [_embed(geo, eye), c_only], [_embed(geo, eye), c_only], ("q", "q_c"), ("v", "w")
+
+
+def _local(geo: Geometry, head: int, qk_head: np.ndarray):
+    own = _embed(geo, own_block(geo, head))
+    return [own], [own, _embed(geo, None, 1.0)], ("q",), ("v", "w")
+
+
+def _over_machines(geo: Geometry, head: int, qk_head: np.ndarray):
+    own, eye = own_block(geo, head), np.eye(geo.n)
+    return [_embed(geo, own)], [_embed(geo, eye), _embed(geo, None, 1.0)], ("q",), ("v", "w")
+
+
+def _sketched(geo: Geometry, head: int, qk_head: np.ndarray):
+    P, c_only = _embed(geo, head_range(qk_head, geo.split[0])), _embed(geo, None, 1.0)
+    return [P, c_only], [P, c_only], ("q", "q_c"), ("v", "w")
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "eagle",
+            ("centralized",),
+            "centralized",
+            "centralized",
+            "A −= a A AᵀA, B −= a B AᵀA, C −= c A AᵀC, D_slot −= c B AᵀC",
+            "",
+            _isotropic,
+        ),
+        Family(
+            "eagle-distributed",
+            ("distributed",),
+            "distributed",
+            "distributed",
+            "per machine μ: A^μ −= a A^μ A^μᵀA^μ, B^μ −= a B^μ A^μᵀA^μ; "
+            "C −= c Σ_μ A^μ A^μᵀC, D_slot −= c Σ_μ B^μ A^μᵀC",
+            "the C/D results only: (d + d') n' floats per machine per round",
+            _local,
+        ),
+        Family(
+            "eagle-over-machines",
+            ("distributed",),
+            "centralized",
+            "centralized",
+            "the centralized update across machines: A −= a Σ_μ A^μ A^μᵀ A (every column), "
+            "B −= a Σ_μ B^μ A^μᵀ A, C −= c Σ_μ A^μ A^μᵀC, D_slot −= c Σ_μ B^μ A^μᵀC",
+            "A and B columns as well: about (d + d') n / M floats per machine per round",
+            _over_machines,
+        ),
+        Family(
+            "eagle-sketched",
+            ("constrained",),
+            "constrained",
+            "constrained",
+            "with the layer's sketch projector P: A −= a A P AᵀA P, B −= a B P AᵀA P, "
+            "C −= c A P AᵀC, D_slot −= c B P AᵀC",
+            "",
+            _sketched,
+        ),
+    )
+}
+
+# the families each regime admits, the paper's own first
+FOR_REGIME = {
+    "centralized": ("eagle",),
+    "distributed": ("eagle-distributed", "eagle-over-machines"),
+    "constrained": ("eagle-sketched",),
+}
+
+
+def get(name: str) -> Family:
+    """The family registered under `name`."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; choose from {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def for_geometry(geo: Geometry) -> tuple[Family, ...]:
+    """The families a model of this geometry admits, the paper's own for its regime first."""
+    return tuple(FAMILIES[name] for name in FOR_REGIME[geo.regime])
+
+
+def of_geometry(geo: Geometry) -> Family:
+    """The family a geometry's reading runs (the sample layout's row-tied family reads as
+    `eagle` here: its products have the same shape)."""
+    if geo.regime == "distributed":
+        local = geo.reading == "distributed"
+        return FAMILIES["eagle-distributed" if local else "eagle-over-machines"]
+    return FAMILIES[FOR_REGIME[geo.regime][0]]
