@@ -303,9 +303,7 @@ def build_parser() -> Parser:
         help="centralized (eagle), distributed (eagle-distributed, one head per machine) or "
         "constrained (eagle-sketched, a random rank-r sketch per layer)",
     )
-    pl.add_argument(
-        "--machines", type=_positive_int, default=3, help="distributed: machines M (3)"
-    )
+    pl.add_argument("--machines", type=_positive_int, default=3, help="distributed: machines M (3)")
     pl.add_argument("--rank", type=_positive_int, default=5, help="constrained: sketch rank r (5)")
     pl.add_argument(
         "--sketch-seed", type=_nonneg_int, default=0, help="constrained: seed of the sketches (0)"
@@ -734,9 +732,7 @@ def cmd_plant(args: argparse.Namespace) -> int:
     metrics = {"planted": planted}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
     _publish(args)
-    print(
-        f"wrote {out}: {len(a_steps)} planted {family} layers, {cfg.heads} head(s), {args.dtype}"
-    )
+    print(f"wrote {out}: {len(a_steps)} planted {family} layers, {cfg.heads} head(s), {args.dtype}")
     return 0
 
 

@@ -52,12 +52,21 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         and 0.0 < lay["eta"] < 1.0
         and 0.0 < lay["gamma"] < 2.0
     ]
+    # the solver runs the family the views read (a distributed network that sends A columns
+    # between machines runs the centralized update across them: REGIME "centralized")
+    family = model.get("family")
+    regime = model["regime"]
+    if family is not None:
+        from eagle_probe.fit.families import get
+
+        regime = get(family).export
     provenance = {
         "source": "eagle-probe extract",
         "eagle_probe": __version__,
         "checkpoint": model.get("checkpoint"),
         "checkpoint_sha256": model.get("sha256"),
         "regime": model["regime"],
+        "family": family,
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
         "fidelity_per_layer": [lay["fidelity"] for lay in layers],
         "layers": len(layers),
@@ -71,8 +80,8 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
             f"LAYERS = {pprint.pformat(layers, width=96, sort_dicts=False)}",
             "# How the network scaled its prompts before the first layer.",
             f"NORMALIZE = {model['normalize']!r}",
-            f"REGIME = {model['regime']!r}",
-            f"MACHINES = {int(model.get('machines') or 1)}",
+            f"REGIME = {regime!r}",
+            f"MACHINES = {int(model.get('machines') or 1) if regime == 'distributed' else 1}",
             f"PROJECTORS = {_matrix_list(projectors)}",
             END,
         ]
@@ -108,7 +117,8 @@ def _header(provenance: dict[str, Any]) -> str:
         "# Exported by eagle-probe " + data(provenance["eagle_probe"]),
         "# checkpoint: " + data(provenance["checkpoint"]),
         "# checkpoint sha256: " + data(provenance["checkpoint_sha256"]),
-        f"# regime: {data(provenance['regime'])}; sizes: {data(provenance['sizes'])}",
+        f"# regime: {data(provenance['regime'])}; family: {data(provenance['family'])}; "
+        f"sizes: {data(provenance['sizes'])}",
         f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {data(fid)}",
         f"# mode='faithful': the {layers} recovered layers, their constants as fitted.",
         f"# mode='normalized': recovered η_l, γ_l used at step(s) {names(usable)} of the first "

@@ -29,8 +29,9 @@ from eagle_probe.capture import (
 )
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.fit import families
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
-from eagle_probe.fit.eagle import choose_reading
+from eagle_probe.fit.eagle import choose_family
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import LinearTransformer
 from eagle_probe.progress import Progress
@@ -159,12 +160,14 @@ def build_context(
     progress: Progress | None = None,
     iterate: bool = True,
     score: bool = True,
+    family: str | None = None,
 ) -> Context:
     """Everything the views read, for one model. `probes` replaces the fresh probe batch;
     `probe_batch_size` None is `capture.default_probe_batch` (256 for the paper's sizes). Fewer
     held-out and tuning prompts than asked are drawn for models too large to score on them all
     (`scoring_prompts`; `extract` reports the counts). `iterate=False` skips the query probes,
-    `score=False` the network's forward on the held-out prompts (the control needs neither)."""
+    `score=False` the network's forward on the held-out prompts (the control needs neither);
+    `family` forces the algorithm family the views read (`fit.eagle.choose_family`)."""
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
     if probe_batch_size < 2:
@@ -175,9 +178,10 @@ def build_context(
     cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress, iterate=iterate)
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
-    geometry = choose_reading(cap, geometry_of(m64, qk))
+    geometry = geometry_of(m64, qk)
     if held_out is None:
         held_out = _held_out(task, scoring_prompts(geometry, test_batch), seed + 7919)
+    geometry, _ = choose_family(cap, geometry, family, qk, vp, held_out.z0)
     if tuning is None:
         tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
     held, tune = held_out, tuning
@@ -459,6 +463,7 @@ def extract(
             device=device,
             iterate=iterate,
             score=False,
+            family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
         )
         run_views(cctx, control_views)
         control_results = cctx.results
@@ -480,6 +485,7 @@ def extract(
         "readout": cfg.readout,
         "dtype": cfg.dtype,
         "machines": cfg.machines if cfg.regime == "distributed" else 1,
+        "family": None if cfg.samples else families.of_geometry(ctx.geometry).name,
         "task": task.to_dict(),
         "probe_batch": probe_batch_size,
         "held_out_prompts": int(ctx.held_out.z0.shape[0]),

@@ -150,8 +150,8 @@ def plant(
     the regime: eagle, eagle-distributed or eagle-sketched) exactly with the given steps, in
     eval mode. The sketched family draws per layer a random n × r orthonormal S (r = cfg.rank)
     from `sketch_seed` unless `sketches` (L, n, r) are given; W_QK's A-block is S Sᵀ."""
-    from eagle_probe.fit import families
     from eagle_probe.extract import geometry_of
+    from eagle_probe.fit import families
 
     if cfg.samples:
         raise EagleProbeError("EAGLE is planted in the feature layout; see gd_products for GD")

@@ -47,7 +47,7 @@ def _projection(ex: Extraction) -> list[str]:
     p = ex.views["projection"].json
     net, pm = p["network_mse"], p["projected_mse"]
     change = (pm / net - 1) * 100 if net > 0 else math.nan
-    family = "GD++ family" if ex.geometry.samples else f"{p['family']} EAGLE family"
+    family = "GD++ family" if ex.geometry.samples else f"{p['family']} family"
     lines = [
         f"projection onto the {family}: MSE {_g(net)} -> {_g(pm)} "
         f"({change:+.1f}%); per layer alone: "

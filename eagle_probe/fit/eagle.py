@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from eagle_probe.capture import Capture
+from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.geometry import Geometry
 
@@ -74,21 +75,102 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def choose_reading(cap: Capture, geometry: Geometry) -> Geometry:
-    """Distributed models: heads see local blocks, but W_VP may write every block, and
-    Σ_μ A^μ A^μᵀ A = A Aᵀ A is the centralized update. Keep the reading of the A/B update whose
-    one-step residual is smaller; other regimes are returned unchanged."""
-    if geometry.regime != "distributed" or cap.layers == 0:
-        return geometry
-    central = geometry.as_centralized()
-    local_gap = fit_steps(cap, geometry).one_step_residual.mean()
-    central_gap = fit_steps(cap, central).one_step_residual.mean()
-    return central if central_gap < local_gap else geometry
+FAMILY_PROMPTS = 256  # held-out prompts the family choice scores each family's projection on
+
+
+def family_scores(
+    cap: Capture,
+    geometry: Geometry,
+    qk: np.ndarray | None = None,
+    vp: np.ndarray | None = None,
+    z0: np.ndarray | None = None,
+) -> list[dict]:
+    """Every family the regime admits, scored on the same network (the paper's family first):
+    its mean one-step residual on the activations and per-layer steps; with the products qk, vp
+    and prompts z0 also `prediction_gap`, ‖D̂_projected − D̂_network‖_F / ‖D̂_network‖_F with
+    every layer's weights projected onto the family (view `projection`)."""
+    from eagle_probe.fit.projection import project_products
+
+    out = []
+    net = None
+    if qk is not None and z0 is not None:
+        z0 = z0[:FAMILY_PROMPTS]
+        net = geometry.predict(z0, qk, vp)
+    for fam in families.for_geometry(geometry):
+        geo = fam.geometry(geometry)
+        table = fit_steps(cap, geo) if cap.layers else pd.DataFrame()
+        row = {
+            "name": fam.name,
+            "update": fam.update,
+            "sends": fam.sends,
+            "one_step_residual": float(table.one_step_residual.mean())
+            if len(table)
+            else float("nan"),
+            "layers": [
+                {
+                    "layer": int(r.layer),
+                    "a_step": float(r.a_step),
+                    "c_step": float(r.c_step),
+                    "one_step_residual": float(r.one_step_residual),
+                }
+                for r in table.itertuples()
+            ],
+        }
+        if net is not None:
+            proj = project_products(geo, qk, vp, fam)
+            with np.errstate(over="ignore", invalid="ignore"):
+                pred = geo.predict(z0, proj["qk"], proj["vp"])
+                scale = float(np.linalg.norm(net))
+                gap = float(np.linalg.norm(pred - net)) / scale if scale > 0 else float("nan")
+            row["prediction_gap"] = gap if math.isfinite(gap) else float("inf")
+        out.append(row)
+    return out
+
+
+# Another family replaces the paper's own only when it reproduces the network clearly better:
+# its score below FAMILY_MARGIN × the paper's (not round-off between two exact readings).
+FAMILY_MARGIN = 0.9
+
+
+def family_key(scores: list[dict]) -> str:
+    """The score the family choice compares: the whole-model prediction gap (what the network
+    computes) where there is one, else the mean one-step residual."""
+    return "prediction_gap" if scores and "prediction_gap" in scores[0] else "one_step_residual"
+
+
+def choose_family(
+    cap: Capture,
+    geometry: Geometry,
+    family: str | None = None,
+    qk: np.ndarray | None = None,
+    vp: np.ndarray | None = None,
+    z0: np.ndarray | None = None,
+) -> tuple[Geometry, list[dict]]:
+    """The family the views read, and the scores of every candidate (`family_scores`).
+
+    `family` forces one (the untrained control reads its model's family). Otherwise the paper's
+    family of the regime, unless another admitted family reproduces the network clearly better
+    (prediction gap of its weight projection below FAMILY_MARGIN × the paper's; without products,
+    the mean one-step residual): the distributed regime admits eagle-distributed and
+    eagle-over-machines, a network that sends A columns between machines being read by the
+    second. The choice and every score are reported (view `eagle`), never made silently."""
+    if geometry.samples:
+        return geometry, []
+    if family is not None:
+        return families.get(family).geometry(geometry), []
+    scores = family_scores(cap, geometry, qk, vp, z0)
+    key = family_key(scores)
+    best = scores[0]
+    for cand in scores[1:]:
+        if cand[key] < FAMILY_MARGIN * best[key]:
+            best = cand
+    return families.get(best["name"]).geometry(geometry), scores
 
 
 @register("eagle")
 def eagle_view(ctx: Context) -> ViewResult:
-    """The EAGLE steps read from the activations."""
+    """The EAGLE steps read from the activations, in the family the views read; every family
+    the regime admits is scored beside it."""
     table = fit_steps(ctx.cap, ctx.geometry)
     warnings = [
         f"layer {int(r.layer)}: negative {name} step {step:.3g} (EAGLE's steps are positive)"
@@ -97,15 +179,34 @@ def eagle_view(ctx: Context) -> ViewResult:
         if step < 0 and abs(step) > 1e-3 and not ctx.geometry.samples
     ]
     layers = table.to_dict(orient="records")
-    family = (
-        "sample layout, steps tied by row: A −= a A AᵀA, C −= a A AᵀC, B −= c B AᵀA, "
-        "D_slot −= c B AᵀC (one GD++ layer: c the gradient step, a the data preconditioning)"
-        if ctx.geometry.samples
-        else "EAGLE: A −= a A AᵀA, B −= a B AᵀA, C −= c A AᵀC, D_slot −= c B AᵀC"
-    )
+    extra_json: dict = {}
+    if ctx.geometry.samples:
+        update = (
+            "sample layout, steps tied by row: A −= a A AᵀA, C −= a A AᵀC, B −= c B AᵀA, "
+            "D_slot −= c B AᵀC (one GD++ layer: c the gradient step, a the data preconditioning)"
+        )
+    else:
+        fam = families.of_geometry(ctx.geometry)
+        update = f"{fam.name}: {fam.update}"
+        scores = family_scores(ctx.cap, ctx.geometry, ctx.qk, ctx.vp, ctx.held_out.z0)
+        key = family_key(scores)
+        extra_json = {"family_name": fam.name, "families": scores, "chosen_by": key}
+        paper = scores[0]
+        if fam.name != paper["name"]:
+            mine = next(s for s in scores if s["name"] == fam.name)
+            warnings.append(
+                f"read as {fam.name} ({key.replace('_', ' ')} {mine[key]:.3g}), not the "
+                f"paper's {paper['name']} ({paper[key]:.3g}): {fam.name} sends {fam.sends}"
+            )
     return ViewResult(
         "eagle",
-        {"reading": ctx.geometry.reading, "family": family, "units": "internal", "layers": layers},
+        {
+            "reading": ctx.geometry.reading,
+            "family": update,
+            **extra_json,
+            "units": "internal",
+            "layers": layers,
+        },
         {"eagle": table},
         warnings,
     )

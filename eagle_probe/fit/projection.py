@@ -4,16 +4,19 @@ The family of a head's products (Frobenius-orthogonal projection onto a linear s
 
 - centralized: each square diagonal block a scalar times the identity, the cross blocks zero:
   W_QK = diag(q I_n, q' I_n'), W_VP = diag(v I_n, w I_n');
-- distributed (head μ reads only its column block): W_QK = q I on block μ; W_VP = v I on block μ
-  + v_rest I on the other blocks (the centralized reading has v = v_rest) + w I_n';
+- distributed (head μ reads only its column block), one basis per family (`fit.families`):
+  eagle-distributed, the paper's: W_QK = q I on block μ, W_VP = v I on block μ + w I_n' (nothing
+  of A crosses machines); eagle-over-machines: W_VP = v I_n + w I_n' (head μ writes every
+  machine's A columns: Σ_μ A^μ A^μᵀ A = A Aᵀ A, the centralized update);
 - constrained (query/key width r): W_QK = q P_h + q' I_n' and W_VP = v P_h + w I_n', with P_h the
   projector onto the range of the head's own W_QK A-block (its learned sketch S Sᵀ).
 
 The steps the projection implies are EAGLE's: a_l = −Σ_h q_h v_h and c_l = −Σ_h q_h w_h
 (internal units; W_QK = diag(I, 0), W_VP = diag(−a I, −c I) is one EAGLE step); distributed:
-the mean over the machines' heads, since Σ_μ A^μ A^μᵀ = A Aᵀ. q' ≠ 0 is reported:
+the mean over the machines' heads. q' ≠ 0 is reported:
 EAGLE has no query-side C term. The cost is measured in function, on held-out prompts: the test
-MSE with only layer l projected, and with every layer projected.
+MSE with only layer l projected, and with every layer projected, for the family the views read
+and for every other family the regime admits (`families`).
 
 Sample layout (E = d + d', blocks X = the d features, Y = the d' labels of a row [x, y]): the
 same isotropic family, W_QK = diag(q I_d, q_c I_d'), W_VP = diag(v I_d, w I_d'), is GD++ (GD
@@ -24,18 +27,15 @@ for what a and c do). Preconditioned GD (Ahn et al. 2023) frees W_QK's X×X bloc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
+from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.families import Family
 from eagle_probe.fit.geometry import Geometry
-
-QK_NAMES = {"centralized": ("q", "q_c"), "distributed": ("q",), "constrained": ("q", "q_c")}
-VP_NAMES = {
-    "centralized": ("v", "w"),
-    "distributed": ("v", "v_rest", "w"),
-    "constrained": ("v", "w"),
-}
 
 
 def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
@@ -49,22 +49,10 @@ def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.
     return M
 
 
-def family(geo: Geometry, head: int, qk_head: np.ndarray) -> tuple[list, list]:
-    """Basis matrices (E × E) of the head's W_QK and W_VP families."""
-    n = geo.split[0]
-    eye = np.eye(n)
-    c_only = _embed(geo, None, 1.0)
-    if geo.regime == "distributed":
-        size = n // geo.machines
-        own = np.zeros((n, n))
-        own[head * size : (head + 1) * size, head * size : (head + 1) * size] = np.eye(size)
-        return [_embed(geo, own)], [_embed(geo, own), _embed(geo, eye - own), c_only]
-    if geo.regime == "constrained":
-        U, s, _ = np.linalg.svd(qk_head[:n, :n])
-        r = int(np.sum(s > 1e-6 * max(s.max(), 1e-300)))
-        P = U[:, :r] @ U[:, :r].T
-        return [_embed(geo, P), c_only], [_embed(geo, P), c_only]
-    return [_embed(geo, eye), c_only], [_embed(geo, eye), c_only]
+def family(geo: Geometry, head: int, qk_head: np.ndarray, fam: Family | None = None):
+    """Basis matrices (E × E) of the head's W_QK and W_VP in `fam` (default: the family the
+    geometry reads)."""
+    return (fam or families.of_geometry(geo)).basis(geo, head, qk_head)
 
 
 def preconditioned_family(geo: Geometry) -> list[np.ndarray]:
@@ -86,18 +74,23 @@ def project(M: np.ndarray, basis: list[np.ndarray]) -> tuple[np.ndarray, np.ndar
     return coef, (V @ coef).reshape(M.shape)
 
 
-def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
-    """Project every (layer, head); return projected products, levels and implied steps."""
+def project_products(
+    geo: Geometry, qk: np.ndarray, vp: np.ndarray, fam: Family | None = None
+) -> dict:
+    """Project every (layer, head) onto `fam` (default: the geometry's family); return the
+    projected products, the levels and the steps they imply."""
+    fam = fam or families.of_geometry(geo)
+    qk_names, vp_names = fam.level_names(geo)
     pqk, pvp = np.zeros_like(qk), np.zeros_like(vp)
     rows = []
     for layer in range(qk.shape[0]):
         for head in range(qk.shape[1]):
-            qk_basis, vp_basis = family(geo, head, qk[layer, head])
+            qk_basis, vp_basis = fam.basis(geo, head, qk[layer, head])
             cq, pqk[layer, head] = project(qk[layer, head], qk_basis)
             cv, pvp[layer, head] = project(vp[layer, head], vp_basis)
             row = {"layer": layer, "head": head}
-            row.update(dict(zip(QK_NAMES[geo.regime], cq, strict=True)))
-            row.update(dict(zip(VP_NAMES[geo.regime], cv, strict=True)))
+            row.update(dict(zip(qk_names, cq, strict=True)))
+            row.update(dict(zip(vp_names, cv, strict=True)))
             for name, W, P in (("qk", qk, pqk), ("vp", vp, pvp)):
                 norm = float(np.linalg.norm(W[layer, head]))
                 off = float(np.linalg.norm(W[layer, head] - P[layer, head]))
@@ -106,18 +99,8 @@ def project_products(geo: Geometry, qk: np.ndarray, vp: np.ndarray) -> dict:
     heads = pd.DataFrame(rows)
     heads["a_part"] = -heads.q * heads.v * geo.key_scale
     heads["c_part"] = -heads.q * heads.w * geo.key_scale
-    steps = heads.groupby("layer")[["a_part", "c_part"]].sum()
-    if geo.regime == "distributed":
-        # head μ moves only machine μ's block (A, B) and adds its share of Σ_μ A^μ A^μᵀ C: with
-        # equal levels that is one EAGLE step with the per-head level, so the steps are the mean
-        steps = steps / qk.shape[1]
-    return {
-        "qk": pqk,
-        "vp": pvp,
-        "heads": heads,
-        "a_steps": steps.a_part.to_numpy(),
-        "c_steps": steps.c_part.to_numpy(),
-    }
+    a_steps, c_steps = fam.steps(geo, heads)
+    return {"qk": pqk, "vp": pvp, "heads": heads, "a_steps": a_steps, "c_steps": c_steps}
 
 
 def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
@@ -136,9 +119,15 @@ def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
             for later in range(layer + 1, ctx.qk.shape[0]):
                 Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
         each.append(held.mse(geo.readout_of(Z, held.z0)))
+    net_pred = geo.readout_of(stream[-1], held.z0)
+    proj_pred = geo.predict(held.z0, pqk, pvp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = float(np.linalg.norm(net_pred))
+        gap = float(np.linalg.norm(proj_pred - net_pred)) / scale if scale > 0 else float("nan")
     return {
         "network_mse": net,
-        "projected_mse": held.mse(geo.predict(held.z0, pqk, pvp)),
+        "projected_mse": held.mse(proj_pred),
+        "prediction_gap": gap,  # ‖D̂_projected − D̂_network‖_F / ‖D̂_network‖_F
         "layer_mse": each,
         "prompts": held.prompts,
     }
@@ -176,22 +165,44 @@ def projection_view(ctx: Context) -> ViewResult:
         )
     warnings = []
     net, projected = cost["network_mse"], cost["projected_mse"]
+    fam = families.of_geometry(geo)
+    name = "GD++" if geo.samples else fam.name
     if not np.isfinite(projected) or projected > 10 * max(net, ctx.zero_mse):
         warnings.append(
-            f"projecting every layer onto the {'GD++' if geo.samples else geo.regime + ' EAGLE'} "
-            "family blows up "
+            f"projecting every layer onto the {name} family blows up "
             f"(MSE {projected:.3g} against the network's {net:.3g}): the network is not that family"
         )
+    # every family the regime admits, scored the same way (the views read `fam`)
+    scored = []
+    for other in () if geo.samples else families.for_geometry(geo):
+        if other.name == fam.name:
+            p, c = proj, cost
+        else:
+            p = project_products(other.geometry(geo), ctx.qk, ctx.vp, other)
+            c = projection_cost(replace(ctx, geometry=other.geometry(geo)), p["qk"], p["vp"])
+        scored.append(
+            {
+                "name": other.name,
+                "projected_mse": c["projected_mse"],
+                "prediction_gap": c["prediction_gap"],
+                "layer_mse": c["layer_mse"],
+                "a_steps": [float(x) for x in p["a_steps"]],
+                "c_steps": [float(x) for x in p["c_steps"]],
+                "read": other.name == fam.name,
+            }
+        )
+    extra_json["families"] = scored
     table = pd.DataFrame(
         [{k: v for k, v in lay.items() if k != "heads"} for lay in layers]
     ).set_index("layer")
     return ViewResult(
         "projection",
         {
-            "family": "GD++ (samples)" if geo.samples else geo.regime,
+            "family": "GD++ (samples)" if geo.samples else fam.name,
             "units": "internal (steps); prompt units (MSE)",
             "network_mse": net,
             "projected_mse": projected,
+            "prediction_gap": cost["prediction_gap"],
             "prompts": cost["prompts"],
             **extra_json,
             "layers": layers,

@@ -6,14 +6,20 @@ A layer is
 - "EAGLE-like" when the gap is ≤ LIKE_GAP, again with the control clearly worse: most of the
   layer's update is an EAGLE step, and the blocks that depart are named;
 - "not EAGLE" otherwise.
-The model is
-- "EAGLE" when projecting every layer's weights onto the regime's EAGLE family changes the
-  held-out MSE by at most PROJECTION_COST (in function the network is that EAGLE, whatever its
-  layers' departures in directions that cancel or do not reach the output), or every layer is;
+Every layer is labelled in the family the views read (`fit.families`, chosen and reported by
+view `eagle`: the paper's family of the regime unless another admitted family explains the
+layers clearly better). The model is
+- "EAGLE" when every layer is, or when every layer is at least EAGLE-like and projecting every
+  layer's weights onto the family changes the held-out MSE by at most PROJECTION_COST;
 - "EAGLE-like" when every layer is at least EAGLE-like and the projection at most doubles the
   MSE (LIKE_PROJECTION_COST);
-- "not EAGLE" otherwise, and whatever its layers when it is not clearly better than the zero
-  predictor (MSE above ZERO_FRACTION of the zero predictor's) or than its untrained control.
+- "not EAGLE" otherwise: a whole-model projection that is cheap while layers projected alone
+  break the model is reported as co-adapted layers, not as the family. Also "not EAGLE" whatever
+  its layers when it is not clearly better than the zero predictor (MSE above ZERO_FRACTION of
+  the zero predictor's) or than its untrained control, and (distributed) when it reads as the
+  paper's eagle-distributed while view `communication` finds it sending A columns between
+  machines. `model.family` names the family a label claims (None for "not EAGLE"),
+  `model.read_as` the family the views read.
 
 Sample layout (`sample_verdict`): the algorithms of the in-context-learning literature instead.
 Each layer takes the algorithm view's name ("GD", "GD++", "preconditioned GD", "polynomial" or
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
@@ -55,6 +62,18 @@ THRESHOLDS = {
 
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+BREAKS = 10.0  # a projection that raises the MSE more than 1000% breaks the model
+
+
+def _cost(cost: float) -> str:
+    """A relative MSE change as a percentage, or "breaks the model (×N)" above 1000%."""
+    if not math.isfinite(cost):
+        return "breaks the model (non-finite MSE)"
+    if cost > BREAKS:
+        return f"breaks the model (×{cost + 1:.3g})"
+    return f"{cost * 100:+.1f}%"
 
 
 def layer_labels(ctx: Context) -> list[dict]:
@@ -154,15 +173,46 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             "It does not solve the task (not clearly better than predicting zero), so no algorithm "
             "is claimed for it."
         )
+    fam = families.of_geometry(geo)
+    parts.append(f"Read as {fam.name}: {fam.update}.")
+    eagle = ctx.results.get("eagle")
     proj = ctx.results.get("projection")
+    scored = {f["name"]: f for f in (eagle.json.get("families", []) if eagle else [])}
+    others = [name for name in scored if name != fam.name]
+    if others:
+        parts.append(
+            "Every family the regime admits was scored (prediction gap of the weight projection, "
+            "mean one-step residual): "
+            + "; ".join(
+                f"{name} {_fmt(sc.get('prediction_gap', math.nan))}, "
+                f"{_fmt(sc['one_step_residual'])}"
+                for name, sc in scored.items()
+            )
+            + f". The views read {fam.name}"
+            + (
+                " (the paper's family of the regime; no other reproduces the network clearly "
+                "better)."
+                if fam.name == next(iter(scored))
+                else f", which reproduces the network clearly better than the paper's "
+                f"{next(iter(scored))}; {fam.name} sends {fam.sends}."
+            )
+        )
     if proj is not None:
         pm, pnet = proj.json["projected_mse"], proj.json["network_mse"]
+        gap = proj.json.get("prediction_gap", float("nan"))
         parts.append(
-            f"Projecting every layer's weights onto the {geo.regime} EAGLE family gives MSE "
-            f"{_fmt(pm)} ({(pm / pnet - 1) * 100:+.1f}% against the network)."
-            if pnet > 0 and math.isfinite(pm)
-            else f"Projecting every layer onto the EAGLE family gives MSE {_fmt(pm)}."
+            f"Projecting every layer's weights onto {fam.name} gives MSE {_fmt(pm)} "
+            f"({_cost(pm / pnet - 1)} against the network; prediction gap "
+            f"‖D̂_projected − D̂_network‖/‖D̂_network‖ = {_fmt(gap)})."
+            if pnet > 0
+            else f"Projecting every layer onto {fam.name} gives MSE {_fmt(pm)}."
         )
+    for name in ("communication", "sketch"):
+        view = ctx.results.get(name)
+        if view is not None and view.json.get("sentence"):
+            parts.append(view.json["sentence"])
+    for note in _coadapted(ctx, layers):
+        parts.append(note)
     for lay in layers:
         where = ""
         if lay["departing_blocks"]:
@@ -170,7 +220,7 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
         parts.append(
             f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
             f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
-            f", projecting it costs {lay['projection_cost'] * 100:+.1f}%{where})."
+            f", projecting it alone costs {_cost(lay['projection_cost'])}{where})."
             if math.isfinite(lay["projection_cost"])
             else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
             f"{_fmt(lay['one_step_relative'])}{where})."
@@ -185,9 +235,9 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     if opt is not None and opt.json["network_mse"] > 0:
         o = opt.json
         parts.append(
-            f"The best EAGLE with the same number of steps (fitted to the truth, relative gradient "
-            f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-            f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the EAGLE closest to "
+            f"The best {fam.name} with the same number of steps (fitted to the truth, relative "
+            f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+            f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the one closest to "
             "the network "
             f"reaches {_fmt(o['distilled_mse'])}."
         )
@@ -208,8 +258,44 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             )
         if not extra and not matrix:
             parts.append("Term discovery finds EAGLE's four terms and nothing else.")
-    parts.append(f"Verdict: {label}.")
+    claimed = f" ({fam.name})" if label != "not EAGLE" else ""
+    parts.append(f"Verdict: {label}{claimed}.")
     return " ".join(parts)
+
+
+def _coadapted(ctx: Context, layers: list[dict]) -> list[str]:
+    """A whole-model projection that is cheap while single layers projected alone are not: the
+    layers' departures cancel one another (co-adapted layers), which is not the family."""
+    proj = ctx.results.get("projection")
+    if proj is None or not proj.json["network_mse"] > 0:
+        return []
+    whole = proj.json["projected_mse"] / proj.json["network_mse"] - 1.0
+    alone = [lay for lay in layers if not lay["projection_cost"] <= LIKE_PROJECTION_COST]
+    if whole <= LIKE_PROJECTION_COST and alone:
+        return [
+            f"The whole-model projection costs {_cost(whole)} while "
+            + ", ".join(
+                f"layer {lay['layer']} alone {_cost(lay['projection_cost'])}" for lay in alone
+            )
+            + ": the layers are co-adapted (their departures from the family cancel), which is "
+            "not running the family."
+        ]
+    return []
+
+
+def communication_conflict(ctx: Context) -> str | None:
+    """Why the paper's distributed family cannot be claimed, when the network sends A columns
+    between machines (view `communication`), else None."""
+    view = ctx.results.get("communication")
+    if view is None or not view.json.get("a_columns_sent"):
+        return None
+    if families.of_geometry(ctx.geometry).name != "eagle-distributed":
+        return None
+    sent = [lay["layer"] for lay in view.json["layers"] if lay.get("a_columns_sent")]
+    return (
+        f"the network sends A columns between machines (layer {', '.join(map(str, sent))}), "
+        "which eagle-distributed never does"
+    )
 
 
 # --- the sample layout ---------------------------------------------------------------------
@@ -379,12 +465,18 @@ def verdict_view(ctx: Context) -> ViewResult:
         pnet = net if proj is None else proj.json["network_mse"]  # on the projection's prompts
         cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * pnet
         near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * pnet
-        if labels == {"EAGLE"} or cheap:
+        # a family is claimed only where every layer is at least like it
+        every_like = labels <= {"EAGLE", "EAGLE-like"}
+        if labels == {"EAGLE"} or (cheap and every_like):
             label = "EAGLE"
-        elif labels <= {"EAGLE", "EAGLE-like"} and near:
+        elif every_like and near:
             label = "EAGLE-like"
         else:
             label = "not EAGLE"
+        conflict = communication_conflict(ctx)
+        if conflict is not None:
+            label = "not EAGLE"
+            warnings.append(f"not claimed as eagle-distributed: {conflict}")
     if ctx.control is not None and "fidelity" in ctx.control.results:
         ctrl = [c["one_step"]["relative"] for c in ctx.control.results["fidelity"].json["layers"]]
         mine = [lay["one_step_relative"] for lay in layers]
@@ -403,7 +495,13 @@ def verdict_view(ctx: Context) -> ViewResult:
             "thresholds": THRESHOLDS,
             "off_family_blocks": off_family_blocks(ctx),
             "layers": layers,
-            "model": {"label": label, "text": model_text(ctx, layers, label)},
+            "model": {
+                "label": label,
+                # the family the label claims (None when none is claimed), and the one read
+                "family": families.of_geometry(ctx.geometry).name if label != "not EAGLE" else None,
+                "read_as": families.of_geometry(ctx.geometry).name,
+                "text": model_text(ctx, layers, label),
+            },
         },
         {},
         warnings,
