@@ -1,0 +1,210 @@
+"""What crosses machines in a distributed model: where each head's W_VP writes, and what the
+function loses when the writes into other machines' A columns are removed.
+
+Head μ is machine μ; it owns the A/B columns μ·n/M … (μ+1)·n/M − 1 and shares the n' C/D columns
+with every machine. Its W_QK is zero outside its own block (the architecture), so the only way
+one machine reaches another is through W_VP: one layer adds ((Z W_QK^μ Zᵀ) ⊙ M) Z W_VP^μ, whose
+column j lands in column j of the stream, the column machine owner(j) holds. The columns (outputs)
+of W_VP^μ therefore split its squared Frobenius norm three ways, summing to 1:
+
+- `own_share`: the columns of machine μ's own A/B block (nothing sent);
+- `cross_cd_share`: the n' shared C/D columns, from any input row. This is the channel the paper's
+  eagle-distributed uses: it reports W_VP^μ outside its own A block as diag(0_n, α' I_n'), i.e.
+  all of it in the C rows × C/D columns block, each machine sending its C/D result
+  ((d + d') n' floats per round). `cd_from_a_share` is the part of it whose inputs are A/B rows
+  (off the paper's shape, but the same channel and the same cost);
+- `cross_a_share`: the columns of the other machines' A/B blocks, from any input row: machine μ
+  writing into machine ν's A^ν, B^ν, the A communication eagle-distributed never does and
+  eagle-over-machines (the centralized update across machines, Σ_μ A^μ A^μᵀ A = A Aᵀ A) needs.
+
+`off_family_share` is the share outside eagle-distributed's own shape (everything but the own
+block's rows × own block's columns and the C rows × C/D columns): it adds to `cross_a_share` the
+other machines' A/B inputs written into the own block and the A/B inputs written into C/D.
+
+Function, on held-out prompts: `cross_a_ablation` is the MSE with those cross-machine A output
+columns of W_VP zeroed (one layer, every head; and every layer at once) over the MSE of the
+unchanged products (both NumPy forwards, so a layer with nothing there scores exactly 1). A layer
+sends A columns (`a_columns_sent`) when that ratio is at least USED_BLOCK or at most its inverse:
+the function depends on what crosses, whichever way. USED_BLOCK (2×) is the verdict's rule for a
+used weight block, so the two readings agree; on the shipped distributed model the all-layer ratio
+is ≈ 25×, far from the threshold either way.
+
+Cost: a machine sends d + d' floats (one stream column over the d + d' tokens) for every column
+outside its own block it writes, per layer (a round). `floats_per_machine_round.network` counts
+the columns the network's heads write with at least WRITE_SHARE of the head's ‖W_VP‖²_F (the
+largest count over heads and layers); eagle-distributed writes the n' C/D columns only,
+(d + d') n'. (This counts writes; the `sends` line of eagle-over-machines in `fit.families`
+counts each machine broadcasting its own n/M columns instead: the same order, O(d n / M).)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.verdict import USED_BLOCK
+
+# a column of W_VP^μ counts as written when it holds at least this share of ‖W_VP^μ‖²_F; the
+# shipped distributed model's cross columns hold 0.2–16% each in layers 0–2, its last layer
+# below 1e-5 (its A/B columns never reach D)
+WRITE_SHARE = 1e-3
+# held-out prompts the ablations are scored on (paired: the same prompts for every ratio); 512
+# keeps the view well under a second at the paper's sizes
+PROMPTS = 512
+
+
+SHARES = ("cross_a_share", "cross_cd_share", "own_share", "cd_from_a_share", "off_family_share")
+
+
+def machine_of(n: int, machines: int) -> np.ndarray:
+    """The machine owning each A/B column: (n,)."""
+    return np.arange(n) // (n // machines)
+
+
+def cross_a_columns(n: int, width: int, machines: int, head: int) -> np.ndarray:
+    """Boolean (E,): the A/B columns of every machine but `head`'s."""
+    cols = np.zeros(width, dtype=bool)
+    cols[:n] = machine_of(n, machines) != head
+    return cols
+
+
+def shares(vp_head: np.ndarray, n: int, machines: int, head: int) -> dict[str, float]:
+    """Where one head's W_VP (E, E) writes, as shares of its squared Frobenius norm (module
+    text); a zero W_VP has every share 0."""
+    E = vp_head.shape[-1]
+    sq = vp_head**2  # (E, E)  rows: value input coordinate, columns: output coordinate
+    total = float(sq.sum())
+    if total == 0.0:
+        return dict.fromkeys(SHARES, 0.0)
+    cross = cross_a_columns(n, E, machines, head)
+    own = np.zeros(E, dtype=bool)
+    own[:n] = ~cross[:n]
+    return {
+        "cross_a_share": float(sq[:, cross].sum()) / total,
+        "cross_cd_share": float(sq[:, n:].sum()) / total,
+        "own_share": float(sq[:, own].sum()) / total,
+        "cd_from_a_share": float(sq[:n, n:].sum()) / total,
+        # outside eagle-distributed's shape: all but own block -> own block and C -> C/D
+        "off_family_share": 1.0 - float(sq[np.ix_(own, own)].sum() + sq[n:, n:].sum()) / total,
+    }
+
+
+def written_outside(vp_head: np.ndarray, n: int, machines: int, head: int) -> int:
+    """Columns outside the head's own A/B block (other machines' A/B columns and the C/D
+    columns) holding at least WRITE_SHARE of ‖W_VP‖²_F."""
+    col = (vp_head**2).sum(0)  # (E,)  squared norm written into each output column
+    total = float(col.sum())
+    if total == 0.0:
+        return 0
+    outside = cross_a_columns(n, vp_head.shape[-1], machines, head)
+    outside[n:] = True
+    return int(np.sum(outside & (col >= WRITE_SHARE * total)))
+
+
+def without_cross_a(vp: np.ndarray, n: int, machines: int, layers) -> np.ndarray:
+    """W_VP (L, h, E, E) with every head's cross-machine A output columns zeroed in `layers`."""
+    out = vp.copy()
+    for layer in layers:
+        for head in range(vp.shape[1]):
+            out[layer, head][:, cross_a_columns(n, vp.shape[-1], machines, head)] = 0.0
+    return out
+
+
+def _sent(ratio: float) -> bool:
+    """The function depends on what was zeroed: the MSE moved by USED_BLOCK× either way (a
+    non-finite ablated MSE counts as dependence)."""
+    return not np.isfinite(ratio) or ratio >= USED_BLOCK or ratio <= 1.0 / USED_BLOCK
+
+
+def _ratio(mse: float, base: float) -> float:
+    if base > 0:
+        return mse / base
+    return 1.0 if mse == base else float("inf")
+
+
+def _sentence(layers: list[dict], sent: bool, ratio: float, floats: dict, M: int) -> str:
+    network, paper = floats["network"], floats["eagle-distributed"]
+    if sent:
+        used = [lay for lay in layers if lay["a_columns_sent"]] or layers
+        where = ", ".join(str(lay["layer"]) for lay in used)
+        top = max(h["cross_a_share"] for lay in used for h in lay["heads"])
+        return (
+            f"A columns cross machines: in layer(s) {where} a head writes up to "
+            f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns, and "
+            f"zeroing those writes in every layer changes the held-out MSE ×{ratio:.3g}; the "
+            f"network sends about {network} floats per machine per round where eagle-distributed "
+            f"sends {paper} (the C/D results only)."
+        )
+    top = max((h["cross_a_share"] for lay in layers for h in lay["heads"]), default=0.0)
+    return (
+        f"Only the C/D results cross machines: at most {100 * top:.2g}% of any head's ‖W_VP‖² "
+        f"writes other machines' A/B columns and zeroing it changes the held-out MSE by "
+        f"{ratio:.3g}×, as in eagle-distributed ({network} floats per machine per round; the "
+        f"family sends {paper})."
+    )
+
+
+@register("communication")
+def communication_view(ctx: Context) -> ViewResult:
+    """Per layer and head where W_VP writes; per layer and all at once what the cross-machine
+    A writes are worth in held-out MSE (module text)."""
+    geo = ctx.geometry
+    n, M, L = geo.n, geo.machines, geo.layers
+    floats_col = geo.d + geo.d_prime  # one stream column: d + d' tokens
+    # passes: the stream, each layer's ablation from that layer on, every layer ablated at once
+    held, _ = ctx.scoring(L + L * (L + 1) / 2 + L, limit=PROMPTS)
+    stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)  internal units
+    base = held.mse(geo.readout_of(stream[-1], held.z0))
+    rows, layers = [], []
+    written = 0
+    for layer in range(L):
+        heads = []
+        for head in range(ctx.vp.shape[1]):
+            s = shares(ctx.vp[layer, head], n, M, head)
+            cols = written_outside(ctx.vp[layer, head], n, M, head)
+            written = max(written, cols)
+            heads.append({"head": head, **s, "floats_sent": floats_col * cols})
+            rows.append({"layer": layer, **heads[-1]})
+        # the layers before `layer` are unchanged: run on from their stream
+        vp = without_cross_a(ctx.vp, n, M, [layer])
+        Z = stream[layer]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for later in range(layer, L):
+                Z = geo.layer(Z, ctx.qk[later], vp[later])
+        ratio = _ratio(held.mse(geo.readout_of(Z, held.z0)), base)
+        layers.append(
+            {
+                "layer": layer,
+                "heads": heads,
+                "cross_a_ablation": ratio,
+                "a_columns_sent": _sent(ratio),
+            }
+        )
+    vp = without_cross_a(ctx.vp, n, M, range(L))
+    ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp)), base)
+    sent = _sent(ratio) or any(lay["a_columns_sent"] for lay in layers)
+    floats = {"network": floats_col * written, "eagle-distributed": floats_col * geo.n_prime}
+    warnings = []
+    if sent:
+        warnings.append(
+            "W_VP writes other machines' A/B columns and the function depends on it "
+            f"(zeroing those writes: MSE ×{ratio:.3g}): A columns cross machines, which "
+            "eagle-distributed never does"
+        )
+    return ViewResult(
+        "communication",
+        {
+            "layers": layers,
+            "cross_a_ablation": ratio,
+            "a_columns_sent": bool(sent),
+            "floats_per_machine_round": floats,
+            "threshold": USED_BLOCK,
+            "write_share": WRITE_SHARE,
+            "network_mse": base,
+            "prompts": held.prompts,
+            "sentence": _sentence(layers, sent, ratio, floats, M),
+        },
+        {"communication": pd.DataFrame(rows)},
+        warnings,
+    )

@@ -1,0 +1,151 @@
+"""The learned sketch of a constrained model: is each head's W_QK A-block a scaled projector
+α S Sᵀ, is W_VP on the same sketch, and do the heads' sketches together span all n columns?
+
+eagle-sketched (`fit.families`) reads A through a rank-r projector P = S Sᵀ per layer: W_QK's
+A-block ≈ α P, its spectrum flat (r singular values α, then 0), and the paper reports the rescaled
+W_QK and W_VP A-blocks alike up to sign (relative difference 0.28) with spectra matching S Sᵀ for a
+random orthogonal S. Per head, W the n × n A-block of W_QK:
+
+- `rank`: singular values of W above RANGE_RTOL (1e-6) of the largest (the query/key width r
+  bounds it);
+- `alpha`, `projector_gap`: P the orthogonal projector onto W's range (its left singular
+  vectors), α = ⟨W, P⟩ / ⟨P, P⟩ the least-squares level, gap ‖W − α P‖_F / ‖W‖_F (0 for a scaled
+  projector; a non-symmetric W, or an uneven spectrum, departs);
+- `vp_rescaled_difference`: min over s = ±1 of ‖W / ‖W‖_F − s V / ‖V‖_F‖_F with V the A-block of
+  W_VP (the paper's 0.28; 0 when W_VP's A-block is a multiple of the same projector);
+- `vp_in_sketch_share`: ‖P V P‖²_F / ‖V‖²_F, how much of W_VP's A-block lives on the head's sketch.
+
+Per layer, `span`: the rank of Σ_h P_h (the heads' ranges together, same cut). Where it is n, the
+layer can form the full Gram A Aᵀ and the sketched family degenerates to the centralized one: the
+geometry's layer projector (`geometry.sketch_projectors`, the range of Σ_h W_QK^h) is then I and
+eagle-sketched is scored as eagle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.families import RANGE_RTOL, head_range, random_sketches
+
+SALT = 0x5CE7C4  # this view's random reference sketches (`Context.rng`)
+
+
+def numerical_rank(s: np.ndarray, rtol: float = RANGE_RTOL) -> int:
+    """Singular values s (descending) above rtol × the largest."""
+    return int(np.sum(s > rtol * max(float(s[0]) if s.size else 0.0, 1e-300)))
+
+
+def head_sketch(qk_head: np.ndarray, vp_head: np.ndarray, n: int) -> dict[str, float]:
+    """The sketch readings of one head (module text); products (E, E)."""
+    W, V = qk_head[:n, :n], vp_head[:n, :n]  # (n, n)  the A-blocks
+    s = np.linalg.svd(W, compute_uv=False)
+    P = head_range(qk_head, n)  # (n, n)
+    r = numerical_rank(s)
+    w_norm, v_norm = float(np.linalg.norm(W)), float(np.linalg.norm(V))
+    alpha = float(np.sum(W * P)) / r if r else 0.0  # ⟨P, P⟩ = r
+    gap = float(np.linalg.norm(W - alpha * P)) / w_norm if w_norm else 0.0
+    if w_norm and v_norm:
+        Wn, Vn = W / w_norm, V / v_norm
+        diff = min(float(np.linalg.norm(Wn - Vn)), float(np.linalg.norm(Wn + Vn)))
+        in_sketch = float(np.linalg.norm(P @ V @ P) ** 2) / v_norm**2
+    else:
+        diff, in_sketch = float("nan"), float("nan")
+    return {
+        "rank": r,
+        "alpha": alpha,
+        "projector_gap": gap,
+        "vp_rescaled_difference": diff,
+        "vp_in_sketch_share": in_sketch,
+    }
+
+
+def layer_span(qk_layer: np.ndarray, n: int) -> int:
+    """Rank of the heads' W_QK A-block ranges together, qk_layer (h, E, E)."""
+    total = sum(head_range(W, n) for W in qk_layer)  # (n, n)  Σ_h P_h, PSD
+    return numerical_rank(np.linalg.eigvalsh(total)[::-1])
+
+
+def spectra(qk: np.ndarray, n: int, ranks: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
+    """Per layer and head the singular values of W_QK's A-block over its largest, beside those of
+    α S Sᵀ (α = 1 after normalising) for a random orthogonal n × r S of the head's rank r:
+    1 (r times), then 0. qk (L, h, E, E), ranks (L, h)."""
+    rows = []
+    L, h = qk.shape[:2]
+    for layer in range(L):
+        for head in range(h):
+            s = np.linalg.svd(qk[layer, head, :n, :n], compute_uv=False)
+            s = s / max(float(s[0]), 1e-300)
+            S = random_sketches(n, max(int(ranks[layer, head]), 1), 1, rng)[0]  # (n, r)
+            ref = np.linalg.svd(S @ S.T, compute_uv=False)
+            rows += [
+                {"layer": layer, "head": head, "index": i, "network": float(x), "random_sketch": y}
+                for i, (x, y) in enumerate(zip(s.tolist(), ref.tolist(), strict=True))
+            ]
+    return pd.DataFrame(rows)
+
+
+def _range(values, fmt: str = ".2f") -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
+
+
+def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) -> str:
+    heads = [h for lay in layers for h in lay["heads"]]
+    if not heads:
+        return ""
+    ranks = sorted({h["rank"] for h in heads})
+    rank = str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}–{ranks[-1]}"
+    gap = _range([h["projector_gap"] for h in heads])
+    diffs = [h["vp_rescaled_difference"] for h in heads if np.isfinite(h["vp_rescaled_difference"])]
+    vp = ""
+    if diffs:
+        vp = f", W_VP's rescaled A-block differs from it by {_range(diffs)} (paper 0.28)"
+    head = (
+        f"Each head's W_QK A-block has rank {rank} and sits {gap} (relative) from a scaled "
+        f"projector α S Sᵀ{vp}"
+    )
+    if full:
+        scored = (
+            ", and the model is scored as such"
+            if scored_centralized
+            else " (the views' layer projector, the range of Σ_h W_QK^h, is not I here)"
+        )
+        return (
+            head + f"; the heads' ranges together span all {n} dimensions in every layer, so the "
+            f"layer can form the full Gram A Aᵀ: the sketched family is then the centralized "
+            f"one{scored}."
+        )
+    spans = ", ".join(f"{lay['span']}" for lay in layers)
+    return (
+        head + f"; the heads' ranges together span {spans} of {n} dimensions in layers "
+        f"0–{len(layers) - 1}: the layers see A through that sketch (eagle-sketched)."
+    )
+
+
+@register("sketch")
+def sketch_view(ctx: Context) -> ViewResult:
+    """Per layer and head the sketch readings of W_QK and W_VP; per layer the span of the
+    heads' sketches (module text). Reads the products only."""
+    n = ctx.geometry.n
+    L, h = ctx.qk.shape[:2]
+    layers, rows = [], []
+    ranks = np.zeros((L, h), dtype=int)
+    for layer in range(L):
+        heads = []
+        for head in range(h):
+            info = head_sketch(ctx.qk[layer, head], ctx.vp[layer, head], n)
+            ranks[layer, head] = info["rank"]
+            heads.append({"head": head, **info})
+            rows.append({"layer": layer, **heads[-1]})
+        layers.append({"layer": layer, "span": layer_span(ctx.qk[layer], n), "heads": heads})
+    full = bool(layers) and all(lay["span"] == n for lay in layers)
+    # the views run eagle-sketched with the geometry's projectors: I where Σ_h W_QK^h has rank n
+    P = ctx.geometry.projector
+    centralized = P is not None and bool(np.allclose(P, np.eye(n), atol=1e-8))
+    return ViewResult(
+        "sketch",
+        {"layers": layers, "span_full": full, "sentence": _sentence(layers, n, full, centralized)},
+        {"sketch": pd.DataFrame(rows), "spectra": spectra(ctx.qk, n, ranks, ctx.rng(SALT))},
+    )

@@ -1,0 +1,90 @@
+"""View `communication` on distributed plants whose traffic is known: the paper's
+eagle-distributed (only the C/D results cross machines) and the same with one planted block that
+writes one machine's A columns into another's."""
+
+import re
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from probe_context import make_context
+
+from eagle_probe import layouts
+from eagle_probe.fit import VIEWS
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig
+
+# steps in prompt units: ‖A‖₂² of these prompts has median ≈ 13, so the plant is stable
+A_STEPS, C_STEPS = [0.01, 0.01], [0.03, 0.03]
+SCHEMA = "docs/extraction-schema.md"
+
+
+def _config(machines: int) -> ModelConfig:
+    return ModelConfig(
+        regime="distributed", machines=machines, n=6, d=6, n_layers=2, normalize="none",
+        dtype="float64",
+    )  # fmt: skip
+
+
+def _view(model):
+    ctx = make_context(model, TaskConfig(n=6, d=6, rank=3), probes=16, held_out=256)
+    return VIEWS["communication"](ctx)
+
+
+@pytest.mark.parametrize("machines", [2, 3, 6])
+def test_paper_plant_sends_only_the_cd_results(machines):
+    cfg = _config(machines)
+    view = _view(layouts.plant(cfg, A_STEPS, C_STEPS)).json
+    for lay in view["layers"]:
+        assert not lay["a_columns_sent"]
+        assert lay["cross_a_ablation"] == pytest.approx(1.0, abs=1e-12)
+        for head in lay["heads"]:
+            assert head["cross_a_share"] <= 1e-12
+            assert head["off_family_share"] <= 1e-12
+            total = head["cross_a_share"] + head["cross_cd_share"] + head["own_share"]
+            assert total == pytest.approx(1.0, abs=1e-12)
+    assert not view["a_columns_sent"]
+    cd = (cfg.d + cfg.d_prime) * cfg.n_prime
+    assert view["floats_per_machine_round"] == {"network": cd, "eagle-distributed": cd}
+    assert view["sentence"].startswith("Only the C/D results cross machines")
+
+
+@pytest.mark.parametrize("machines", [2, 3, 6])
+def test_planted_a_communication_is_found_in_its_layer_only(machines):
+    cfg = _config(machines)
+    qk, vp = layouts.state_products(layouts.plant(cfg, A_STEPS, C_STEPS))
+    block, layer, mu, nu = cfg.n // machines, 0, 0, 1
+    # head μ writes −a I from its own block's rows into machine ν's block columns
+    own, other = slice(mu * block, (mu + 1) * block), slice(nu * block, (nu + 1) * block)
+    vp[layer, mu, own, other] -= 0.1 * np.eye(block)
+    model = LinearTransformer(cfg)
+    model.load_state_dict(layouts.narrow_products_to_state(cfg, qk, vp))
+    view = _view(model.eval()).json
+    sent = [lay["layer"] for lay in view["layers"] if lay["a_columns_sent"]]
+    assert sent == [layer]
+    assert view["a_columns_sent"]
+    heads = view["layers"][layer]["heads"]
+    assert heads[mu]["cross_a_share"] > 0.01
+    assert all(h["cross_a_share"] <= 1e-12 for h in heads if h["head"] != mu)
+    # machine μ writes ν's block columns (d + d' floats each) on top of the C/D results
+    floats = (cfg.d + cfg.d_prime) * (block + cfg.n_prime)
+    assert view["floats_per_machine_round"]["network"] == floats
+    assert view["sentence"].startswith("A columns cross machines")
+
+
+def test_every_field_is_in_the_schema_doc():
+    view = _view(layouts.plant(_config(3), A_STEPS, C_STEPS)).json
+    text = (ROOT / SCHEMA).read_text()
+    documented = set(re.findall(r"`([A-Za-z_0-9-]+)`", text))
+
+    def keys(obj):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from keys(v)
+
+    assert "`views.communication`" in text
+    assert set(keys(view)) <= documented

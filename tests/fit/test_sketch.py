@@ -1,0 +1,60 @@
+"""View `sketch` on sketched plants: every head's W_QK A-block is exactly the layer's projector
+S Sᵀ of rank r (`layouts.plant`, eagle-sketched), and W_VP's A-block a multiple of it."""
+
+import re
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from probe_context import make_context
+
+from eagle_probe import layouts
+from eagle_probe.fit import VIEWS
+from eagle_probe.model import ModelConfig
+from eagle_probe.tasks import TaskConfig
+
+A_STEPS, C_STEPS = [0.01, 0.01], [0.03, 0.03]
+
+
+def _view(rank: int, heads: int):
+    cfg = ModelConfig(
+        regime="constrained", rank=rank, n_heads=heads, n=6, d=6, n_layers=2, normalize="none",
+        dtype="float64",
+    )  # fmt: skip
+    model = layouts.plant(cfg, A_STEPS, C_STEPS, sketch_seed=3)
+    return VIEWS["sketch"](make_context(model, TaskConfig(n=6, d=6, rank=3), probes=8, held_out=8))
+
+
+@pytest.mark.parametrize("rank", [3, 5])
+@pytest.mark.parametrize("heads", [1, 2, 4])
+def test_sketched_plant_is_a_scaled_projector_on_one_sketch(rank, heads):
+    view = _view(rank, heads)
+    for lay in view.json["layers"]:
+        assert lay["span"] == rank  # the plant's heads share the layer's sketch
+        for head in lay["heads"]:
+            assert head["rank"] == rank
+            assert head["alpha"] == pytest.approx(1.0, rel=1e-10)
+            assert head["projector_gap"] <= 1e-8
+            assert head["vp_rescaled_difference"] <= 1e-8
+            assert head["vp_in_sketch_share"] == pytest.approx(1.0, abs=1e-10)
+    assert not view.json["span_full"]
+    assert f"span {rank}, {rank} of 6 dimensions" in view.json["sentence"]
+    spectra = view.tables["spectra"]
+    assert len(spectra) == 2 * heads * 6
+    # the plant's normalised spectrum is the random sketch's: r ones, then zeros
+    np.testing.assert_allclose(spectra.network, spectra.random_sketch, atol=1e-10)
+
+
+def test_a_full_rank_sketch_says_the_family_is_the_centralized_one():
+    view = _view(6, 1).json
+    assert view["span_full"]
+    assert "the sketched family is then the centralized one" in view["sentence"]
+
+
+def test_every_field_is_in_the_schema_doc():
+    text = (ROOT / "docs" / "extraction-schema.md").read_text()
+    documented = set(re.findall(r"`([A-Za-z_0-9-]+)`", text))
+    view = _view(3, 2).json
+    keys = set(view) | set(view["layers"][0]) | set(view["layers"][0]["heads"][0])
+    assert "`views.sketch`" in text
+    assert keys <= documented
