@@ -34,11 +34,45 @@ def _describe_block(block: np.ndarray) -> tuple[str, float | None]:
     return "dense", None
 
 
+EXACT = 1e-6  # relative tolerance of the exact shapes below (float32 plants hold them to ~1e-7)
+
+
+def _exact_block(block: np.ndarray) -> tuple[str, float | None] | None:
+    """A square block of exactly one of EAGLE's shapes, before any sparsification: a scalar times
+    I on a contiguous range of its coordinates only (a machine's own columns: `q I[i:j]`), or a
+    scalar times a rank-r orthogonal projector (a sketch S Sᵀ: `q P_r`); None otherwise."""
+    k = block.shape[0]
+    if block.shape[1] != k or not np.any(block):
+        return None
+    scale = float(np.abs(block).max())
+    diag = np.diag(block)
+    if np.abs(block - np.diag(diag)).max() <= EXACT * scale:
+        on = np.flatnonzero(np.abs(diag) > EXACT * scale)
+        level = float(diag[on].mean())
+        contiguous = on.size and on[-1] - on[0] + 1 == on.size
+        if contiguous and np.abs(diag[on] - level).max() <= EXACT * abs(level) and on.size < k:
+            return f"{level:.3g} I[{on[0]}:{on[-1] + 1}]", level
+        if on.size == k and np.abs(diag - level).max() <= EXACT * abs(level):
+            return f"{level:.3g} I_{k}", level
+    if np.abs(block - block.T).max() <= EXACT * scale:
+        w = np.linalg.eigvalsh(block)
+        top = w[np.argmax(np.abs(w))]
+        on = np.abs(w) > EXACT * abs(top)
+        r = int(on.sum())
+        if r < k and np.abs(w[on] - top).max() <= EXACT * abs(top):
+            return f"{float(top):.3g} P_{r}", float(top)
+    return None
+
+
 def describe(W: np.ndarray, n: int) -> dict:
-    """Structure of one E × E product matrix after sparsification, as text and levels."""
+    """Structure of one E × E product matrix, as text and levels: blocks of one of EAGLE's exact
+    shapes (`_exact_block`) are named as such, every other block after sparsification."""
     S = sparsify(W)
+    raw = {"nn": W[:n, :n], "nq": W[:n, n:], "qn": W[n:, :n], "qq": W[n:, n:]}
     blocks = {"nn": S[:n, :n], "nq": S[:n, n:], "qn": S[n:, :n], "qq": S[n:, n:]}
-    kinds = {k: _describe_block(v) for k, v in blocks.items()}
+    kinds = {k: _exact_block(raw[k]) or _describe_block(v) for k, v in blocks.items()}
+    if not np.any(raw["nq"]) and not np.any(raw["qn"]):
+        kinds["nq"] = kinds["qn"] = ("0", 0.0)
     if kinds["nq"][0] == "0" and kinds["qn"][0] == "0":
         text = f"diag({kinds['nn'][0]}, {kinds['qq'][0]})"
     else:
