@@ -333,8 +333,8 @@ class Run:
             "info": self.info,
             "iterations": self.iterations,
             "seconds": self.seconds,
+            "error": self.error,  # beside the time: a fast wrong answer is no success
             "flops": self.flops,
-            "error": self.error,
         } | self.extra
 
 
