@@ -566,8 +566,97 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
     return {"terms": fig}
 
 
+def extraction_communication(ex: Extraction) -> dict[str, Figure]:
+    """Distributed models: per layer and head the share of ‖W_VP^μ‖²_F written into other
+    machines' A/B columns (view `communication`), each layer labelled with what zeroing those
+    writes does to the held-out MSE."""
+    c = ex.views["communication"].json
+    layers = c.get("layers", [])
+    if not layers:
+        return {}
+    share = np.array([[h["cross_a_share"] for h in lay["heads"]] for lay in layers])  # (L, h)
+    L, h = share.shape
+    fig = _figure(max(6.0, 0.7 * h + 4.5), 0.5 * L + 1.9)
+    ax = fig.subplots()
+    im = ax.imshow(share, cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    for (i, j), v in np.ndenumerate(share):
+        ax.text(
+            j,
+            i,
+            f"{100 * v:.0f}%",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="w" if v > 0.6 else "k",
+        )
+    labels = [
+        f"{lay['layer']}: MSE ×{lay['cross_a_ablation']:.3g}"
+        + (" (sent)" if lay["a_columns_sent"] else "")
+        for lay in layers
+    ]
+    ax.set_yticks(range(L), labels, fontsize=8)
+    ax.set_xticks(range(h), [str(j) for j in range(h)])
+    ax.set_xlabel("head = machine μ")
+    ax.set_ylabel("layer: MSE with its\ncross-machine A writes zeroed", fontsize=8)
+    fig.colorbar(im, ax=ax, label="share of ‖W_VP^μ‖²_F")
+    ax.set_title(
+        "W_VP^μ written into other machines' A/B columns\n"
+        f"(every layer zeroed at once: MSE ×{c['cross_a_ablation']:.3g})",
+        fontsize=9,
+    )
+    return {"communication": fig}
+
+
+def extraction_sketch(ex: Extraction) -> dict[str, Figure]:
+    """Constrained models: per layer the singular values of every head's W_QK A-block over its
+    largest (view `sketch`) against those of α S Sᵀ for a random orthogonal n × r S (r ones,
+    then zeros)."""
+    view = ex.views["sketch"]
+    t = view.tables.get("spectra")
+    if t is None or t.empty:
+        return {}
+    layers = sorted(t.layer.unique())
+    spans = {lay["layer"]: lay["span"] for lay in view.json["layers"]}
+    fig = _figure(2.6 * len(layers) + 1.5, 3.0)
+    axes = fig.subplots(1, len(layers), squeeze=False, sharey=True)[0]
+    for ax, layer in zip(axes, layers, strict=True):
+        part = t[t.layer == layer]
+        for k, (_, head) in enumerate(part.groupby("head")):
+            ax.plot(
+                head["index"],
+                head.network,
+                "o-",
+                ms=2.5,
+                lw=0.8,
+                alpha=0.7,
+                color=f"C{k % 10}",
+                label=f"head {int(head['head'].iloc[0])}",
+            )
+        ref = part[part["head"] == part["head"].min()]
+        ax.step(
+            ref["index"],
+            ref.random_sketch,
+            where="mid",
+            color="k",
+            ls="--",
+            lw=1.2,
+            label="α S Sᵀ, random S",
+        )
+        ax.set_title(f"layer {layer} (span {spans.get(layer, '?')})", fontsize=9)
+        ax.set_xlabel("singular value index")
+    axes[0].set_ylabel("σ_i / σ_1 of W_QK's A-block")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="outside right center")
+    fig.suptitle(
+        "Each head's sketch: a scaled projector is flat at 1 for r values, then 0", fontsize=10
+    )
+    return {"sketch": fig}
+
+
 VIEW_FIGURES: dict[str, Callable[[Extraction], dict[str, Figure]]] = {
     "weights": extraction_heatmaps,
+    "communication": extraction_communication,
+    "sketch": extraction_sketch,
     "polynomial": extraction_filters,
     "fidelity": extraction_fidelity,
     "attribution": extraction_attribution,

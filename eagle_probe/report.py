@@ -247,6 +247,16 @@ CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its pref
         "A blue bar below the green line is an EAGLE step, and the grey untrained control must sit "
         "well above it for the label to count."
     ),
+    "communication": lambda ex: (
+        "eagle-distributed writes nothing into other machines' A/B columns (every cell 0%): a "
+        "red cell is a head sending A columns, and the row label says how much the held-out MSE "
+        "moves when that layer's cross-machine A writes are zeroed (sent: by 2× or more)."
+    ),
+    "sketch": lambda ex: (
+        "A head on a learned sketch α S Sᵀ follows the dashed step (flat at 1 for r values, "
+        "then 0); a sloping curve is a rank-r W_QK that is not a scaled projector, and a span of "
+        "n means the heads together see every direction of A (the centralized family)."
+    ),
     "terms": lambda ex: (
         "Dark cells are terms selected in almost every bag; EAGLE's four terms (A+=AAtA, B+=BAtA, "
         "C+=AAtC, D+=BAtC) should be the only dark ones."

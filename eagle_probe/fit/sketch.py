@@ -86,7 +86,7 @@ def spectra(qk: np.ndarray, n: int, ranks: np.ndarray, rng: np.random.Generator)
     return pd.DataFrame(rows)
 
 
-def _range(values, fmt: str = ".2f") -> str:
+def _range(values, fmt: str = ".2g") -> str:
     lo, hi = min(values), max(values)
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
 
@@ -117,10 +117,16 @@ def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) 
             f"layer can form the full Gram A Aᵀ: the sketched family is then the centralized "
             f"one{scored}."
         )
-    spans = ", ".join(f"{lay['span']}" for lay in layers)
+    spans = sorted({lay["span"] for lay in layers})
+    where = (
+        f"{spans[0]} of {n} dimensions in every layer"
+        if len(spans) == 1
+        else f"{', '.join(str(lay['span']) for lay in layers)} of {n} dimensions in layers "
+        f"0–{len(layers) - 1}"
+    )
     return (
-        head + f"; the heads' ranges together span {spans} of {n} dimensions in layers "
-        f"0–{len(layers) - 1}: the layers see A through that sketch (eagle-sketched)."
+        head + f"; the heads' ranges together span {where}: the layers see A through that "
+        "sketch (eagle-sketched)."
     )
 
 

@@ -88,3 +88,18 @@ def test_every_field_is_in_the_schema_doc():
 
     assert "`views.communication`" in text
     assert set(keys(view)) <= documented
+
+
+def test_the_report_draws_the_heatmap_only_where_the_view_ran():
+    from eagle_probe.extract import extract
+    from eagle_probe.plots import extraction_figures
+
+    task = TaskConfig(n=6, d=6, rank=3)
+    model = layouts.plant(_config(3), A_STEPS, C_STEPS)
+    ex = extract(
+        model, task, views=("communication", "weights"), control=False, probe_batch_size=8,
+        test_batch=32, tuning_batch=8,
+    )  # fmt: skip
+    assert "communication" in extraction_figures(ex)
+    ex.views.pop("communication")
+    assert "communication" not in extraction_figures(ex)

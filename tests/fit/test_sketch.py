@@ -38,7 +38,7 @@ def test_sketched_plant_is_a_scaled_projector_on_one_sketch(rank, heads):
             assert head["vp_rescaled_difference"] <= 1e-8
             assert head["vp_in_sketch_share"] == pytest.approx(1.0, abs=1e-10)
     assert not view.json["span_full"]
-    assert f"span {rank}, {rank} of 6 dimensions" in view.json["sentence"]
+    assert f"span {rank} of 6 dimensions in every layer" in view.json["sentence"]
     spectra = view.tables["spectra"]
     assert len(spectra) == 2 * heads * 6
     # the plant's normalised spectrum is the random sketch's: r ones, then zeros
@@ -58,3 +58,21 @@ def test_every_field_is_in_the_schema_doc():
     keys = set(view) | set(view["layers"][0]) | set(view["layers"][0]["heads"][0])
     assert "`views.sketch`" in text
     assert keys <= documented
+
+
+def test_the_report_draws_the_spectra_only_where_the_view_ran():
+    from eagle_probe.extract import extract
+    from eagle_probe.plots import extraction_figures
+
+    cfg = ModelConfig(
+        regime="constrained", rank=3, n_heads=2, n=6, d=6, n_layers=2, dtype="float64"
+    )
+    model = layouts.plant(cfg, A_STEPS, C_STEPS)
+    ex = extract(
+        model, TaskConfig(n=6, d=6, rank=3), views=("sketch", "communication"), control=False,
+        probe_batch_size=8, test_batch=32, tuning_batch=8,
+    )  # fmt: skip
+    assert "communication" not in ex.views  # a distributed model's view only
+    assert "sketch" in extraction_figures(ex)
+    ex.views.pop("sketch")
+    assert "sketch" not in extraction_figures(ex)
