@@ -375,14 +375,233 @@ def fit_passes(geo: Geometry) -> float:
     return FIT_JACOBIANS * L * (L / 2 + 1) * 1.5 / geo.heads
 
 
+# The multi-start fit of `optimal`. The 2L-step loss has many stationary points (the LM fit from
+# the weight-read steps stops at one), so the fit starts from STARTS steps: the weight-read ones;
+# the theory's (η, γ) = THEORY, the paper's PAPER and the minimax MINIMAX in every layer;
+# RANDOM_NORMALISED random normalised starts; and the rest the weight-read steps each times a
+# log-uniform factor within JITTER. A random normalised start draws one η on ETA_RANGE and one γ on
+# GAMMA_RANGE, log-uniform and stratified (a Latin hypercube over the starts), and multiplies each
+# layer's by a log-uniform factor within LAYER_JITTER. Every start is screened by SCREEN_ITER LM
+# iterations on the first SCREEN_PROMPTS tuning prompts (the fits' own warm-start size) and its
+# steps scored on every tuning prompt; the ALWAYS starts and the best other screens, REFINE in
+# all, are refined on every tuning prompt for REFINE_ITER iterations, and the lowest of those is
+# continued to convergence.
+STARTS = 24
+THEORY = (1.0 / 3.0, 1.0)  # (η, γ) of the theory's step sizes
+PAPER = (1.0, 1.9)  # (η, γ) the paper reads from its trained models
+# the minimax step: η = 4/3 minimises max over σ ∈ [0, 1] of |σ(1 − ησ²)| (to 1/3), the fastest
+# contraction of ‖A‖ by one layer; γ the same
+MINIMAX = (4.0 / 3.0, 4.0 / 3.0)
+# from half the theory's to the largest η for which σ ← σ(1 − ησ²) stays bounded on [0, 1], and
+# from half the theory's γ to twice the paper's
+ETA_RANGE = (THEORY[0] / 2, 2.0)
+GAMMA_RANGE = (THEORY[1] / 2, 2 * PAPER[1])
+LAYER_JITTER = 1.25
+RANDOM_NORMALISED = 16
+JITTER = 1.5
+ALWAYS = ("projection", "minimax")  # starts always refined (the others by their screens)
+SCREEN_PROMPTS = 64
+SCREEN_ITER = 30
+SCREEN_GTOL = 1e-4
+REFINE = 4
+REFINE_ITER = 10
+MAX_ITER = 300
+WITHIN = 0.01  # `within_1pct`: starts whose final loss is within this fraction of the best
+SALT = 0x0B7  # ctx.rng salt of the random starts
+
+
+def normalised_steps(geo: Geometry, z0: np.ndarray, eta, gamma) -> tuple[list, list]:
+    """Steps a_l = η_l / ‖A_l‖², c_l = γ_l / ‖A_l‖² (internal units) with ‖A_l‖₂ the largest
+    spectral norm over the prompts z0 of the A block entering layer l, propagated through the
+    regime's EAGLE recursion with these steps (the paper's normalisation, view `eagle`)."""
+    A = geo.blocks(z0 / geo.prompt_scale(z0)[:, None, None])[0].copy()
+    a_steps, c_steps, norm2 = [], [], 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer, (e, g) in enumerate(zip(eta, gamma, strict=True)):
+            top = float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2) if A.size else 0.0
+            norm2 = top if math.isfinite(top) and top > 0 else norm2  # else the last finite one
+            a, c = float(e) / norm2, float(g) / norm2
+            a_steps.append(a)
+            c_steps.append(c)
+            A = A - a * (A @ geo.gram_map(A.swapaxes(-1, -2) @ A, layer))
+    return a_steps, c_steps
+
+
+def starts_for(
+    geo: Geometry, z0: np.ndarray, a0, c0, rng: np.random.Generator, count: int = STARTS
+) -> list[tuple[str, list, list]]:
+    """The multi-start's starts (kind, a_steps, c_steps): the weight-read steps a0, c0 first,
+    then the theory's and the paper's normalised steps, random normalised ones and random
+    multiples of the weight-read ones (module constants); ‖A_l‖ is read on the prompts z0."""
+    L = len(a0)
+    out = [("projection", [float(x) for x in a0], [float(x) for x in c0])]
+    for kind, (eta, gamma) in (("theory", THEORY), ("paper", PAPER), ("minimax", MINIMAX)):
+        out.append((kind, *normalised_steps(geo, z0, [eta] * L, [gamma] * L)))
+    m = min(RANDOM_NORMALISED, count - len(out))
+    if (
+        m > 0
+    ):  # stratified: one draw in each of m equal slices of log η and of log γ, paired at random
+        u = (rng.permutation(m)[:, None] + rng.uniform(size=(m, 2))) / m
+        u[:, 1] = u[rng.permutation(m), 1]
+        lo, hi = np.log([ETA_RANGE[0], GAMMA_RANGE[0]]), np.log([ETA_RANGE[1], GAMMA_RANGE[1]])
+        for eta, gamma in np.exp(lo + u * (hi - lo)):
+            layer = np.exp(rng.uniform(-1, 1, (2, L)) * math.log(LAYER_JITTER))
+            out.append(("random", *normalised_steps(geo, z0, eta * layer[0], gamma * layer[1])))
+    for _ in range(count - len(out)):
+        fa, fc = np.exp(rng.uniform(-1, 1, (2, L)) * math.log(JITTER))
+        out.append(("jitter", (np.asarray(a0) * fa).tolist(), (np.asarray(c0) * fc).tolist()))
+    return out
+
+
+def failed(loss: float, zero: float) -> bool:
+    """A fit that blew up: a non-finite loss, or one above the zero predictor's (`zero`)."""
+    return not math.isfinite(loss) or loss > zero
+
+
+def multistart(
+    geo: Geometry,
+    prompts: HeldOut,
+    target: np.ndarray,
+    starts: list[tuple[str, list, list]],
+    *,
+    screen_prompts: int = SCREEN_PROMPTS,
+    screen_iter: int = SCREEN_ITER,
+    refine: int = REFINE,
+    always: tuple[str, ...] = ALWAYS,
+    refine_iter: int = REFINE_ITER,
+    max_iter: int = MAX_ITER,
+    gtol: float = GTOL,
+) -> dict:
+    """The best of `fit_steps` from every start, by the staged search of the module constants:
+    `best_fit` (the `fit_steps` dict of the lowest loss on `prompts`, with its `start_index` and
+    `start_kind`), `starts` (one record per start, below), and over the final losses of the starts
+    that did not fail `best` (the lowest, `best_fit`'s), `median`, `spread` (largest over lowest),
+    `within_1pct` (how many within 1% of the lowest) and `failed_starts`, with the sizes of each
+    stage. A failed start (`failed`: non-finite, or above the zero predictor) is never the best;
+    `best_fit` and the statistics are None when every start failed.
+
+    Each start's record: `kind`, `a_start`, `c_start`, `initial_mse` and `final_mse` (loss on
+    `prompts` at the start's and at its last steps), `screen_mse`, `screen_iterations`,
+    `refined`, `failed`, and `converged`, `relative_gradient`, `iterations` of its last fit (the
+    screen's, on the screen prompts to SCREEN_GTOL, for a start not refined; the iterations on
+    every prompt for a refined one), and for a refined start its `a_steps`, `c_steps`."""
+    b = prompts.prompts
+    k = max(1, min(screen_prompts, b))
+    sub = prompts.first(k)
+    sub_target = target[:k]
+    factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None
+    zero = float(np.mean(target**2))
+
+    def loss(a, c) -> float:
+        value = eagle_mse(geo, prompts, a, c, target, factors=factors)
+        return value if math.isfinite(value) else float("inf")
+
+    records, screens = [], []
+    for kind, a, c in starts:
+        screen = fit_steps(
+            geo, sub, sub_target, a, c, gtol=SCREEN_GTOL, max_iter=screen_iter, warm_start=0
+        )
+        screens.append(screen)
+        records.append(
+            {
+                "kind": kind,
+                "a_start": [float(x) for x in a],
+                "c_start": [float(x) for x in c],
+                "initial_mse": loss(a, c),
+                "screen_mse": screen["loss"] if math.isfinite(screen["loss"]) else float("inf"),
+                "screen_iterations": screen["iterations"],
+                "refined": False,
+                "failed": False,
+                "converged": screen["converged"],
+                "relative_gradient": screen["relative_gradient"],
+                "iterations": 0,
+            }
+        )
+    # each screen's steps on every prompt (one forward each: the screen prompts alone overfit, and
+    # steps tuned on a few prompts can blow up on rare others, when its start's steps are kept),
+    # then the ALWAYS starts and the best other screens that did not blow up, REFINE in all
+    for r, screen in zip(records, screens, strict=True):
+        r["final_mse"] = loss(screen["a_steps"], screen["c_steps"])
+        if r["initial_mse"] < r["final_mse"]:
+            r["final_mse"] = r["initial_mse"]
+            screen.update(a_steps=r["a_start"], c_steps=r["c_start"])
+        r["failed"] = failed(r["final_mse"], zero)
+    alive = [i for i, r in enumerate(records) if not r["failed"]]
+    chosen = [i for i in alive if records[i]["kind"] in always]
+    others = sorted((i for i in alive if i not in chosen), key=lambda i: records[i]["final_mse"])
+    chosen += others[: max(0, refine - len(chosen))]
+    fits: dict[int, dict] = {}
+    for i in chosen:
+        s = screens[i]
+        fits[i] = fit_steps(
+            geo, prompts, target, s["a_steps"], s["c_steps"], gtol=gtol,
+            max_iter=refine_iter, warm_start=0,
+        )  # fmt: skip
+    ok = [i for i in chosen if not failed(fits[i]["loss"], zero)]
+    if ok:  # the lowest after the short refinement, continued to convergence
+        top = min(ok, key=lambda i: fits[i]["loss"])
+        first = fits[top]
+        if not first["converged"]:
+            more = fit_steps(
+                geo, prompts, target, first["a_steps"], first["c_steps"], gtol=gtol,
+                max_iter=max_iter, warm_start=0,
+            )  # fmt: skip
+            more["iterations"] += first["iterations"]
+            if not more["loss"] > first["loss"]:
+                fits[top] = more
+    for i, fit in fits.items():
+        r = records[i]
+        r.update(
+            refined=True,
+            failed=failed(fit["loss"], zero),
+            converged=fit["converged"],
+            relative_gradient=fit["relative_gradient"],
+            iterations=fit["iterations"],
+            a_steps=fit["a_steps"],
+            c_steps=fit["c_steps"],
+        )
+    for i, fit in fits.items():
+        records[i]["final_mse"] = fit["loss"] if math.isfinite(fit["loss"]) else float("inf")
+    good = [i for i, r in enumerate(records) if not r["failed"]]
+    finals = np.array([records[i]["final_mse"] for i in good])
+    out = {
+        "starts": records,
+        "screen_prompts": k,
+        "screen_iterations": screen_iter,
+        "refined_starts": len(fits),
+        "refine_iterations": refine_iter,
+        "failed_starts": len(records) - len(good),
+        "best_fit": None,
+        "best": None,
+        "median": None,
+        "spread": None,
+        "within_1pct": 0,
+    }
+    best = [i for i in fits if i in good]
+    if best:
+        i = min(best, key=lambda i: fits[i]["loss"])
+        out["best_fit"] = {**fits[i], "start_index": i, "start_kind": records[i]["kind"]}
+        low = fits[i]["loss"]
+        out["best"] = low
+        out["median"] = float(np.median(finals))
+        out["spread"] = float(finals.max() / low) if low > 0 else float("inf")
+        out["within_1pct"] = int(np.sum(finals <= low * (1 + WITHIN)))
+    return out
+
+
 @register("optimum")
 def optimum_view(ctx: Context) -> ViewResult:
-    """EAGLE's steps fitted to the truth and to the network, from the weight-read steps."""
+    """EAGLE's steps fitted to the truth from many starts (the best of a multi-start) and to the
+    network from the weight-read steps."""
     geo = ctx.geometry
     floor = max(TUNING_FLOOR, math.ceil(8 * 2 * geo.layers / (geo.d_prime * geo.n_prime)))
     # the network's forward on the tuning prompts, and the fits unless they are spectral
     passes = geo.layers + (1.0 if spectral(geo) else fit_passes(geo))
     tune = ctx.tuning.first(affordable(geo, passes, ctx.tuning.prompts, floor=floor))
+    # the multi-start's screen: STARTS fits of SCREEN_ITER iterations
+    screen_passes = STARTS * (1.0 if spectral(geo) else fit_passes(geo)) * SCREEN_ITER
+    limit = SCREEN_PROMPTS
+    screen = affordable(geo, screen_passes / FIT_JACOBIANS, tune.prompts, limit=limit, floor=floor)
     held, net_held = ctx.scoring(10 * 1.5 * geo.layers / geo.heads)  # ten EAGLE runs
     network_mse = held.mse(net_held)
     held_factors = spectral_factors(geo, held.z0) if spectral(geo) else None  # one SVD each
@@ -398,10 +617,30 @@ def optimum_view(ctx: Context) -> ViewResult:
         "start_mse": eagle_mse(geo, held, a0, c0, factors=held_factors),
     }
     warnings = []
+    starts = starts_for(geo, tune.z0[:screen], a0, c0, ctx.rng(SALT))
+    search = multistart(geo, tune, tune.D, starts, screen_prompts=screen)
+    for r in search["starts"]:
+        if r["refined"]:
+            r["mse"] = eagle_mse(geo, held, r["a_steps"], r["c_steps"], factors=held_factors)
+    best = search.pop("best_fit")
+    if best is None:  # every start blew up: the weight-read start's fit, reported as such
+        best = {
+            **fit_steps(geo, tune, tune.D, a0, c0),
+            "start_index": 0,
+            "start_kind": "projection",
+        }
+        warnings.append(
+            f"every one of the {len(starts)} starts of the optimal EAGLE fit blew up "
+            "(non-finite, or above the zero predictor): its steps are the weight-read start's fit"
+        )
+    best_mse = eagle_mse(geo, held, best["a_steps"], best["c_steps"], factors=held_factors)
+    out.update(search)
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
-        fit = fit_steps(geo, tune, target, a0, c0)
-        fit["mse"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"], factors=held_factors)
-        if name == "distilled":
+        if name == "optimal":
+            fit = {**best, "mse": best_mse}
+        else:
+            fit = fit_steps(geo, tune, target, a0, c0)
+            fit["mse"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"], factors=held_factors)
             fit["gap_to_network"] = eagle_mse(
                 geo, held, fit["a_steps"], fit["c_steps"], net_held, factors=held_factors
             )

@@ -1,0 +1,100 @@
+"""The multi-start fit of the optimum view: it finds a planted EAGLE's steps from poor starts,
+never takes a start that blew up, and reports its starts consistently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from probe_context import planted
+
+from eagle_probe.extract import build_context, run_views
+from eagle_probe.fit import optimum
+
+A_STEPS, C_STEPS = [0.9, 0.6], [1.1, 0.8]
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    model, task = planted(a=A_STEPS, c=C_STEPS, dtype="float64", normalize="spectral")
+    return build_context(model, task, probe_batch_size=32, test_batch=128, tuning_batch=128)
+
+
+def test_normalised_steps_divide_by_the_propagated_batch_max_norm(ctx):
+    geo, z0 = ctx.geometry, ctx.tuning.z0[:32]
+    eta, gamma = [1 / 3, 0.7], [1.0, 1.9]
+    a, c = optimum.normalised_steps(geo, z0, eta, gamma)
+    assert a[0] == pytest.approx(1 / 3) and c[0] == pytest.approx(1.0)  # ‖A_0‖₂ = 1
+    Z = geo.run_eagle(z0 / geo.prompt_scale(z0)[:, None, None], a, c)
+    for layer in range(2):
+        A = geo.blocks(Z[layer])[0]
+        norm2 = float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
+        assert a[layer] * norm2 == pytest.approx(eta[layer], rel=1e-10)
+        assert c[layer] * norm2 == pytest.approx(gamma[layer], rel=1e-10)
+
+
+def test_multistart_recovers_the_planted_steps_from_poor_starts(ctx):
+    geo, tune = ctx.geometry, ctx.tuning
+    target = geo.predict(tune.z0, ctx.qk, ctx.vp)  # the planted EAGLE's own predictions
+    poor = [0.2 * s for s in A_STEPS], [3.0 * s for s in C_STEPS]
+    starts = optimum.starts_for(geo, tune.z0[:64], *poor, np.random.default_rng(0), count=16)
+    out = optimum.multistart(geo, tune, target, starts)
+    best = out["best_fit"]
+    assert best["converged"] and best["loss"] <= 1e-20 * float(np.mean(target**2))
+    np.testing.assert_allclose(best["a_steps"][:-1], A_STEPS[:-1], rtol=1e-6)  # a_{L-1}: no D
+    np.testing.assert_allclose(best["c_steps"], C_STEPS, rtol=1e-6)
+    assert out["best"] == best["loss"] and out["within_1pct"] >= 1
+
+
+def test_a_start_that_blows_up_is_failed_and_never_the_best(ctx):
+    geo, tune = ctx.geometry, ctx.tuning
+    L = geo.layers
+    good = ("projection", list(A_STEPS), list(C_STEPS))
+    starts = [
+        ("nan", [float("nan")] * L, [1.0] * L),  # first: min() over NaN would pick it
+        ("huge", [1e8] * L, [1e8] * L),  # overflows to inf
+        ("negative", [-50.0] * L, [-50.0] * L),  # finite, far above the zero predictor
+        good,
+    ]
+    # no screen iterations: each start is scored as it is (an LM fit may rescue a poor start)
+    out = optimum.multistart(geo, tune, tune.D, starts, screen_iter=0, always=("projection",))
+    kinds = {r["kind"]: r for r in out["starts"]}
+    assert kinds["nan"]["failed"] and kinds["huge"]["failed"] and kinds["negative"]["failed"]
+    assert not kinds["projection"]["failed"]
+    assert out["failed_starts"] == 3
+    assert out["best_fit"]["start_kind"] == "projection"
+    assert np.isfinite(out["best"]) and out["best"] <= float(np.mean(tune.D**2))
+    assert out["median"] == out["best"] and out["spread"] == 1.0
+    none = optimum.multistart(geo, tune, tune.D, starts[:2])
+    assert none["best_fit"] is None and none["best"] is None and none["failed_starts"] == 2
+
+
+def test_optimum_view_reports_its_starts_consistently(ctx):
+    run_views(ctx, ("eagle", "projection", "optimum"))
+    o = ctx.results["optimum"].json
+    starts = o["starts"]
+    assert len(starts) >= 16 and len(starts) == optimum.STARTS
+    assert [s["kind"] for s in starts[:4]] == ["projection", "theory", "paper", "minimax"]
+    assert {"random", "jitter"} <= {s["kind"] for s in starts}
+    for s in starts:
+        for key in ("initial_mse", "final_mse", "converged", "relative_gradient", "iterations"):
+            assert key in s
+        assert s["final_mse"] <= s["initial_mse"] or s["failed"]
+    good = [s["final_mse"] for s in starts if not s["failed"]]
+    assert o["best"] == min(good) == o["optimal"]["loss"]
+    assert o["best"] <= o["median"] == pytest.approx(float(np.median(good)))
+    assert o["spread"] == pytest.approx(max(good) / min(good))
+    assert 1 <= o["within_1pct"] <= len(good)
+    assert o["failed_starts"] == len(starts) - len(good)
+    assert o["screen_prompts"] <= o["tuning_prompts"]
+    assert o["refined_starts"] == sum(s["refined"] for s in starts) == optimum.REFINE
+    assert all(s["refined"] for s in starts if s["kind"] in optimum.ALWAYS)
+    best = starts[o["optimal"]["start_index"]]
+    assert best["refined"] and best["mse"] == o["optimal_mse"] == o["optimal"]["mse"]
+    # never worse on the tuning prompts than the fit from the weight-read steps alone
+    single = optimum.fit_steps(ctx.geometry, ctx.tuning, ctx.tuning.D, *_start(o))
+    assert o["best"] <= single["loss"] * (1 + 1e-9)
+    assert o["optimal"]["converged"]
+
+
+def _start(o: dict) -> tuple[list, list]:
+    return o["start"]["a_steps"], o["start"]["c_steps"]
