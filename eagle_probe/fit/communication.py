@@ -24,10 +24,12 @@ other machines' A/B inputs written into the own block and the A/B inputs written
 Function, on held-out prompts: `cross_a_ablation` is the MSE with those cross-machine A output
 columns of W_VP zeroed (one layer, every head; and every layer at once) over the MSE of the
 unchanged products (both NumPy forwards, so a layer with nothing there scores exactly 1). A layer
-sends A columns (`a_columns_sent`) when that ratio is at least USED_BLOCK or at most its inverse:
-the function depends on what crosses, whichever way. USED_BLOCK (2×) is the verdict's rule for a
-used weight block, so the two readings agree; on the shipped distributed model the all-layer ratio
-is ≈ 25×, far from the threshold either way.
+relies on A columns from other machines (`a_columns_relied`) when that ratio is at least
+USED_BLOCK or at most its inverse: the function depends on what crosses, whichever way. USED_BLOCK
+(2×) is the verdict's rule for a used weight block, so the two readings agree. A layer sends A
+columns (`a_columns_sent`) when it relies on them or when a head writes at least SENT_SHARE of its
+‖W_VP‖²_F into other machines' A/B columns: those writes are communication whatever they are worth
+to the output.
 
 Cost: a machine sends d + d' floats (one stream column over the d + d' tokens) for every column
 outside its own block it writes, per layer (a round). `floats_per_machine_round.network` counts
@@ -111,6 +113,9 @@ def without_cross_a(vp: np.ndarray, n: int, machines: int, layers) -> np.ndarray
     return out
 
 
+SENT_SHARE = 0.05  # a head writing this share of its ‖W_VP‖² across machines sends A columns
+
+
 def _sent(ratio: float) -> bool:
     """The function depends on what was zeroed: the MSE moved by USED_BLOCK× either way (a
     non-finite ablated MSE counts as dependence)."""
@@ -178,18 +183,22 @@ def communication_view(ctx: Context) -> ViewResult:
                 "layer": layer,
                 "heads": heads,
                 "cross_a_ablation": ratio,
-                "a_columns_sent": _sent(ratio),
+                "a_columns_relied": _sent(ratio),
+                "a_columns_sent": _sent(ratio)
+                or max(h["cross_a_share"] for h in heads) >= SENT_SHARE,
             }
         )
     vp = without_cross_a(ctx.vp, n, M, range(L))
     ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp)), base)
-    sent = _sent(ratio) or any(lay["a_columns_sent"] for lay in layers)
+    relied = _sent(ratio) or any(lay["a_columns_relied"] for lay in layers)
+    sent = relied or any(lay["a_columns_sent"] for lay in layers)
     floats = {"network": floats_col * written, "eagle-distributed": floats_col * geo.n_prime}
     warnings = []
     if sent:
         warnings.append(
-            "W_VP writes other machines' A/B columns and the function depends on it "
-            f"(zeroing those writes: MSE ×{ratio:.3g}): A columns cross machines, which "
+            "W_VP writes other machines' A/B columns"
+            + (" and the function depends on it" if relied else "")
+            + f" (zeroing those writes: MSE ×{ratio:.3g}): A columns cross machines, which "
             "eagle-distributed never does"
         )
     return ViewResult(
@@ -198,8 +207,10 @@ def communication_view(ctx: Context) -> ViewResult:
             "layers": layers,
             "cross_a_ablation": ratio,
             "a_columns_sent": bool(sent),
+            "a_columns_relied": bool(relied),
             "floats_per_machine_round": floats,
             "threshold": USED_BLOCK,
+            "sent_share": SENT_SHARE,
             "write_share": WRITE_SHARE,
             "network_mse": base,
             "prompts": held.prompts,

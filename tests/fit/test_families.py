@@ -64,6 +64,8 @@ def _cfg(regime, kw, normalize="spectral", dtype="float64"):
 
 
 TASK = TaskConfig(n=N, d=D, rank=4)
+# the views a family's reading touches (term discovery has its own tests)
+VIEWS = ("eagle", "fidelity", "projection", "weights", "communication", "sketch", "verdict")
 
 
 @pytest.mark.parametrize(("regime", "kw", "family"), CASES, ids=IDS)
@@ -87,7 +89,7 @@ def test_plant_runs_its_family_exactly(regime, kw, family):
 def extracted(request, tmp_path_factory):
     regime, kw, family = request.param
     model = plant(_cfg(regime, kw), A_STEPS, C_STEPS, sketch_seed=5)
-    result = extract(model, TASK, probe_batch_size=32, test_batch=128, tuning_batch=32)
+    result = extract(model, TASK, probe_batch_size=32, test_batch=128, tuning_batch=32, views=VIEWS)
     path = write_solver(
         tmp_path_factory.mktemp("solver") / "solver.py", result.to_json(), result.projectors
     )
@@ -155,7 +157,9 @@ def test_a_network_that_sends_a_columns_is_not_the_papers_distributed_family():
     vp[1, 0, :size, size : 2 * size] = -A_STEPS[1] * np.eye(size)  # machine 0 → machine 1
     model = LinearTransformer(cfg)
     model.load_state_dict(narrow_products_to_state(cfg, qk, vp))
-    result = extract(model.eval(), TASK, probe_batch_size=32, test_batch=128, tuning_batch=32)
+    result = extract(
+        model.eval(), TASK, probe_batch_size=32, test_batch=128, tuning_batch=32, views=VIEWS
+    )
     assert result.views["verdict"].json["model"]["family"] != "eagle-distributed"
     labels = [lay["label"] for lay in result.views["verdict"].json["layers"]]
     assert labels[0] == labels[2] == "EAGLE" and labels[1] != "EAGLE"
