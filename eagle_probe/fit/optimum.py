@@ -13,6 +13,15 @@ the steps the weights imply (view `projection`). It stops when the gradient of t
 to the loss, is below `gtol` — a stationary point, reported with its final gradient norm — or
 after `max_iter` iterations, with `converged: false`.
 
+The loss has many stationary points, so `optimal` is the best of a multi-start (`multistart`):
+the weight-read steps, the theory's (η, γ) = (1/3, 1), the paper's (1, 1.9), the minimax
+(4/3, 4/3) and random normalised and jittered steps, each screened by a few iterations on a few
+tuning prompts; the weight-read and minimax starts and the best screens are refined on every
+tuning prompt and the lowest is continued to convergence. A start that blows up (non-finite, or
+above the zero predictor) is never the best. Every start is reported with its initial and final
+loss, and the best, median, spread and count within 1% of the best over them. `distilled` is
+fitted from the weight-read steps alone.
+
 Sample layout: the same fit over the steps of its row-tied family (view `eagle`; B moves with c
 and C with a), i.e. the best GD++ with the network's number of layers.
 """

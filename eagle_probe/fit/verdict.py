@@ -235,7 +235,9 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     if opt is not None and opt.json["network_mse"] > 0:
         o = opt.json
         parts.append(
-            f"The best {fam.name} with the same number of steps (fitted to the truth, relative "
+            f"The best {fam.name} with the same number of steps (fitted to the truth, best of "
+            f"{len(o.get('starts', [])) or 1} starts, {o.get('within_1pct', 1)} within 1%, "
+            "relative "
             f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
             f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the one closest to "
             "the network "
