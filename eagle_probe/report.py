@@ -39,8 +39,10 @@ def _g(x, digits: int = 3) -> str:
 
 
 def _family(ex: Extraction) -> str:
-    """The step family the views fit: EAGLE, or GD++ in the sample layout."""
-    return "GD++" if ex.geometry.samples else "EAGLE"
+    """The step family the views fit (`fit.families`), or GD++ in the sample layout."""
+    from eagle_probe.fit.families import of_geometry
+
+    return "GD++" if ex.geometry.samples else of_geometry(ex.geometry).name
 
 
 def _projection(ex: Extraction) -> list[str]:
@@ -66,9 +68,10 @@ def _optimum(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     lines = [
-        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} layers, steps by Levenberg-Marquardt "
-        "from the "
-        f"weight-read steps, {o['tuning_prompts']} tuning prompts):",
+        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} layers, steps by Levenberg-Marquardt, "
+        f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
+        f"starts, median {_g(o.get('median', float('nan')))}, spread ×{_g(o.get('spread', 1.0))}; "
+        "distilled: from the weight-read steps):",
     ]
     for name in ("optimal", "distilled"):
         f = o[name]
