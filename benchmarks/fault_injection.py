@@ -1,12 +1,14 @@
 """Fault injection: does the test suite notice a wrong number?
 
-Usage: python benchmarks/fault_injection.py [--only NAME ...] [--list] [--markdown OUT]
+Usage: python benchmarks/fault_injection.py [--only NAME ...] [--list] [--suite] [--markdown OUT]
 
 Each fault is one small edit of the package (a string replaced in one file) that gives wrong
 numbers without crashing. For every fault the script copies the repository to a temporary
 directory, applies the edit there (the working tree is never touched), runs the test files that
 cover the edited code, and records whether any test failed and which. The same test files are
 first run on the unmodified copy: a fault only counts as detected when those pass without it.
+With --suite every fault runs the whole suite instead (`pytest -x`, notebooks excluded). A fault
+whose text does not occur exactly once in its file stops the script (exit 2) before any run.
 
 Prints a Markdown table (fault, file, detected, failing tests). Runtime: a few minutes per fault
 on 2 CPU cores (the slow tests of the named files run too).
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +44,10 @@ FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py")
 MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extract.py")
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
 SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness/test_hostile.py")
+# the normalised paths: exports and views on planted models of every normalisation, at any scale
+SCALE_TESTS = ("tests/test_export.py", "tests/test_extract.py", "tests/fit/test_views.py")
+VIEW_TESTS = ("tests/test_extract.py", "tests/fit/test_views.py")
+SUITE = ("tests",)  # --suite: the whole suite, `pytest -x`, notebooks excluded
 
 FAULTS = [
     Fault(
@@ -77,7 +83,77 @@ FAULTS = [
         "eagle_probe/solver_template.py",
         "        D = D * s\n",
         "        D = D\n",
-        EXPORT_TESTS,
+        SCALE_TESTS,
+    ),
+    Fault(
+        "faithful solver applies the prompt scale to D twice",
+        "eagle_probe/solver_template.py",
+        "        D = D * s\n",
+        "        D = D * s * s\n",
+        SCALE_TESTS,
+    ),
+    Fault(
+        "faithful solver scales A and B but not C",
+        "eagle_probe/solver_template.py",
+        "    A, B, C = A / s, B / s, C / s\n",
+        "    A, B, C = A / s, B / s, C\n",
+        SCALE_TESTS,
+    ),
+    Fault(
+        "faithful solver scales A and C but not B",
+        "eagle_probe/solver_template.py",
+        "    A, B, C = A / s, B / s, C / s\n",
+        "    A, B, C = A / s, B, C / s\n",
+        SCALE_TESTS,
+    ),
+    Fault(
+        "faithful solver's spectral prompt scale is the Frobenius norm",
+        "eagle_probe/solver_template.py",
+        '    if NORMALIZE == "spectral":\n        return _spectral_norm(A)\n',
+        '    if NORMALIZE == "spectral":\n        return _norm(A)\n',
+        SCALE_TESTS,
+    ),
+    Fault(
+        "faithful solver's Frobenius prompt scale is the spectral norm",
+        "eagle_probe/solver_template.py",
+        '    if NORMALIZE == "frobenius":\n        return _norm(A)\n',
+        '    if NORMALIZE == "frobenius":\n        return _spectral_norm(A)\n',
+        SCALE_TESTS,
+    ),
+    Fault(
+        "Table-1 fidelity in prompt units × s instead of × s²",
+        "eagle_probe/fit/base.py",
+        "    return cap.scale**2\n",
+        "    return cap.scale\n",
+        VIEW_TESTS,
+    ),
+    Fault(
+        "capture records a prompt scale of 1",
+        "eagle_probe/capture.py",
+        "        scale[sl] = s.cpu().numpy()\n",
+        "        scale[sl] = 1.0\n",
+        VIEW_TESTS,
+    ),
+    Fault(
+        "views' NumPy readout without the prompt scale (× s)",
+        "eagle_probe/fit/geometry.py",
+        "            return self.readout * Z[:, self.d :, self.n :] * s\n",
+        "            return self.readout * Z[:, self.d :, self.n :]\n",
+        VIEW_TESTS,
+    ),
+    Fault(
+        "views' NumPy forward on the prompt not divided by its scale",
+        "eagle_probe/fit/geometry.py",
+        "        Z = [z0 / self.prompt_scale(z0)[:, None, None]]\n",
+        "        Z = [z0]\n",
+        VIEW_TESTS,
+    ),
+    Fault(
+        "attribution's ablated MSE without the prompt scale (× s)",
+        "eagle_probe/fit/attribution.py",
+        "            return held.mse(geo.readout * Z[:, geo.d :, geo.n :] * s)\n",
+        "            return held.mse(geo.readout * Z[:, geo.d :, geo.n :])\n",
+        VIEW_TESTS,
     ),
     Fault(
         "evaluate picks the worst prompt with argmin",
@@ -118,8 +194,8 @@ FAULTS = [
     Fault(
         "fitted C-step with the wrong sign",
         "eagle_probe/fit/eagle.py",
-        "        c = _coef([dC, dD], [FC, FD])\n",
-        "        c = -_coef([dC, dD], [FC, FD])\n",
+        "        c = _coef([delta[r], delta[s]], [feats[r], feats[s]])\n",
+        "        c = -_coef([delta[r], delta[s]], [feats[r], feats[s]])\n",
         FIT_TESTS,
     ),
     Fault(
@@ -132,15 +208,15 @@ FAULTS = [
     Fault(
         "implicit iterate x = v (readout sign dropped)",
         "eagle_probe/capture.py",
-        "x = -v.transpose(-1, -2)",
-        "x = v.transpose(-1, -2)",
+        "x = -v.swapaxes(-1, -2)",
+        "x = v.swapaxes(-1, -2)",
         FIT_TESTS,
     ),
     Fault(
         "no token mask",
         "eagle_probe/model.py",
-        "scores = self.hook_attn_scores(scores * self.mask)",
-        "scores = self.hook_attn_scores(scores)",
+        "scores = self.hook_attn_scores(scores * (self.mask * self.key_norm))",
+        "scores = self.hook_attn_scores(scores * self.key_norm)",
         MODEL_TESTS,
     ),
     Fault(
@@ -191,8 +267,8 @@ FAULTS = [
     Fault(
         "evaluate CLI ignores --seed",
         "eagle_probe/cli.py",
-        "result = evaluate(model, task, batch=args.batch, seed=args.seed)",
-        "result = evaluate(model, task, batch=args.batch, seed=12345)",
+        "evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)",
+        "evaluate(model.to(args.device), task, batch=args.batch, seed=12345)",
         ("tests/test_cli.py",),
     ),
     Fault(
@@ -236,7 +312,8 @@ def run_tests(repo: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, 
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "disabled",
     }
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *present]
+    args = ["-x", "--ignore=tests/test_notebooks.py", "tests"] if tests == SUITE else present
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *args]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -255,14 +332,29 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list the faults and exit")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per test run")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="run the whole suite with -x (notebooks excluded) instead of each fault's files",
+    )
     args = parser.parse_args()
     faults = [
         f for f in FAULTS if not args.only or any(s.lower() in f.name.lower() for s in args.only)
     ]
+    if args.suite:
+        faults = [replace(f, tests=SUITE) for f in faults]
     if args.list:
         for f in faults:
             print(f"{f.name}  [{f.path}]  tests: {' '.join(f.tests)}")
         return
+    missing = [f for f in faults if (ROOT / f.path).read_text().count(f.old) != 1]
+    if missing:  # a fault whose target moved would report "not detected" for the wrong reason
+        for f in missing:
+            n = (ROOT / f.path).read_text().count(f.old)
+            print(
+                f"fault {f.name!r}: its text occurs {n} times in {f.path} (need 1)", file=sys.stderr
+            )
+        sys.exit(2)
     rows = []
     with tempfile.TemporaryDirectory(prefix="eagle-faults-") as tmp:
         clean = Path(tmp) / "clean"
@@ -284,9 +376,7 @@ def main() -> None:
             text = target.read_text()
             count = text.count(fault.old)
             if count != 1:
-                rows.append((fault, f"not applied (text found {count} times)", []))
-                print(f"{fault.name}: NOT APPLIED ({count} matches)", flush=True)
-                continue
+                sys.exit(f"{fault.name}: NOT APPLIED ({count} matches in the copy of {fault.path})")
             target.write_text(text.replace(fault.old, fault.new))
             rc, failed, secs = run_tests(repo, fault.tests, args.timeout)
             base_rc, base_failed = baseline[fault.tests]
@@ -299,13 +389,16 @@ def main() -> None:
                 verdict = f"error (pytest exit {rc})"
             else:
                 verdict = "no"
-            rows.append((fault, verdict, new_failures))
+            rows.append((fault, verdict, new_failures, secs))
             print(f"{fault.name}: {verdict} ({secs:.0f} s) {' '.join(new_failures)}", flush=True)
-    lines = ["| fault injected | file | detected | failing tests |", "|---|---|---|---|"]
-    for fault, verdict, failed in rows:
+    lines = [
+        "| fault injected | file | detected | failing tests | time |",
+        "|---|---|---|---|---|",
+    ]
+    for fault, verdict, failed, secs in rows:
         names = sorted({t.split("[")[0] for t in failed})
         shown = ", ".join(f"`{n}`" for n in names[:4]) + (" …" if len(names) > 4 else "")
-        lines.append(f"| {fault.name} | `{fault.path}` | {verdict} | {shown} |")
+        lines.append(f"| {fault.name} | `{fault.path}` | {verdict} | {shown} | {secs:.0f} s |")
     table = "\n".join(lines)
     print()
     print(table)

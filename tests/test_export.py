@@ -4,10 +4,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_numpy_only
+from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, prompt_norm, run_numpy_only
 
 from eagle_probe.export import solver_source, write_solver
 from eagle_probe.extract import extract
+from eagle_probe.layouts import plant
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
@@ -19,50 +20,137 @@ def _load(path):
     return module
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    a, c = [0.006, 0.004, 0.003], [0.01, 0.009, 0.008]
-    cfg = ModelConfig(n=10, d=8, n_layers=3, n_heads=2, normalize="none", dtype="float64")
+# Steps per prompt-normalisation path (the shipped models normalise by ‖A‖₂; on the `none` path
+# the prompt scale is 1 and a forgotten scale cannot show): η = a‖A‖² stays in (0, 1) on all three.
+EXPORT_STEPS = {
+    "none": ([0.006, 0.004, 0.003], [0.01, 0.009, 0.008]),
+    "spectral": PLANTED_STEPS["spectral"],
+    "frobenius": PLANTED_STEPS["frobenius"],
+}
+# Prompts at scales far from 1: a normalising solver must undo its own scale exactly.
+SCALES = np.geomspace(1e-3, 1e3, 7)
+
+
+@pytest.fixture(scope="module", params=NORMALIZE_PATHS)
+def planted(request, tmp_path_factory):
+    """(model, task, solver path, a, c): a 3-layer, 2-head planted model on each path, exported."""
+    a, c = EXPORT_STEPS[request.param]
+    cfg = ModelConfig(n=10, d=8, n_layers=3, n_heads=2, normalize=request.param, dtype="float64")
     model = LinearTransformer(cfg)
     model.load_state_dict(eagle_weights(cfg, a, c))
+    model.eval()
     task = TaskConfig(n=10, d=8, rank=5)
-    data = extract(model, task, probe_batch_size=32, control=False, test_batch=32).to_json()
+    data = extract(
+        model, task, probe_batch_size=32, control=False, test_batch=32, tuning_batch=32
+    ).to_json()
     data["model"]["sha256"] = "0" * 64
     path = write_solver(tmp_path_factory.mktemp("export") / "solver.py", data)
-    return model, task, path
+    return model, task, path, a, c
+
+
+def _network(model, A, B, C):
+    """The network's own prediction of D on one prompt (A, B, C), in prompt units."""
+    z0 = np.block([[A, C], [B, np.zeros((B.shape[0], C.shape[1]))]])
+    with torch.no_grad():
+        return model(torch.from_numpy(z0)[None]).numpy()[0]
 
 
 def test_faithful_export_reproduces_the_planted_network(planted):
-    model, task, path = planted
+    model, task, path, a, c = planted
     solver = _load(path)
-    p = sample(task, 20, make_generator(9), dtype=torch.float64)
+    assert solver.NORMALIZE == model.cfg.normalize
+    p = sample(task, 2 * len(SCALES), make_generator(9), dtype=torch.float64)
     with torch.no_grad():
         net = model(p.z0()).numpy()
-    for i in range(20):
+    for i in range(len(SCALES)):  # prompts of the task's own scale
         A, B, C = p.A[i].numpy(), p.B[i].numpy(), p.C[i].numpy()
         before = [A.copy(), B.copy(), C.copy()]
         D = solver.complete(A, B, C, mode="faithful")
         np.testing.assert_allclose(D, net[i], rtol=1e-10, atol=1e-14)
         assert all(np.array_equal(x, y) for x, y in zip(before, (A, B, C), strict=True))
+    for i, k in enumerate(SCALES, start=len(SCALES)):  # and at scales 1e-3 … 1e3
+        A, B, C = k * p.A[i].numpy(), k * p.B[i].numpy(), k * p.C[i].numpy()
+        D = solver.complete(A, B, C, mode="faithful")
+        want = _network(model, A, B, C)
+        assert np.all(np.isfinite(want))
+        np.testing.assert_allclose(D, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+        # the same from Algorithm 1 in NumPy on the prompt divided by its own norm, times it
+        s = prompt_norm(A[None], model.cfg.normalize)[0]
+        eagle = s * numpy_eagle(A / s, B / s, C / s, a, c)[-1][3]
+        np.testing.assert_allclose(D, eagle, rtol=1e-7, atol=1e-9 * np.abs(eagle).max())
 
 
 def test_normalized_export_solves_any_size_and_scale(planted):
-    _, _, path = planted
+    _, _, path, _, _ = planted
     solver = _load(path)
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((60, 12)) @ rng.standard_normal((12, 64)) * 1e120
-    A, B, C, D = X[:55, :60], X[55:, :60], X[:55, 60:], X[55:, 60:]
-    est, info, its = solver.complete(A, B, C, return_info=True)
-    assert info == 0 and its < 60
-    assert np.linalg.norm(est - D) <= 1e-8 * np.linalg.norm(D)
-    x, info = solver.lstsq(A.T, B[0])
-    assert info == 0
-    ref = np.linalg.lstsq(A.T, B[0], rcond=None)[0]
-    assert np.linalg.norm(x - ref) <= 1e-8 * np.linalg.norm(ref)
+    X0 = rng.standard_normal((60, 12)) @ rng.standard_normal((12, 64))
+    for k in (1e-3, 1e3, 1e120):
+        X = X0 * k
+        A, B, C, D = X[:55, :60], X[55:, :60], X[:55, 60:], X[55:, 60:]
+        est, info, its = solver.complete(A, B, C, return_info=True)
+        assert info == 0 and its < 60
+        assert np.linalg.norm(est - D) <= 1e-8 * np.linalg.norm(D)
+        x, info = solver.lstsq(A.T, B[0])
+        assert info == 0
+        ref = np.linalg.lstsq(A.T, B[0], rcond=None)[0]
+        assert np.linalg.norm(x - ref) <= 1e-8 * np.linalg.norm(ref)
+
+
+# Every regime the solver exports: (model regime, planted family) -> the solver's REGIME.
+# eagle-over-machines writes every machine's A columns: its heads need the full value width.
+EXPORTED_REGIMES = [
+    ("distributed", "eagle-distributed", "distributed", None),
+    ("distributed", "eagle-over-machines", "centralized", 8),
+    ("constrained", "eagle-sketched", "constrained", None),
+]
+
+
+@pytest.mark.parametrize("normalize", NORMALIZE_PATHS)
+@pytest.mark.parametrize("regime, family, exported, vp_width", EXPORTED_REGIMES)
+def test_faithful_export_of_every_regime_reproduces_the_network_at_any_scale(
+    regime, family, exported, vp_width, normalize, tmp_path
+):
+    a, c = (
+        ([0.03, 0.02, 0.01], [0.06, 0.05, 0.04])
+        if normalize == "none"
+        else ([0.4, 0.3, 0.2], [0.9, 0.7, 0.5])
+    )
+    cfg = ModelConfig(
+        n=6,
+        d=5,
+        n_layers=3,
+        regime=regime,
+        machines=3,
+        rank=3,
+        normalize=normalize,
+        dtype="float64",
+        vp_width=vp_width,
+    )
+    model = plant(cfg, a, c, family=family)
+    task = TaskConfig(n=6, d=5, rank=4)
+    ex = extract(
+        model,
+        task,
+        probe_batch_size=16,
+        control=False,
+        test_batch=16,
+        tuning_batch=16,
+        views=("eagle", "fidelity"),
+    )
+    solver = _load(write_solver(tmp_path / "solver.py", ex.to_json(), ex.projectors))
+    assert (solver.REGIME, solver.NORMALIZE) == (exported, normalize)
+    p = sample(task, len(SCALES), make_generator(9), dtype=torch.float64)
+    for i, k in enumerate(SCALES):
+        A, B, C = k * p.A[i].numpy(), k * p.B[i].numpy(), k * p.C[i].numpy()
+        D = solver.complete(A, B, C, mode="faithful")
+        want = _network(model, A, B, C)
+        assert np.all(np.isfinite(want))
+        np.testing.assert_allclose(D, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
 
 
 def test_provenance_header(planted):
-    _, _, path = planted
+    _, _, path, _, _ = planted
     text = path.read_text()
     assert text.startswith("# Exported by eagle-probe")
     assert 'checkpoint sha256: "' + "0" * 64 + '"' in text
@@ -77,7 +165,7 @@ def test_provenance_header(planted):
 
 
 def test_return_info_counts_recovered_and_theory_steps(planted):
-    _, _, path = planted
+    _, _, path, _, _ = planted
     solver = _load(path)
     rng = np.random.default_rng(1)
     X = rng.standard_normal((10, 5)) @ rng.standard_normal((5, 12)) * 1e-3
@@ -157,7 +245,7 @@ def test_provenance_values_are_written_as_data(name, tmp_path, monkeypatch):
 
 
 def test_exported_file_runs_without_torch_scipy_or_eagle_probe(planted):
-    _, _, path = planted
+    _, _, path, _, _ = planted
     check = (
         "A = np.random.default_rng(0).standard_normal((8, 10))\n"
         "D = m.complete(A, np.ones((2, 10)), np.ones((8, 2)), mode='faithful')\n"

@@ -8,6 +8,7 @@ from probe_context import assert_jacobian_matches_finite_differences
 
 from eagle_probe.extract import build_context, extract, run_views
 from eagle_probe.fit import optimum
+from eagle_probe.fit.base import HeldOut
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
@@ -165,3 +166,53 @@ def test_fidelity_in_prompt_units_scales_with_the_square_of_the_prompt(normalize
     assert out[0]["total"] > 1e-8
     assert out[1]["total"] == pytest.approx(100 * out[0]["total"], rel=1e-9)
     assert out[1]["relative"] == pytest.approx(out[0]["relative"], rel=1e-9)
+
+
+@pytest.mark.parametrize("normalize", ["spectral", "frobenius", "none"])
+def test_views_in_prompt_units_at_scales_far_from_one(normalize):
+    # The fidelity, projection and attribution views score in prompt units. A normalising model
+    # sees the same internal prompts at every scale k, so each of their gaps and MSEs is k² times
+    # the one at k = 1 (the steps, in internal units, do not move); on every path the view's own
+    # NumPy forward of the network scores what the network's torch forward scores.
+    a, c = A_STEPS, C_STEPS
+    if normalize == "none":  # steps for ‖A‖₂² of about 16; s = 1 and no invariance to check
+        a, c = [x / 16 for x in a], [x / 16 for x in c]
+    model, task = planted(a, c, normalize=normalize)
+    with torch.no_grad():
+        model.blocks[0].attn.W_P[0, 0, 1] += 0.3  # a departure from EAGLE in layer 0
+    probes = sample(task, 16, make_generator(5), dtype=torch.float64)
+    held = sample(task, 16, make_generator(6), dtype=torch.float64)
+    scales = (1.0, 1e-3, 1e3) if normalize != "none" else (1.0, 1e-3)
+    out = {}
+    for k in scales:
+        z0, D = k * held.z0(), k * held.D
+        ctx = build_context(
+            model,
+            task,
+            probes=Prompt(probes.A * k, probes.B * k, probes.C * k, probes.D * k),
+            held_out=HeldOut(z0=z0.numpy(), D=D.numpy()),
+            tuning_batch=8,
+        )
+        run_views(ctx, ("eagle", "fidelity", "projection", "attribution"))
+        proj = ctx.results["projection"].json
+        with torch.no_grad():
+            torch_mse = float(torch.mean((model(z0) - D) ** 2))
+        assert proj["prompts"] == 16
+        assert proj["network_mse"] == pytest.approx(torch_mse, rel=1e-9)
+        fid = ctx.results["fidelity"].tables["fidelity"].sort_values(["reading", "layer"])
+        attr = ctx.results["attribution"].tables["attribution"]
+        out[k] = {
+            "mse": np.array(
+                [proj["network_mse"], proj["projected_mse"], *(la["mse"] for la in proj["layers"])]
+            ),
+            "fidelity": fid[["A", "B", "C", "D", "total"]].to_numpy(),
+            "attribution": attr.mse.to_numpy(),
+            "steps": np.array([[lay["a_step"], lay["c_step"]] for lay in proj["layers"]]),
+        }
+    assert out[1.0]["fidelity"][:, -1].max() > 1e-6, "layer 0 departs from EAGLE"
+    assert out[1.0]["mse"][1] != pytest.approx(out[1.0]["mse"][0], rel=1e-3)
+    for k in scales[1:] if normalize != "none" else ():
+        for key in ("mse", "fidelity", "attribution"):
+            want = k**2 * out[1.0][key]
+            np.testing.assert_allclose(out[k][key], want, rtol=1e-7, atol=1e-12 * want.max())
+        np.testing.assert_allclose(out[k]["steps"], out[1.0]["steps"], rtol=1e-9)
