@@ -446,9 +446,13 @@ class _Check:
 
 
 def _null_leak(At, Q, s, rank):
-    """How far the basis Q of the numerical null space leans into A's range, relative to 1/σ_r:
-    ‖Ã Q‖₂ beyond σ_{r+1} (what the cut-off singular values give) over σ_r; and ‖Ã Q‖₂."""
-    zeta = float(np.linalg.svd(At @ Q, compute_uv=False)[0]) if Q.shape[1] else 0.0
+    """How far the orthonormal basis Q of the numerical null space leans into A's range,
+    relative to 1/σ_r: ‖Ã Q‖₂ beyond σ_{r+1} (what the cut-off singular values give) over σ_r;
+    and ‖Ã Q‖₂. (The Gram matrix of Ã Q is accurate relative to its own, tiny, norm.)"""
+    if not Q.shape[1]:
+        return 0.0, 0.0
+    Z = At @ Q
+    zeta = math.sqrt(max(float(np.linalg.eigvalsh(Z.T @ Z)[-1]), 0.0))
     nxt = float(s[rank]) if rank < len(s) else 0.0
     return math.sqrt(max(zeta * zeta - nxt * nxt, 0.0)) / float(s[rank - 1]), zeta
 
