@@ -260,8 +260,9 @@ def test_solver_on_extreme_condition_numbers_never_returns_silent_garbage(kappa)
     V, _ = np.linalg.qr(rng.standard_normal((40, 40)))
     A = (U * np.logspace(0, -np.log10(kappa), 40)) @ V.T
     b = A @ rng.standard_normal(40)
-    x, info = eagle.lstsq(A, b)
-    assert info <= 0
-    if info == 0:
-        assert np.all(np.isfinite(x))
-        assert np.linalg.norm(A @ x - b) <= 1e-6 * np.linalg.norm(b)
+    stats = {}
+    x, info = eagle.lstsq(A, b, stats=stats)
+    # info > 0 is an honest "no certificate" (100·κ̂·eps approaches 1 here); info 0 must be right.
+    assert info >= 0 and np.all(np.isfinite(x))
+    assert np.linalg.norm(A @ x - b) <= 1e-6 * np.linalg.norm(b)
+    assert info == 0 or stats["reason"] in eagle.REASONS
