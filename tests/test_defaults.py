@@ -88,7 +88,9 @@ def test_plant_defaults_are_the_model_defaults():
         model.n_prime,
         model.d_prime,
     )
-    assert plant["heads"] == model.heads and plant["dtype"] == model.dtype
+    # --heads unset is the model's default head count (1, or one per machine when distributed)
+    heads = ModelConfig(n_heads=plant["heads"]).heads
+    assert heads == model.heads and plant["dtype"] == model.dtype
 
 
 def test_python_default_model_is_the_normalised_one():
