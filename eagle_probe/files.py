@@ -303,12 +303,25 @@ class OutputFiles:
             else:
                 _publish_file(src, path, replace=self.force or path in self._replace)
         except BaseException:
-            os.close(fd)
+            # An interrupt (SIGINT) may land just after the file was published: it is ours then,
+            # and a later write of the same path (the interrupted run's last checkpoint) must
+            # know it, or it would take its own file for someone else's.
+            st = _lstat(path)
+            if st is not None and st.st_ino == os.fstat(fd).st_ino:
+                self._own(path, fd)
+            else:
+                os.close(fd)
             raise
-        if path in self._owned:
-            os.close(self._owned[path])
-        self._owned[path] = fd
+        self._own(path, fd)
         return path
+
+    def _own(self, path: Path, fd: int) -> None:
+        """Record `fd` as the descriptor of our published `path` (the new one first, so an
+        interrupt in between never leaves the record pointing at a closed descriptor)."""
+        old = self._owned.get(path)
+        self._owned[path] = fd
+        if old is not None:
+            os.close(old)
 
     def write_text(self, path: str | os.PathLike, text: str) -> Path:
         return self.write(path, lambda handle: handle.write(text.encode("utf-8")))
