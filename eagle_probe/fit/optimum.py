@@ -598,6 +598,52 @@ def multistart(
     return out
 
 
+def family_optima(
+    ctx: Context, tune: HeldOut, held: HeldOut, screen: int, read_mse: float
+) -> list[dict]:
+    """The same multi-start for every other family the regime admits (view `projection`'s
+    steps of that family as its weight-read start): per family `name`, `optimal_mse` (held-out),
+    `best`, `median`, `spread`, `within_1pct`, `failed_starts`, `a_steps`, `c_steps`, and `read`
+    (true for the family the views read, whose numbers are the view's own)."""
+    from eagle_probe.fit import families
+
+    geo = ctx.geometry
+    if geo.samples:
+        return []
+    read = families.of_geometry(geo).name
+    projected = {f["name"]: f for f in ctx.results["projection"].json.get("families", [])}
+    out = []
+    for fam in families.for_geometry(geo):
+        if fam.name == read:
+            out.append({"name": fam.name, "optimal_mse": read_mse, "read": True})
+            continue
+        if fam.name not in projected:
+            continue
+        g = fam.geometry(geo)
+        a0, c0 = projected[fam.name]["a_steps"], projected[fam.name]["c_steps"]
+        starts = starts_for(g, tune.z0[:screen], a0, c0, ctx.rng(SALT + 1))
+        search = multistart(g, tune, tune.D, starts, screen_prompts=screen)
+        best = search.pop("best_fit")
+        factors = spectral_factors(g, held.z0) if spectral(g) else None
+        mse = (
+            float("inf")
+            if best is None
+            else eagle_mse(g, held, best["a_steps"], best["c_steps"], factors=factors)
+        )
+        out.append(
+            {
+                "name": fam.name,
+                "optimal_mse": mse,
+                "read": False,
+                **{k: search[k] for k in ("best", "median", "spread", "within_1pct")},
+                "failed_starts": search["failed_starts"],
+                "a_steps": None if best is None else [float(x) for x in best["a_steps"]],
+                "c_steps": None if best is None else [float(x) for x in best["c_steps"]],
+            }
+        )
+    return out
+
+
 @register("optimum")
 def optimum_view(ctx: Context) -> ViewResult:
     """EAGLE's steps fitted to the truth from many starts (the best of a multi-start) and to the
@@ -625,7 +671,7 @@ def optimum_view(ctx: Context) -> ViewResult:
         "network_mse": network_mse,
         "start_mse": eagle_mse(geo, held, a0, c0, factors=held_factors),
     }
-    warnings = []
+    warnings: list[str] = []
     starts = starts_for(geo, tune.z0[:screen], a0, c0, ctx.rng(SALT))
     search = multistart(geo, tune, tune.D, starts, screen_prompts=screen)
     for r in search["starts"]:
@@ -644,6 +690,14 @@ def optimum_view(ctx: Context) -> ViewResult:
         )
     best_mse = eagle_mse(geo, held, best["a_steps"], best["c_steps"], factors=held_factors)
     out.update(search)
+    out["families"] = family_optima(ctx, tune, held, screen, best_mse)
+    for fam in out["families"]:
+        if not fam["read"] and fam.get("best") is not None and fam["optimal_mse"] > 2 * fam["best"]:
+            warnings.append(
+                f"the best {fam['name']} (tuning loss {fam['best']:.3g}) reaches held-out MSE "
+                f"{fam['optimal_mse']:.3g}: its steps, tuned on {tune.z0.shape[0]} prompts, "
+                "blow up on others"
+            )
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
         if name == "optimal":
             fit = {**best, "mse": best_mse}
