@@ -166,7 +166,9 @@ FAULTS = [
         "complete without its non-finite check",
         "eagle_probe/solver_template.py",
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n"
-        "        if not np.all(np.isfinite(D)):\n            info = NONFINITE\n            break\n",
+        "        if not np.all(np.isfinite(D)):\n"
+        '            counter.extra["reason"] = "non-finite"\n'
+        "            return D, NONFINITE, it\n",
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n",
         SOLVER_TESTS,
     ),
