@@ -53,19 +53,28 @@ _KEY = re.compile(r"^blocks\.(\d+)\.attn\.(W_Q|W_K|W_V|W_P)$")
 # --- products <-> state_dict -------------------------------------------------------------------
 
 
+def _checked_products(
+    cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """qk, vp as float64 arrays of the model's shape (L, h, E, E), finite, or a one-line error."""
+    qk, vp = np.asarray(qk, dtype=np.float64), np.asarray(vp, dtype=np.float64)
+    shape = (cfg.n_layers, cfg.heads, cfg.width, cfg.width)
+    for name, P in (("W_QK", qk), ("W_VP", vp)):
+        if P.shape != shape:
+            raise EagleProbeError(f"{name} has shape {P.shape}; this model needs {shape}")
+        if not np.isfinite(P).all():
+            raise EagleProbeError(f"{name} contains NaN or Inf entries")
+    return qk, vp
+
+
 def products_to_state(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> dict[str, torch.Tensor]:
     """A state_dict for `cfg` whose layers have the products qk, vp (L, h, E, E).
 
     Needs full-width heads (cfg.qk >= E and cfg.vp >= E): W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I,
     zero-padded to the head widths.
     """
-    qk, vp = np.asarray(qk, dtype=np.float64), np.asarray(vp, dtype=np.float64)
+    qk, vp = _checked_products(cfg, qk, vp)
     L, h, E = cfg.n_layers, cfg.heads, cfg.width
-    for name, P in (("W_QK", qk), ("W_VP", vp)):
-        if P.shape != (L, h, E, E):
-            raise EagleProbeError(f"{name} has shape {P.shape}; this model needs {(L, h, E, E)}")
-        if not np.isfinite(P).all():
-            raise EagleProbeError(f"{name} contains NaN or Inf entries")
     if cfg.qk < E or cfg.vp < E:
         raise EagleProbeError(
             f"products can be loaded only into full-width heads (qk, vp >= {E}), "
@@ -109,13 +118,8 @@ def narrow_products_to_state(
     factored through its SVD (W_Q W_Kᵀ = W_QK, W_V W_Pᵀ = W_VP). Refuses products a head cannot
     hold: a rank above the head's width, or (distributed) a W_QK that reads outside the head's
     own column block."""
-    qk, vp = np.asarray(qk, dtype=np.float64), np.asarray(vp, dtype=np.float64)
+    qk, vp = _checked_products(cfg, qk, vp)
     L, h, E = cfg.n_layers, cfg.heads, cfg.width
-    for name, P in (("W_QK", qk), ("W_VP", vp)):
-        if P.shape != (L, h, E, E):
-            raise EagleProbeError(f"{name} has shape {P.shape}; this model needs {(L, h, E, E)}")
-        if not np.isfinite(P).all():
-            raise EagleProbeError(f"{name} contains NaN or Inf entries")
     model = LinearTransformer(cfg)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rows = model.blocks[0].attn.qk_mask.to(torch.float64).numpy() if L else np.ones((h, E))

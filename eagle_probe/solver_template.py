@@ -968,18 +968,23 @@ def complete_distributed(
             info = 0
             break
     if info >= 0:
-        D, ok = _finish(D, e_out)
-        if not ok:
-            _warn("D = B A⁺ C is not representable in float64 at this scale")
-            info = UNREPRESENTABLE
-            counter.extra["reason"] = "unrepresentable"
-        else:
-            ok, reason, extra = _centralized_check(A0, B0, C0, D, rtol)
-            counter.extra.update(extra, reason=reason if ok or info == 0 else "maxiter")
-            info = 0 if ok else max(rounds, 1)
+        D, info = _certify_split(D, e_out, info, rounds, A0, B0, C0, rtol, counter)
     else:
         counter.extra["reason"] = "non-finite"
     return D, stats()
+
+
+def _certify_split(D, e_out, info, steps, A0, B0, C0, rtol, counter):
+    """The column-split solvers' finish: D in prompt units and its info, 0 only when D agrees
+    with the certified `complete` answer (`_centralized_check`)."""
+    D, ok = _finish(D, e_out)
+    if not ok:
+        _warn("D = B A⁺ C is not representable in float64 at this scale")
+        counter.extra["reason"] = "unrepresentable"
+        return D, UNREPRESENTABLE
+    ok, reason, extra = _centralized_check(A0, B0, C0, D, rtol)
+    counter.extra.update(extra, reason=reason if ok or info == 0 else "maxiter")
+    return D, 0 if ok else max(steps, 1)
 
 
 def complete_sketched(
@@ -1037,15 +1042,7 @@ def complete_sketched(
             info = 0
             break
     if info >= 0:
-        D, ok = _finish(D, e_out)
-        if not ok:
-            _warn("D = B A⁺ C is not representable in float64 at this scale")
-            info = UNREPRESENTABLE
-            counter.extra["reason"] = "unrepresentable"
-        else:
-            ok, reason, extra = _centralized_check(A0, B0, C0, D, rtol)
-            counter.extra.update(extra, reason=reason if ok or info == 0 else "maxiter")
-            info = 0 if ok else max(it, 1)
+        D, info = _certify_split(D, e_out, info, it, A0, B0, C0, rtol, counter)
     else:
         counter.extra["reason"] = "non-finite"
     return D, counter.stats(info, it) | {"iterations": it}

@@ -34,19 +34,8 @@ import pandas as pd
 
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
-from eagle_probe.fit.families import Family
+from eagle_probe.fit.families import Family, _embed
 from eagle_probe.fit.geometry import Geometry
-
-
-def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
-    """diag(a_part, c_part I_n') as an E × E matrix (a_part n × n, or None for 0); sample layout:
-    diag(a_part, c_part I_d') with a_part d × d."""
-    k, rest = geo.split
-    M = np.zeros((k + rest, k + rest))
-    if a_part is not None:
-        M[:k, :k] = a_part
-    M[k:, k:] = c_part * np.eye(rest)
-    return M
 
 
 def family(geo: Geometry, head: int, qk_head: np.ndarray, fam: Family | None = None):
