@@ -260,11 +260,26 @@ CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its pref
         "then 0); a sloping curve is a rank-r W_QK that is not a scaled projector, and a span of "
         "n means the heads together see every direction of A (the centralized family)."
     ),
-    "terms": lambda ex: (
-        "Dark cells are terms selected in almost every bag; EAGLE's four terms (A+=AAtA, B+=BAtA, "
-        "C+=AAtC, D+=BAtC) should be the only dark ones."
-    ),
+    "terms": lambda ex: _terms_caption(ex),
 }
+
+
+def _terms_caption(ex: Extraction) -> str:
+    """What the terms figure should show for this model: its families' own terms."""
+    fams = ex.views["terms"].json.get("family_terms") or {
+        "eagle": ["A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC"]
+    }
+    listed = "; ".join(f"{name}: {', '.join(terms)}" for name, terms in fams.items())
+    text = (
+        "Dark cells are terms selected in almost every bag, the number the refitted "
+        "coefficient (matrix coefficients print none). A layer running one of the regime's "
+        f"families has that family's terms dark and nothing else ({listed})"
+    )
+    if any("@local" in t for terms in fams.values() for t in terms):
+        text += "; @local sums over machines with each machine's own Gram A^μ A^μᵀ"
+    if any("@sketch" in t for terms in fams.values() for t in terms):
+        text += "; @sketch puts the layer's sketch projector P on the A blocks"
+    return text + "."
 
 
 SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout's own readings

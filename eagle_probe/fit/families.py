@@ -84,6 +84,18 @@ class Family:
     sends: str  # what crosses machines per round ("" outside the distributed regime)
     # (geo, head, qk_head) -> (W_QK basis, W_VP basis, level names of each)
     _basis: Callable[[Geometry, int, np.ndarray], tuple[list, list, tuple, tuple]]
+    structure: str = ""  # its regime terms in the term library ("local", "sketch"; `fit.library`)
+
+    def terms(self, structures: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """The term names of its update in the term library (`fit.library`): EAGLE's four, with
+        the family's regime structure on the ones that carry it. `structures`: the regime terms
+        the layer's library holds (a sketch equal to I is none: the family is then eagle's)."""
+        tag = self.structure if structures is None or self.structure in structures else ""
+        local = {"A+=AAtA", "B+=BAtA"} if tag == "local" else set()
+        return tuple(
+            f"{t}@{tag}" if tag and (tag == "sketch" or t in local) else t
+            for t in ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
+        )
 
     def geometry(self, geo: Geometry, projector: np.ndarray | None = None) -> Geometry:
         """The geometry that runs this family on `geo`'s model (projector: the sketched
@@ -190,6 +202,7 @@ FAMILIES: dict[str, Family] = {
             "C −= c Σ_μ A^μ A^μᵀC, D_slot −= c Σ_μ B^μ A^μᵀC",
             "the C/D results only: (d + d') n' floats per machine per round",
             _local,
+            "local",
         ),
         Family(
             "eagle-over-machines",
@@ -210,6 +223,7 @@ FAMILIES: dict[str, Family] = {
             "C −= c A P AᵀC, D_slot −= c B P AᵀC",
             "",
             _sketched,
+            "sketch",
         ),
     )
 }
@@ -220,6 +234,28 @@ FOR_REGIME = {
     "distributed": ("eagle-distributed", "eagle-over-machines"),
     "constrained": ("eagle-sketched",),
 }
+
+
+# a sketch projector this close to I (relative Frobenius) is the identity: no sketch terms
+IDENTITY_TOL = 1e-8
+
+
+def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
+    """The regime terms' matrices (`fit.library.Factors.structures`) of a layer of this model:
+    the machines' column selectors for a distributed model, the layer's sketch projector for a
+    constrained one (none where it is the identity: the heads together see every direction)."""
+    if geo.samples:
+        return {}
+    out: dict[str, list] = {}
+    if geo.regime == "distributed" and geo.machines > 1:
+        selectors = [own_block(geo, mu) for mu in range(geo.machines)]
+        out["local"] = [(sel, sel) for sel in selectors]
+    if geo.regime == "constrained" and geo.projector is not None:
+        P = np.asarray(geo.projector[layer], dtype=np.float64)
+        eye = np.eye(P.shape[0])
+        if np.linalg.norm(P - eye) > IDENTITY_TOL * np.sqrt(P.shape[0]):
+            out["sketch"] = [(P, P)]
+    return out
 
 
 def get(name: str) -> Family:

@@ -20,6 +20,14 @@ free:
     X+=PQtR*W      W1 = I (needs kind P = kind Q), W2 = W free (kind R × kind X)
     X+=P*U*QtR*V   bilinear: both blocks non-square (kind P ≠ kind Q and kind R ≠ kind X)
 
+Regime terms (scalar, suffix `@local` or `@sketch`) carry the structure of the regime's own EAGLE
+on their A-kind square blocks (the family's, `fit.families`; `Factors.structures` holds the
+matrices): `@local` sums over the machines' column selectors O_μ, X += θ Σ_μ P O_μ QᵀR O_μ (the
+local Gram A^μ A^μᵀ: the distributed family's A+=AAtA@local and B+=BAtA@local), and `@sketch`
+puts the layer's projector P_l on them, X += θ P·P_l·QᵀR·P_l (W1 = P_l where P, Q are A-kind,
+W2 = P_l where R, X are; the sketched family's four terms). A regime term exists only where it
+differs from the plain scalar term: Σ_μ O_μ = I, so `@local` needs both blocks A-kind.
+
 A matrix family whose free block is square nests the scalar term of the same (X, P, Q, R): W = θ I
 gives it back, and θ = tr W / dim is its nearest scalar. Where W1 and W2 are both non-square no
 identity can stand in for either, so the term is fitted in its lifted, linear form: the coefficient
@@ -48,6 +56,7 @@ TOP = {"A": True, "C": True, "B": False, "D": False}  # row of each block
 QUERY = {True: ("A", "C"), False: ("B", "D")}  # query-side blocks in a row
 VISIBLE = ("A", "C")  # key and value blocks: the visible rows
 FREE = ("none", "W1", "W2", "both")
+STRUCTURES = ("local", "sketch")  # regime terms (module text)
 
 
 @dataclass(frozen=True)
@@ -59,10 +68,13 @@ class Term:
     Q: str  # key-side block (visible)
     R: str  # value block (visible)
     free: str  # "none" (scalar), "W1", "W2" or "both"
+    structure: str = ""  # regime term: "local" or "sketch" (scalar only), "" plain
 
     @property
     def name(self) -> str:
         core = f"{self.P}{self.Q}t{self.R}"
+        if self.structure:
+            return f"{self.target}+={core}@{self.structure}"
         return {
             "none": f"{self.target}+={core}",
             "W1": f"{self.target}+={self.P}*W*{self.Q}t{self.R}",
@@ -89,6 +101,8 @@ class Term:
     @property
     def scalar_name(self) -> str | None:
         """The scalar term this family nests, if both blocks of its combination are square."""
+        if self.structure:
+            return None
         if self.w1_square and self.w2_square:
             return f"{self.target}+={self.P}{self.Q}t{self.R}"
         return None
@@ -112,7 +126,10 @@ class Term:
 def parse(name: str) -> Term:
     """The term of a name in the `X+=PQtR` scheme (inverse of `Term.name`)."""
     try:
-        target, rest = name.split("+=")
+        name_core, _, structure = name.partition("@")
+        target, rest = name_core.split("+=")
+        if structure and "*" in rest:
+            raise ValueError
         if rest.count("*") == 3:
             P, _, mid, _ = rest.split("*")
             free = "both"
@@ -126,7 +143,7 @@ def parse(name: str) -> Term:
         Q, t, R = mid
         if t != "t":
             raise ValueError
-        term = Term(target, P, Q, R, free)
+        term = Term(target, P, Q, R, free, structure)
     except ValueError:
         raise ValueError(f"cannot read term name {name!r}; expected the form 'X+=PQtR'") from None
     if term.name != name or not valid(term):
@@ -141,6 +158,11 @@ def valid(term: Term) -> bool:
     if term.P not in QUERY[TOP[term.target]] or term.Q not in VISIBLE or term.R not in VISIBLE:
         return False
     square1, square2 = term.w1_square, term.w2_square
+    if term.structure:
+        if term.structure not in STRUCTURES or term.free != "none" or not (square1 and square2):
+            return False
+        a1, a2 = KIND[term.P] == "a", KIND[term.R] == "a"
+        return (a1 and a2) if term.structure == "local" else (a1 or a2)
     return {
         "none": square1 and square2,
         "W1": square2,
@@ -149,15 +171,17 @@ def valid(term: Term) -> bool:
     }[term.free]
 
 
-def library(targets: tuple[str, ...] = TARGETS) -> list[Term]:
-    """Every family for the given targets, scalars first, in a fixed order."""
+def library(targets: tuple[str, ...] = TARGETS, structures: tuple[str, ...] = ()) -> list[Term]:
+    """Every family for the given targets, scalars first (plain, then the regime terms of
+    `structures`), in a fixed order."""
+    kinds = [("none", "")] + [("none", s) for s in structures] + [(f, "") for f in FREE[1:]]
     out = []
-    for free in FREE:
+    for free, structure in kinds:
         for X in targets:
             for P in QUERY[TOP[X]]:
                 for Q in VISIBLE:
                     for R in VISIBLE:
-                        term = Term(X, P, Q, R, free)
+                        term = Term(X, P, Q, R, free, structure)
                         if valid(term):
                             out.append(term)
     return out
@@ -202,6 +226,29 @@ class Factors:
     GG: dict[tuple, np.ndarray] = field(default_factory=dict, compare=False)
     # (P, id(y)) -> (weak reference to y, Pᵀ y): see `projected`
     T: dict[tuple, tuple] = field(default_factory=dict, compare=False)
+    # regime terms: structure -> [(S1, S2)] A-kind (n, n) matrices, summed over (module text)
+    structures: dict[str, list] = field(default_factory=dict, compare=False)
+    # scalar term name -> its unit contribution (b, rows, kX): the regime terms' normal equations
+    U: dict[str, np.ndarray] = field(default_factory=dict, compare=False)
+
+    def unit(self, term: Term) -> np.ndarray:
+        """The contribution of a scalar term (plain or regime) with coefficient 1: (b, rows, kX)."""
+        hit = self.U.get(term.name)
+        if hit is not None:
+            return hit
+        P, G = self.blocks[term.P], self.G[(term.Q, term.R)]
+        if not term.structure:
+            u = P @ G
+        else:
+            if term.structure not in self.structures:
+                raise ValueError(f"{term.name}: these factors carry no {term.structure!r} matrices")
+            u = np.zeros(P.shape[:-1] + G.shape[-1:])
+            for S1, S2 in self.structures[term.structure]:
+                left = P @ S1 if KIND[term.P] == "a" else P
+                right = G @ S2 if KIND[term.R] == "a" else G
+                u += left @ right
+        self.U[term.name] = u
+        return u
 
     def pair(self, g1: tuple[str, str], g2: tuple[str, str]) -> np.ndarray:
         """G1 G2ᵀ per prompt, computed once per pair of key/value products."""
@@ -228,17 +275,23 @@ class Factors:
         return T
 
     @classmethod
-    def of(cls, geometry: Geometry, Z: np.ndarray) -> Factors:
-        """Factors of a stream Z (b, T, E) in internal units."""
+    def of(
+        cls, geometry: Geometry, Z: np.ndarray, structures: dict[str, list] | None = None
+    ) -> Factors:
+        """Factors of a stream Z (b, T, E) in internal units; `structures` the regime terms'
+        matrices (`fit.families.term_structures`)."""
         A, B, C, D = geometry.blocks(Z)
         blocks = {"A": A, "B": B, "C": C, "D": D}
         G = {(Q, R): blocks[Q].swapaxes(-1, -2) @ blocks[R] for Q in VISIBLE for R in VISIBLE}
-        return cls(blocks, G)
+        return cls(blocks, G, structures=dict(structures or {}))
 
     def subset(self, index: np.ndarray) -> Factors:
         """The factors of the prompts `index`."""
         return Factors(
-            {k: v[index] for k, v in self.blocks.items()}, {k: v[index] for k, v in self.G.items()}
+            {k: v[index] for k, v in self.blocks.items()},
+            {k: v[index] for k, v in self.G.items()},
+            structures=self.structures,
+            U={k: v[index] for k, v in self.U.items()},
         )
 
     @property
@@ -250,6 +303,8 @@ def apply(term: Term, coef: np.ndarray | float, f: Factors) -> np.ndarray:
     """The family's contribution P · W1 · G · W2 to its target: (b, rows, kX)."""
     P, G = f.blocks[term.P], f.G[(term.Q, term.R)]
     coef = np.asarray(coef, dtype=np.float64)
+    if term.structure:
+        return float(coef) * f.unit(term)
     if term.free == "none":
         return float(coef) * (P @ G)
     if term.free == "W1":
@@ -275,6 +330,8 @@ def design(term: Term, f: Factors, geometry: Geometry) -> np.ndarray:
 
 def rhs(term: Term, f: Factors, y: np.ndarray) -> np.ndarray:
     """Φᵀ y for a target-shaped y (b, rows, kX): (size,)."""
+    if term.structure:
+        return np.atleast_1d(_einsum("bij,bij->", f.unit(term), y))
     G = f.G[(term.Q, term.R)]
     T = f.projected(term.P, y)  # (b, kP, kX)
     spec = {"none": "bkj,bkj->", "W1": "bkj,blj->kl", "W2": "bkj,bkm->mj", "both": "bkj,blm->klmj"}
@@ -304,6 +361,12 @@ def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
     """The block Φ_1ᵀ Φ_2 (size1, size2) of the normal equations of two families of one target."""
     if t1.target != t2.target:
         raise ValueError("families of different targets do not share normal equations")
+    if t1.structure or t2.structure:
+        # a regime term's design is one column u: Φ_gᵀ u is the other family's right-hand side
+        if t1.structure:
+            row = rhs(t2, f, f.unit(t1))
+            return np.asarray(row, dtype=np.float64).reshape(1, t2.size(geometry))
+        return gram(t2, t1, f, geometry).T
     if _ORDER[t1.free] > _ORDER[t2.free]:
         return gram(t2, t1, f, geometry).T
     spec, eye = _GRAM[(t1.free, t2.free)]

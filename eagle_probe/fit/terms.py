@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
+from eagle_probe.fit import families, sparse
 from eagle_probe.fit import library as lib
-from eagle_probe.fit import sparse
 from eagle_probe.fit.base import Context, HeldOut, ViewResult, affordable, register, table1
 from eagle_probe.fit.geometry import Geometry
 
@@ -91,12 +91,15 @@ def _rows(term: lib.Term, g: Geometry) -> int:
     return g.d if lib.TOP[term.target] else g.d_prime
 
 
-def _candidates(X: str, g: Geometry, prompts: int, cfg: TermsConfig) -> list[lib.Term]:
-    """The library's families for X that the probe batch can identify."""
+def _candidates(
+    X: str, g: Geometry, prompts: int, cfg: TermsConfig, structures: tuple[str, ...] = ()
+) -> list[lib.Term]:
+    """The library's families for X that the probe batch can identify (with the regime terms
+    of `structures`)."""
     kx = g.n if lib.KIND[X] == "a" else g.n_prime
     size = {"a": g.n, "c": g.n_prime}
     out = []
-    for term in lib.library((X,)):
+    for term in lib.library((X,), structures):
         if (
             term.free == "both"
             and size[lib.KIND[term.Q]] == 1
@@ -167,7 +170,7 @@ def select(
     """Choose the terms for target X on factors f and update y (b, rows, kX). `prompts` (the
     whole probe batch) sets which families are identifiable, so every bag sees the same
     candidates."""
-    terms = _candidates(X, g, prompts, cfg)
+    terms = _candidates(X, g, prompts, cfg, tuple(f.structures))
     problem = _problem(terms, f, y, g)
     if problem.yy <= 0.0:
         return Selection([], [], 0.0)
@@ -211,7 +214,7 @@ def bag_terms(
     coefficients, on the bag's prompts) raises the residual of the all-prompt fit by more than
     the factor `min_gain` (the path's entry test, without refitting per bag).
     """
-    scalars = [t for t in _candidates(X, g, prompts, cfg) if t.free == "none"]
+    scalars = [t for t in _candidates(X, g, prompts, cfg, tuple(f.structures)) if t.free == "none"]
     problem = _problem(scalars, f, y, g)
     if problem.yy <= 0.0:
         return []
@@ -271,11 +274,17 @@ def _target(Z: np.ndarray, X: str, g: Geometry) -> np.ndarray:
 
 
 def discover_layer(
-    Z_in: np.ndarray, Z_out: np.ndarray, g: Geometry, cfg: TermsConfig, rng: np.random.Generator
+    Z_in: np.ndarray,
+    Z_out: np.ndarray,
+    g: Geometry,
+    cfg: TermsConfig,
+    rng: np.random.Generator,
+    structures: dict[str, list] | None = None,
 ) -> tuple[list[Fitted], dict[str, dict]]:
     """The terms of one layer from its input and output streams (b, T, E), internal units:
-    (fitted terms over all targets, per-target diagnostics)."""
-    f = lib.Factors.of(g, Z_in)
+    (fitted terms over all targets, per-target diagnostics). `structures`: the matrices of the
+    regime terms the library holds for this layer (`families.term_structures`)."""
+    f = lib.Factors.of(g, Z_in, structures)
     b = f.prompts
     subsets = sparse.bags(b, cfg.bags, cfg.bag_fraction, rng) if cfg.bags else []
     bag_factors = [f.subset(idx) for idx in subsets]  # shared by the four targets (and caches)
@@ -294,7 +303,7 @@ def discover_layer(
                 for idx, fb in zip(subsets, bag_factors, strict=True)
             ]
             freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
-            order = [t.name for t in lib.library((X,)) if t.free == "none"]
+            order = [t.name for t in lib.library((X,), tuple(f.structures)) if t.free == "none"]
             order += [t.name for t in chosen.matrices]
             kept = [lib.parse(n) for n in order if freq.get(n, 0.0) >= cfg.stable]
             nested = {t.scalar_name for t in kept if t.free != "none"}
@@ -320,9 +329,11 @@ def discover_layer(
     return fitted, info
 
 
-def apply_layer(Z: np.ndarray, fitted: list[Fitted], g: Geometry) -> np.ndarray:
+def apply_layer(
+    Z: np.ndarray, fitted: list[Fitted], g: Geometry, structures: dict[str, list] | None = None
+) -> np.ndarray:
     """One layer of discovered terms on a stream Z (b, T, E): Z + Σ_terms contributions."""
-    f = lib.Factors.of(g, Z)
+    f = lib.Factors.of(g, Z, structures)
     out = Z.copy()
     d, n = g.d, g.n
     where = {
@@ -395,20 +406,35 @@ TERMS_PASSES_PER_LAYER = 40
 TERMS_FLOOR = 16
 
 
-def discover(ctx: Context, cfg: TermsConfig | None = None) -> tuple[list[list[Fitted]], dict]:
-    """Discover every layer's terms from the capture; returns (terms per layer, layer JSONs)."""
+def family_match(names: list[str], structures: tuple[str, ...], geo: Geometry) -> str | None:
+    """The first family the regime admits (the paper's first) whose terms hold every one of
+    `names` (a layer's stable terms), or None: the layer's terms are no family's."""
+    for fam in families.for_geometry(geo):
+        if set(names) <= set(fam.terms(structures)):
+            return fam.name
+    return None
+
+
+def discover(
+    ctx: Context, cfg: TermsConfig | None = None, structured: bool = True
+) -> tuple[list[list[Fitted]], dict, list[dict]]:
+    """Discover every layer's terms from the capture; returns (terms per layer, layer JSONs,
+    the regime terms' matrices per layer). `structured`: the library holds the regime's own
+    terms (`families.term_structures`; not for the sample layout's stream)."""
     cfg = cfg or TermsConfig()
     g = ctx.geometry
     passes = TERMS_PASSES_PER_LAYER * g.layers / g.heads
     cap = ctx.cap.first(affordable(g, passes, ctx.cap.Z.shape[1], floor=TERMS_FLOOR))
     rng = ctx.rng(0x7E4D5)
-    per_layer, layers = [], []
+    per_layer, layers, structures = [], [], []
     for layer in range(cap.Z.shape[0] - 1):
         Z_in, Z_out = cap.Z[layer], cap.Z[layer + 1]
-        fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng)
-        step = apply_layer(Z_in, fitted, g)
+        mats = families.term_structures(g, layer) if structured else {}
+        fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng, mats)
+        step = apply_layer(Z_in, fitted, g, mats)
         gap2 = (step - Z_out) ** 2
         dz = np.sum((Z_out - Z_in) ** 2)
+        stable = [t.term.name for t in fitted if t.frequency >= cfg.stable]
         layers.append(
             {
                 "layer": layer,
@@ -416,22 +442,36 @@ def discover(ctx: Context, cfg: TermsConfig | None = None) -> tuple[list[list[Fi
                 "one_step_fidelity": table1(gap2, cap),
                 "relative_residual": float(np.sqrt(np.sum(gap2) / dz)) if dz > 0 else 0.0,
                 "targets": info,
+                "regime_terms": sorted(mats),
+                "family": family_match(stable, tuple(mats), g) if structured else None,
             }
         )
         per_layer.append(fitted)
-    return per_layer, {
-        "layers": layers,
-        "config": asdict(cfg),
-        "probe_prompts": int(cap.Z.shape[1]),
-    }
+        structures.append(mats)
+    fams = families.for_geometry(g) if structured else ()
+    return (
+        per_layer,
+        {
+            "layers": layers,
+            "config": asdict(cfg),
+            "probe_prompts": int(cap.Z.shape[1]),
+            "family_terms": {f.name: list(f.terms()) for f in fams},
+        },
+        structures,
+    )
 
 
-def run_from_input(z0: np.ndarray, per_layer: list[list[Fitted]], g: Geometry) -> np.ndarray:
+def run_from_input(
+    z0: np.ndarray,
+    per_layer: list[list[Fitted]],
+    g: Geometry,
+    structures: list[dict] | None = None,
+) -> np.ndarray:
     """Predictions (b, d', n') of the discovered terms applied layer by layer from prompts z0
     (b, T, E) in prompt units."""
     Z = z0 / g.prompt_scale(z0)[:, None, None]
-    for fitted in per_layer:
-        Z = apply_layer(Z, fitted, g)
+    for layer, fitted in enumerate(per_layer):
+        Z = apply_layer(Z, fitted, g, structures[layer] if structures else None)
     return g.readout_of(Z, z0)
 
 
@@ -507,12 +547,12 @@ def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
         lib.check_mask(g)
     except ValueError as exc:
         return ViewResult("terms", {"supported": False, "layers": []}, warnings=[f"terms: {exc}"])
-    per_layer, out = discover(ctx, cfg)
+    per_layer, out, structures = discover(ctx, cfg, structured=not samples)
     if samples:
         _to_sample_blocks(out, per_layer, g)
         out["orientation"] = "samples: terms of H = Zᵀ written in the blocks of Z"
     held, net_pred = ctx.scoring(3 * g.layers)  # a layer of terms costs about 3 of products
-    pred = run_from_input(held.z0, per_layer, g)
+    pred = run_from_input(held.z0, per_layer, g, structures)
     mse = held.mse(pred)
     net = held.mse(net_pred)
     out["supported"] = True

@@ -145,19 +145,22 @@ def base_name(name: str) -> str:
     return name.replace("W", "").replace("*", "")
 
 
-def term_kinds(terms_json: dict) -> tuple[list, list]:
-    """(terms EAGLE does not have, EAGLE terms with a matrix coefficient), each as
-    [(name, [layers])] in order of first appearance; stable terms only (frequency ≥ 0.5)."""
+def term_kinds(terms_json: dict, family: families.Family | None = None) -> tuple[list, list]:
+    """(terms the family does not have, its terms with a matrix coefficient), each as
+    [(name, [layers])] in order of first appearance; stable terms only (frequency ≥ 0.5).
+    The family's terms are read per layer (`Family.terms` of the regime terms the layer's
+    library held); default: EAGLE's four."""
     extra: dict[str, list[int]] = {}
     matrix: dict[str, list[int]] = {}
     for lay in terms_json.get("layers", []):
+        own = family.terms(tuple(lay.get("regime_terms", ()))) if family else EAGLE_TERMS
         for t in lay.get("terms", []):
             if t.get("frequency", 1.0) < 0.5:
                 continue
             name = t["name"]
-            if base_name(name) not in EAGLE_TERMS:
+            if base_name(name) not in own:
                 extra.setdefault(name, []).append(lay["layer"])
-            elif name not in EAGLE_TERMS:
+            elif name not in own:
                 matrix.setdefault(name, []).append(lay["layer"])
     return list(extra.items()), list(matrix.items())
 
@@ -245,21 +248,21 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
         )
     terms = ctx.results.get("terms")
     if terms is not None:
-        extra, matrix = term_kinds(terms.json)
+        extra, matrix = term_kinds(terms.json, fam)
         if extra:
             parts.append(
-                "Term discovery finds terms EAGLE does not have: "
+                f"Term discovery finds terms {fam.name} does not have: "
                 + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in extra)
                 + "."
             )
         if matrix:
             parts.append(
-                "EAGLE's own terms with matrix instead of scalar coefficients: "
+                f"{fam.name}'s own terms with matrix instead of scalar coefficients: "
                 + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in matrix)
                 + "."
             )
         if not extra and not matrix:
-            parts.append("Term discovery finds EAGLE's four terms and nothing else.")
+            parts.append(f"Term discovery finds {fam.name}'s four terms and nothing else.")
     claimed = f" ({fam.name})" if label != "not EAGLE" else ""
     parts.append(f"Verdict: {label}{claimed}.")
     return " ".join(parts)

@@ -124,6 +124,76 @@ def test_normal_equation_blocks_match_the_explicit_design(X):
             np.testing.assert_allclose(H, designs[t].T @ designs[t], rtol=1e-10, atol=1e-10)
 
 
+def structures_of(g: Geometry, seed: int = 3) -> dict[str, list]:
+    """Both kinds of regime-term matrices on g: two machines' column selectors and a rank-2
+    sketch projector."""
+    half = g.n // 2
+    sel = [np.diag(np.r_[np.ones(half), np.zeros(g.n - half)]), None]
+    sel[1] = np.eye(g.n) - sel[0]
+    S = np.linalg.qr(np.random.default_rng(seed).standard_normal((g.n, 2)))[0]
+    return {"local": [(m, m) for m in sel], "sketch": [(S @ S.T, S @ S.T)]}
+
+
+def test_regime_terms_are_named_parsed_and_exist_only_where_they_differ():
+    terms = lib.library(structures=lib.STRUCTURES)
+    regime = {t.name for t in terms if t.structure}
+    # Σ_μ O_μ = I: the machine-local form differs from the plain term only with both blocks A-kind
+    assert {n for n in regime if n.endswith("@local")} == {"A+=AAtA@local", "B+=BAtA@local"}
+    sketch = {n for n in regime if n.endswith("@sketch")}
+    assert {"A+=AAtA@sketch", "B+=BAtA@sketch", "C+=AAtC@sketch", "D+=BAtC@sketch"} <= sketch
+    assert "C+=CCtC@sketch" not in sketch and "D+=DCtC@sketch" not in sketch
+    for term in terms:
+        assert lib.parse(term.name) == term
+    for name in ("C+=AAtC@local", "A+=A*W*AtA@local", "A+=AAtA@mesh", "C+=CCtC@sketch"):
+        with pytest.raises(ValueError):
+            lib.parse(name)
+    assert lib.library() == [t for t in terms if not t.structure]
+
+
+def test_regime_terms_compute_their_definitions():
+    g = small_geometry()
+    mats = structures_of(g)
+    f = lib.Factors.of(g, random_factors(g)[1], mats)
+    A, B, C = f.blocks["A"], f.blocks["B"], f.blocks["C"]
+    (O0, _), (O1, _) = mats["local"]
+    P = mats["sketch"][0][0]
+    want = {
+        "A+=AAtA@local": A @ O0 @ A.swapaxes(1, 2) @ A @ O0 + A @ O1 @ A.swapaxes(1, 2) @ A @ O1,
+        "B+=BAtA@local": B @ O0 @ A.swapaxes(1, 2) @ A @ O0 + B @ O1 @ A.swapaxes(1, 2) @ A @ O1,
+        "A+=AAtA@sketch": A @ P @ A.swapaxes(1, 2) @ A @ P,
+        "C+=AAtC@sketch": A @ P @ A.swapaxes(1, 2) @ C,
+        "D+=BAtC@sketch": B @ P @ A.swapaxes(1, 2) @ C,
+        "A+=CCtA@sketch": C @ C.swapaxes(1, 2) @ A @ P,
+    }
+    for name, value in want.items():
+        np.testing.assert_allclose(lib.apply(lib.parse(name), 0.5, f), 0.5 * value, rtol=1e-12)
+
+
+@pytest.mark.parametrize("X", lib.TARGETS)
+def test_regime_terms_normal_equations_match_the_explicit_design(X):
+    g = small_geometry()
+    f = lib.Factors.of(g, random_factors(g)[1], structures_of(g))
+    y = np.random.default_rng(2).standard_normal(
+        (f.prompts, g.d if lib.TOP[X] else g.d_prime, g.n if lib.KIND[X] == "a" else g.n_prime)
+    )
+    terms = lib.library((X,), lib.STRUCTURES)
+    assert any(t.structure for t in terms)
+    designs = {t: lib.design(t, f, g) for t in terms}
+    for t1, t2 in itertools.product(terms, repeat=2):
+        if t1.structure or t2.structure:
+            np.testing.assert_allclose(
+                lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2], rtol=1e-10, atol=1e-10
+            )
+    for t in terms:
+        np.testing.assert_allclose(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1), rtol=1e-10)
+    sub = f.subset(np.array([1, 4]))
+    for t in terms:
+        if t.structure:
+            np.testing.assert_allclose(
+                lib.apply(t, 1.0, sub), lib.apply(t, 1.0, f)[[1, 4]], rtol=1e-12
+            )
+
+
 def test_visible_row_mask_is_required():
     g = small_geometry()
     mask = g.mask.copy()
@@ -284,6 +354,78 @@ def test_planted_eagle_gives_exactly_the_four_terms(dtype, heads, normalize, rto
     table = result.tables["terms"]
     assert list(table["term"]) == list(EAGLE) * len(a)
     json.dumps(result.json, allow_nan=False)  # plain data only
+
+
+REGIME_CASES = [
+    ("distributed", {"machines": 2}, "eagle-distributed"),
+    ("distributed", {"machines": 3}, "eagle-distributed"),
+    ("distributed", {"machines": 6}, "eagle-distributed"),
+    ("constrained", {"rank": 3, "n_heads": 1}, "eagle-sketched"),
+    ("constrained", {"rank": 3, "n_heads": 2}, "eagle-sketched"),
+    ("constrained", {"rank": 5, "n_heads": 4}, "eagle-sketched"),
+]
+FAMILY_TERMS = {
+    "eagle-distributed": ("A+=AAtA@local", "B+=BAtA@local", "C+=AAtC", "D+=BAtC"),
+    "eagle-sketched": ("A+=AAtA@sketch", "B+=BAtA@sketch", "C+=AAtC@sketch", "D+=BAtC@sketch"),
+    "eagle-over-machines": EAGLE,
+}
+
+
+@pytest.mark.parametrize(
+    ("regime", "kw", "family", "dtype"),
+    [(*case, "float64") for case in REGIME_CASES]
+    + [("distributed", {"machines": 3}, "eagle-distributed", "float32")]
+    + [("constrained", {"rank": 5, "n_heads": 2}, "eagle-sketched", "float32")],
+    ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()) if isinstance(v, dict) else str(v),
+)
+def test_planted_regime_eagle_gives_exactly_its_familys_terms(regime, kw, family, dtype):
+    from eagle_probe.layouts import plant
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+
+    a, c = [0.31, 0.52, 0.23], [0.71, 1.13, 0.97]
+    cfg = ModelConfig(regime=regime, n=6, d=5, n_layers=3, normalize="spectral", dtype=dtype, **kw)
+    model = plant(cfg, a, c, sketch_seed=5)
+    ctx = make_context(model, TaskConfig(n=6, d=5, rank=4), probes=64, held_out=256)
+    result = terms_view(ctx)
+    rtol = 1e-10 if dtype == "float64" else 1e-5
+    for layer, (a_l, c_l) in enumerate(zip(a, c, strict=True)):
+        lay = result.json["layers"][layer]
+        stable = {t["name"]: t for t in lay["terms"] if t["frequency"] >= 0.5}
+        assert tuple(stable) == FAMILY_TERMS[family], (layer, list(stable))
+        coef = [stable[name]["coefficient"] for name in FAMILY_TERMS[family]]
+        np.testing.assert_allclose(coef, [-a_l, -a_l, -c_l, -c_l], rtol=rtol)
+        assert lay["family"] == family
+        assert lay["relative_residual"] < (1e-12 if dtype == "float64" else 1e-5)
+    assert result.json["family_terms"][family] == list(FAMILY_TERMS[family])
+    assert result.json["run_from_input_mse"] == pytest.approx(ctx.network_mse, rel=1e-4)
+    assert result.warnings == []
+
+
+def test_a_distributed_network_that_sends_a_columns_is_read_as_the_centralized_update():
+    """Planted eagle-over-machines (each head reads its machine's A columns and writes every
+    machine's): the plain EAGLE terms, which the paper's distributed family does not have."""
+    from eagle_probe.layouts import plant
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+
+    a, c = [0.31, 0.52], [0.71, 1.13]
+    cfg = ModelConfig(
+        regime="distributed",
+        machines=2,
+        n=6,
+        d=5,
+        n_layers=2,
+        normalize="spectral",
+        dtype="float64",
+        vp_width=8,
+    )
+    model = plant(cfg, a, c, family="eagle-over-machines")
+    ctx = make_context(model, TaskConfig(n=6, d=5, rank=4), probes=64, held_out=256)
+    result = terms_view(ctx)
+    for lay in result.json["layers"]:
+        assert tuple(t["name"] for t in lay["terms"] if t["frequency"] >= 0.5) == EAGLE
+        assert lay["family"] == "eagle-over-machines"
 
 
 def test_planted_eagle_at_the_shipped_sizes():
