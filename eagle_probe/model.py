@@ -62,6 +62,7 @@ from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.tasks import Prompt
 
 REGIMES = ("centralized", "distributed", "constrained")
 TOKEN_MASKS = ("visible", "block_diagonal", "sparse")
@@ -146,6 +147,9 @@ class ModelConfig:
                 "the sample layout (tokens='samples') supports only regime='centralized' with "
                 "token_mask='visible'"
             )
+        if self.n_heads is None:
+            # resolved here, so `cfg.n_heads` is always the head count (TransformerLens reads it)
+            object.__setattr__(self, "n_heads", self.heads)
 
     @property
     def heads(self) -> int:
@@ -177,6 +181,16 @@ class ModelConfig:
     def d_model(self) -> int:
         """TransformerLens's name for the residual width E."""
         return self.width
+
+    @property
+    def d_head(self) -> int:
+        """TransformerLens's head width: the query/key width qk (values have width `vp`)."""
+        return self.qk
+
+    @property
+    def n_ctx(self) -> int:
+        """TransformerLens's context length: the T tokens of the stream."""
+        return self.n_tokens
 
     @property
     def keys(self) -> int:
@@ -285,6 +299,22 @@ class Attention(nn.Module):
         m = self.qk_mask.unsqueeze(-1)
         return self.W_Q * m, self.W_K * m
 
+    @property
+    def W_O(self) -> torch.Tensor:
+        """TransformerLens's output weight: W_Pᵀ per head, (h, vp, E), so result = z @ W_O."""
+        return self.W_P.transpose(-1, -2)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """This layer's W_Q W_Kᵀ per head as a `FactoredMatrix` [h, E, E] (locality mask on)."""
+        W_Q, W_K = self.effective_qk()
+        return FactoredMatrix(W_Q.detach(), W_K.detach().transpose(-1, -2))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """This layer's W_V W_Pᵀ = W_V W_O per head as a `FactoredMatrix` [h, E, E]."""
+        return FactoredMatrix(self.W_V.detach(), self.W_O.detach())
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # z: (b, T, E)
         b, T, E = z.shape
         W_Q, W_K = self.effective_qk()
@@ -378,6 +408,24 @@ class LinearTransformer(HookedRootModule):
         W_P = torch.stack([b.attn.W_P for b in self.blocks]).detach()  # (L, h, E, vp)
         return FactoredMatrix(W_V, W_P.transpose(-1, -2))
 
+    # TransformerLens's stacked weights, [L, h, E, width] (W_O: [L, h, vp, E]), detached; W_Q and
+    # W_K with the locality mask applied, so W_Q @ W_Kᵀ is `QK`
+    @property
+    def W_Q(self) -> torch.Tensor:
+        return torch.stack([b.attn.effective_qk()[0] for b in self.blocks]).detach()
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        return torch.stack([b.attn.effective_qk()[1] for b in self.blocks]).detach()
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        return torch.stack([b.attn.W_V for b in self.blocks]).detach()
+
+    @property
+    def W_O(self) -> torch.Tensor:
+        return torch.stack([b.attn.W_O for b in self.blocks]).detach()
+
     def W_QK(self, layer: int | None = None) -> torch.Tensor:
         """`QK` as a plain tensor: (L, h, E, E), or (h, E, E) for one layer."""
         return self._per_layer(layer, lambda a: torch.einsum("hek,hfk->hef", *a.effective_qk()))
@@ -431,8 +479,11 @@ class LinearTransformer(HookedRootModule):
         norm = torch.linalg.matrix_norm(A, ord=ord_).clamp_min(torch.finfo(z0.dtype).tiny)
         return norm[:, None, None]
 
-    def forward(self, z0: torch.Tensor) -> torch.Tensor:
-        """Predict D for prompts z0 = [[A, C], [B, 0]]: (b, d + d', n + n') → (b, d', n')."""
+    def forward(self, z0: torch.Tensor | Prompt) -> torch.Tensor:
+        """Predict D for prompts z0 = [[A, C], [B, 0]]: (b, d + d', n + n') → (b, d', n').
+        A `Prompt` is taken as its visible prompt `prompt.z0()`."""
+        if isinstance(z0, Prompt):
+            z0 = z0.z0()
         self.check_prompt(z0)
         cfg = self.cfg
         z0 = z0.to(cfg.torch_dtype)

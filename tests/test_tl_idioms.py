@@ -1,5 +1,7 @@
 """TransformerLens idioms on every shipped model: ActivationCache tuple keys, stack_activation,
-utilities.get_act_name, FactoredMatrix QK / OV, and the prompt-scale hook."""
+stack_head_results, utilities.get_act_name, cfg.n_heads / d_head / d_model / n_ctx / n_layers,
+the stacked W_Q / W_K / W_V / W_O, blocks[l].attn.W_O / QK / OV, FactoredMatrix QK / OV,
+model(prompt) on a Prompt, and the prompt-scale hook."""
 
 import pytest
 import torch
@@ -7,9 +9,17 @@ from conftest import TRAINED
 from transformer_lens import ActivationCache, FactoredMatrix, utilities
 
 from eagle_probe import checkpoint
+from eagle_probe.model import from_stream
 from eagle_probe.tasks import make_generator, sample
 
-SHIPPED = ["centralized", "centralized_8head", "distributed", "constrained"]
+SHIPPED = [
+    "centralized",
+    "centralized_8head",
+    "distributed",
+    "constrained",
+    "lsa_1layer",
+    "lsa_3layer",
+]
 
 
 @pytest.fixture(scope="module", params=SHIPPED)
@@ -34,7 +44,7 @@ def test_attn_scores_by_tuple_key(run):
         scores = cache["attn_scores", layer]
         assert scores is cache[f"blocks.{layer}.attn.hook_attn_scores"]
         assert scores.shape == (8, cfg.heads, cfg.n_tokens, cfg.n_tokens)
-        assert torch.all(scores[..., cfg.d :] == 0)  # no token attends to the hidden rows
+        assert torch.all(scores[..., cfg.keys :] == 0)  # no token attends to the hidden rows
     assert cache["attn_scores", -1] is cache["attn_scores", cfg.n_layers - 1]
 
 
@@ -73,10 +83,11 @@ def test_get_act_name_names_are_hooks(run):
 def test_scale_hook_relates_internal_units_to_the_prediction(run):
     model, prediction, cache, prompt = run
     cfg = model.cfg
-    slot = cache["resid_post", -1][:, cfg.d :, cfg.n :]
+    slot = from_stream(cfg, cache["resid_post", -1])[:, cfg.d :, cfg.n :]
     expected = model.readout_scale * slot * cache["hook_scale"]
     torch.testing.assert_close(prediction, expected)
-    torch.testing.assert_close(cache["hook_embed"] * cache["hook_scale"], prompt.z0())
+    embed = from_stream(cfg, cache["hook_embed"])
+    torch.testing.assert_close(embed * cache["hook_scale"], prompt.z0())
     if cfg.normalize == "spectral":
         norms = torch.linalg.matrix_norm(prompt.A, ord=2)
         torch.testing.assert_close(cache["hook_scale"][:, 0, 0], norms)
@@ -95,12 +106,63 @@ def test_qk_and_ov_factored_matrices(run):
     assert s.shape == (cfg.n_layers, cfg.heads, cfg.vp)
 
 
-def test_stack_head_results_when_the_config_names_its_heads(run):
+def test_stack_head_results_on_every_model(run):
     model, _, cache, _ = run
     cfg = model.cfg
-    if cfg.n_heads is None:
-        pytest.skip("stack_head_results labels heads by cfg.n_heads")
-    stack = cache.stack_head_results()  # (L·h, b, T, E): every head of every layer
+    stack, labels = cache.stack_head_results(layer=-1, return_labels=True)  # (L·h, b, T, E)
     assert stack.shape == (cfg.n_layers * cfg.heads, 8, cfg.n_tokens, cfg.width)
+    assert labels[: cfg.heads] == [f"L0H{h}" for h in range(cfg.heads)]
     total = stack.sum(0) + cache["hook_embed"]
     torch.testing.assert_close(total, cache["resid_post", -1])
+
+
+def test_head_results_recomputed_from_z_and_w_o(run):
+    model, _, cache, _ = run
+    stored = {
+        f"blocks.{i}.attn.hook_result": cache[f"blocks.{i}.attn.hook_result"]
+        for i in range(model.cfg.n_layers)
+    }
+    bare = ActivationCache({k: v for k, v in cache.cache_dict.items() if k not in stored}, model)
+    bare.compute_head_results()  # TransformerLens's einsum of hook_z with blocks[l].attn.W_O
+    for key, value in stored.items():
+        torch.testing.assert_close(bare[key], value)
+
+
+def test_config_names_every_size(run):
+    model, _, _, _ = run
+    cfg = model.cfg
+    assert isinstance(cfg.n_heads, int) and cfg.n_heads == model.blocks[0].attn.W_Q.shape[0]
+    assert cfg.d_head == model.blocks[0].attn.W_Q.shape[-1]
+    assert cfg.d_model == model.blocks[0].attn.W_Q.shape[1]
+    assert cfg.n_ctx == model.blocks[0].attn.mask.shape[0]
+    assert cfg.n_layers == len(model.blocks)
+
+
+def test_stacked_weights_in_transformer_lens_shapes(run):
+    model, _, _, _ = run
+    cfg = model.cfg
+    L, h, E = cfg.n_layers, cfg.n_heads, cfg.d_model
+    assert model.W_Q.shape == model.W_K.shape == (L, h, E, cfg.d_head)
+    assert model.W_V.shape == (L, h, E, cfg.vp)
+    assert model.W_O.shape == (L, h, cfg.vp, E)
+    torch.testing.assert_close(model.W_Q @ model.W_K.transpose(-1, -2), model.W_QK())
+    torch.testing.assert_close(model.W_V @ model.W_O, model.W_VP())
+
+
+def test_per_layer_w_o_qk_and_ov(run):
+    model, _, _, _ = run
+    for layer, block in enumerate(model.blocks):
+        attn = block.attn
+        assert torch.equal(attn.W_O, attn.W_P.transpose(-1, -2))
+        assert isinstance(attn.QK, FactoredMatrix) and isinstance(attn.OV, FactoredMatrix)
+        torch.testing.assert_close(attn.QK.AB, model.W_QK(layer))
+        torch.testing.assert_close(attn.OV.AB, model.W_VP(layer))
+
+
+def test_model_called_on_a_prompt(run):
+    model, prediction, _, prompt = run
+    with torch.no_grad():
+        assert torch.equal(model(prompt), prediction)
+        out, cache = model.run_with_cache(prompt)
+    assert torch.equal(out, prediction)
+    assert isinstance(cache, ActivationCache)
