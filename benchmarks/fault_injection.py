@@ -268,14 +268,14 @@ FAULTS = [
     ),
     Fault(
         "evaluate CLI ignores --seed",
-        "eagle_probe/cli.py",
+        "eagle_probe/cli/evaluate.py",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=12345)",
         ("tests/test_cli.py",),
     ),
     Fault(
         "evaluate table prints the median as the test MSE",
-        "eagle_probe/cli.py",
+        "eagle_probe/cli/evaluate.py",
         '("test MSE", result["mse"]),',
         '("test MSE", result["median_mse"]),',
         ("tests/test_cli.py",),

@@ -62,12 +62,9 @@ from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.names import NORMALIZE, READOUTS, REGIMES, TOKEN_MASKS
 from eagle_probe.tasks import Prompt
 
-REGIMES = ("centralized", "distributed", "constrained")
-TOKEN_MASKS = ("visible", "block_diagonal", "sparse")
-READOUTS = ("negate", "learned", "direct")
-NORMALIZE = ("none", "frobenius", "spectral")
 INITS = ("normal", "orthogonal_half")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 TOKEN_LAYOUTS = ("features", "samples")

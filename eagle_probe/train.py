@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.names import DEFAULT_STEPS, SCHEDULES
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 
-SCHEDULES = ("constant", "warmup_cosine")
 # What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
 # or the mean over the best 99% of prompts ("trimmed"), which a few rare large-‖A‖ prompts whose
 # error explodes under constant steps cannot dominate, while a failure on many prompts still counts.
@@ -41,7 +41,7 @@ TRIM = 0.99
 class TrainConfig:
     """One training run."""
 
-    steps: int = 20_000  # optimiser steps, a fresh batch each
+    steps: int = DEFAULT_STEPS  # optimiser steps, a fresh batch each
     batch: int = 1024  # prompts per step
     lr: float = 1e-3  # Adam learning rate (peak rate with warmup_cosine)
     schedule: str = "constant"  # one of SCHEDULES

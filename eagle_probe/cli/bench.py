@@ -1,0 +1,50 @@
+"""`eagle-probe bench`: benchmark the recovered solver against classical ones."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from eagle_probe.cli.common import (
+    Parser,
+    _budget,
+    _claim,
+    _out_dir,
+    _publish,
+    _seed,
+)
+from eagle_probe.errors import EagleProbeError
+
+HELP = "benchmark the recovered solver against classical ones"
+
+
+def _add_bench(parser: Parser) -> None:
+    parser.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
+    parser.add_argument("--out", default="bench-out", help="directory for CSV, PNG and summary.md")
+    parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the problems (0)")
+    parser.add_argument("--force", action="store_true", help="write into an existing --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_probe import files
+    from eagle_probe.bench import SUITES, run_bench
+
+    if args.suite not in SUITES:
+        raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
+    out = _out_dir(args.out, args.force)
+    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tables = run_bench(args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args))
+    _publish(args)
+    if args.json:
+        payload = {
+            name: json.loads(t.to_json(orient="records"))
+            for name, t in tables.items()
+            if not name.endswith("history")
+        }
+        print(json.dumps(payload))
+    else:
+        print(f"wrote {out}/summary.md, {len(tables)} CSV tables and plots")
+    return 0

@@ -1,0 +1,182 @@
+"""What the commands share: the parser class, argument types, --threads/--device, memory budget
+and output claims. Imports nothing heavy at module level (the parsers are built from here)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import NoReturn
+
+from eagle_probe.errors import EagleProbeError
+
+EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class UsageError(EagleProbeError):
+    """Raised by the argument parser instead of printing usage and exiting."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+SEED_LIMIT = 2**32  # seeds are combined into generator seeds; larger ones overflow there
+
+
+def _seed(text: str) -> int:
+    value = _nonneg_int(text)
+    if value >= SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a seed below 2**32, got {text!r}")
+    return value
+
+
+def _gib(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GiB, got {text!r}")
+    return value
+
+
+def _init_std(text: str) -> float:
+    value = _finite_float(text)
+    if not 0.0 < value <= MAX_INIT_STD:
+        raise argparse.ArgumentTypeError(
+            f"expected a standard deviation in (0, {MAX_INIT_STD:g}], got {text!r} (larger "
+            "initialisations overflow in the first forward pass)"
+        )
+    return value
+
+
+MAX_INIT_STD = 10.0
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+DEVICE_COMMANDS = ("extract", "evaluate")  # the commands whose torch work follows --device
+
+
+def torch_device(text: str):
+    """The torch device `text` names, checked against this machine (one-line errors)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise EagleProbeError(
+            f"--device {text!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EagleProbeError(
+                f"--device {text}: CUDA is not available on this machine; use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise EagleProbeError(
+                f"--device {text}: this machine has {count} CUDA device(s), cuda:0 to "
+                f"cuda:{count - 1}"
+            )
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise EagleProbeError(f"--device {text}: MPS is not available on this machine")
+    elif device.type != "cpu":
+        raise EagleProbeError(f"--device {text}: use cpu, cuda, cuda:N or mps")
+    return device
+
+
+def set_threads(count: int) -> None:
+    """Use `count` CPU threads in torch, in NumPy's OpenBLAS (where it can be reached) and in
+    child processes."""
+    import ctypes
+    import glob
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(count)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(count)
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*"))
+    for path in libs:
+        if "openblas" not in os.path.basename(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for fn in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
+            if hasattr(lib, fn):
+                getattr(lib, fn)(count)
+                break
+
+
+def _apply_compute(args: argparse.Namespace) -> None:
+    """--threads and --device of a computing command, checked before any work."""
+    if getattr(args, "threads", None):
+        set_threads(args.threads)
+    if hasattr(args, "device"):
+        args.device = torch_device(args.device)
+        if args.device.type != "cpu" and args.command not in DEVICE_COMMANDS:
+            raise EagleProbeError(
+                f"{args.command} runs on the CPU; --device {args.device} applies to "
+                f"{' and '.join(DEVICE_COMMANDS)}"
+            )
+
+
+def _budget(args: argparse.Namespace) -> float:
+    from eagle_probe.budget import GIB
+
+    return args.max_memory * GIB
+
+
+def _out_dir(text: str | None, force: bool) -> Path | None:
+    """`--out` of a command that writes a directory, checked before any work (None: none)."""
+    from eagle_probe import files
+
+    if text is None:
+        return None
+    return files.check_dir(files.as_path(text, "--out"), force=force)
+
+
+def _claim(args: argparse.Namespace, claim):
+    """Enter an output claim (`files.output_dir` / `output_files`) for the running command.
+
+    `main` holds every claim of a command: `_publish(args)` moves them into place when the work
+    is done; if the command fails or is interrupted first, `main` discards them (nothing is
+    left behind)."""
+    return args.outputs.enter_context(claim)
+
+
+def _publish(args: argparse.Namespace) -> None:
+    args.outputs.close()

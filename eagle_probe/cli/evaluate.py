@@ -1,0 +1,55 @@
+"""`eagle-probe evaluate`: test MSE of a checkpoint on fresh prompts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from eagle_probe.cli.common import (
+    Parser,
+    _budget,
+    _positive_int,
+    _seed,
+)
+
+HELP = "test MSE of a checkpoint on fresh prompts"
+
+
+def _add_evaluate(parser: Parser) -> None:
+    parser.add_argument("model", help="checkpoint file (.pt)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--seed", type=_seed, default=12345, help="seed of the test prompts")
+    parser.add_argument("--batch", type=_positive_int, default=8192, help="number of test prompts")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_probe import budget, checkpoint
+    from eagle_probe.evaluate import evaluate
+
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
+    result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
+    result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
+    if args.json:
+        print(json.dumps(checkpoint.jsonable(result)))
+        return 0
+    print(
+        f"{args.model}: {model.cfg.regime}, {model.cfg.n_layers} layers, "
+        f"{model.cfg.heads} head(s), task {task.task} (n={task.n}, d={task.d}, "
+        f"n'={task.n_prime}, d'={task.d_prime}), {result['prompts']} fresh prompts"
+    )
+    rows = [
+        ("test MSE", result["mse"]),
+        ("zero predictor MSE", result["zero_mse"]),
+        ("optimal B A+ C MSE", result["optimal_mse"]),
+        ("median prompt MSE", result["median_mse"]),
+        ("worst prompt MSE", result["worst_mse"]),
+    ]
+    for name, value in rows:
+        print(f"  {name:<22}{value:.3e}")
+    print(f"  {'improvement':<22}{result['improvement']:.1f}x below the zero predictor")
+    print(
+        f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
+        f"(largest seen {result['max_norm_a']:.2f})"
+    )
+    return 0

@@ -1,0 +1,119 @@
+"""`eagle-probe extract`: recover the algorithm a checkpoint runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from eagle_probe.cli.common import (
+    Parser,
+    _budget,
+    _claim,
+    _out_dir,
+    _positive_int,
+    _publish,
+    _seed,
+)
+from eagle_probe.errors import EagleProbeError
+
+HELP = "recover the algorithm a checkpoint runs"
+EXPORT_GAP = 0.05  # extract warns when the faithful export is further than this from the network
+
+
+def _add_extract(parser: Parser) -> None:
+    parser.add_argument("model", help="checkpoint file (.pt)")
+    parser.add_argument("--out", default=None, help="write DIR/extraction.json (and more) here")
+    parser.add_argument(
+        "--probe-batch",
+        type=_positive_int,
+        default=None,
+        help="prompts in the probe batch (256; fewer for prompts above 2^22 / 256 entries)",
+    )
+    parser.add_argument(
+        "--probe-chunk",
+        type=_positive_int,
+        default=None,
+        help="prompts captured at once, with their query probes (sized to about 256 MiB)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide progress reports")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the probe prompts (0)")
+    parser.add_argument(
+        "--no-control", action="store_true", help="skip the untrained-model control"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="write into an existing --out (its files replaced)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    start = time.perf_counter()
+    from eagle_probe import budget, checkpoint, files
+    from eagle_probe.capture import default_probe_batch
+    from eagle_probe.export import faithful_gap, write_solver
+    from eagle_probe.extract import extract, extract_bytes
+    from eagle_probe.files import jsonable
+    from eagle_probe.progress import reporter
+    from eagle_probe.report import write_report
+
+    out = _out_dir(args.out, args.force)
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)
+    if probes < 2:
+        raise EagleProbeError(f"--probe-batch must be at least 2, got {probes}")
+    budget.check(
+        extract_bytes(model.cfg, probes, args.probe_chunk),
+        f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
+        f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
+        _budget(args),
+    )
+    tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
+    result = extract(
+        model,
+        task,
+        probe_batch_size=probes,
+        seed=args.seed,
+        control=not args.no_control,
+        chunk=args.probe_chunk,
+        device=args.device,
+        progress=None if args.no_progress else reporter(),
+    )
+    print(result.render(str(args.model)))
+    if out is not None:
+        payload = result.to_json()
+        payload["model"]["checkpoint"] = str(args.model)
+        payload["model"]["sha256"] = checkpoint.sha256(args.model)
+        payload["timings"]["total"] = time.perf_counter() - start
+        if model.cfg.tokens == "samples":  # the exported solver runs EAGLE, not GD++
+            payload["export"] = {
+                "solver": None,
+                "reason": "the exported solver runs EAGLE; a sample-layout model runs GD, GD++ "
+                "or preconditioned GD (see views.verdict)",
+            }
+            (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+            write_report(result, tmp, str(args.model))
+            _publish(args)
+            print(f"wrote {out / 'extraction.json'} and {out / 'report.html'}")
+            return 0
+        write_solver(tmp / "solver.py", payload, result.projectors)
+        gap = faithful_gap(
+            tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n
+        )
+        payload["export"] = {"faithful_gap": gap, "prompts": min(256, len(result.held_out.z0))}
+        print(
+            f"exported solver, faithful mode, against the network on "
+            f"{payload['export']['prompts']} held-out prompts: relative gap {gap:.3g}"
+        )
+        if not gap <= EXPORT_GAP:
+            warning = (
+                f"the faithful export differs from the network by {gap:.1%} (> {EXPORT_GAP:.0%}): "
+                "its constant EAGLE steps do not reproduce the network"
+            )
+            payload["warnings"].append(warning)
+            print(f"warning: {warning}")
+        (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+        write_report(result, tmp, str(args.model))
+        _publish(args)
+        print(f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}")
+    return 0

@@ -1,0 +1,358 @@
+"""`eagle-probe train`: train a model and write a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from eagle_probe import __version__
+from eagle_probe.cli.common import (
+    EXIT_INTERRUPTED,
+    Parser,
+    _budget,
+    _claim,
+    _finite_float,
+    _init_std,
+    _positive_int,
+    _publish,
+    _seed,
+)
+from eagle_probe.errors import EagleProbeError
+from eagle_probe.names import (
+    DEFAULT_STEPS,
+    NORMALIZE,
+    READOUTS,
+    REGIMES,
+    SCHEDULES,
+    TASKS,
+    TOKEN_MASKS,
+)
+
+HELP = "train a model and write a checkpoint"
+
+
+def _add_train(parser: Parser) -> None:
+    parser.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
+    parser.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)}")
+    parser.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
+    parser.add_argument(
+        "--heads",
+        type=_positive_int,
+        default=None,
+        help="heads per layer (1; distributed: one per machine)",
+    )
+    parser.add_argument(
+        "--machines",
+        type=_positive_int,
+        default=3,
+        help="distributed: machines M, must divide n (3)",
+    )
+    parser.add_argument(
+        "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
+    )
+    # --columns/--rows: aliases that torchrun's own option parser does not mistake for its own
+    parser.add_argument(
+        "--n", "--columns", type=_positive_int, default=18, help="columns of A (18)"
+    )
+    parser.add_argument("--d", "--rows", type=_positive_int, default=18, help="rows of A (18)")
+    parser.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
+    parser.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
+    parser.add_argument(
+        "--task-rank", type=_positive_int, default=10, help="rank s of the prompt matrices X (10)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=_finite_float,
+        default=0.7,
+        help="anisotropy α of the paper distribution (0.7)",
+    )
+    parser.add_argument(
+        "--kappa",
+        type=_finite_float,
+        default=None,
+        help="prescribe the condition number of A instead",
+    )
+    parser.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
+    parser.add_argument("--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)}")
+    parser.add_argument("--readout", default="negate", help=f"one of {', '.join(READOUTS)}")
+    parser.add_argument(
+        "--normalize",
+        default="spectral",
+        help=f"one of {', '.join(NORMALIZE)}; divide each prompt by that norm of A "
+        "(spectral; none is the paper's plain model, unstable to train)",
+    )
+    parser.add_argument("--init", default="normal", help="normal or orthogonal_half")
+    parser.add_argument(
+        "--tokens", default="features", help="token layout: features (d + d' rows) or samples"
+    )
+    parser.add_argument(
+        "--init-std", type=_init_std, default=0.02, help="std of the random initialisation"
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=None,
+        help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
+    )
+    parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
+    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
+    parser.add_argument("--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)}")
+    parser.add_argument(
+        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine"
+    )
+    parser.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip")
+    parser.add_argument(
+        "--weight-decay",
+        type=_finite_float,
+        default=0.0,
+        help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
+    )
+    parser.add_argument(
+        "--select",
+        default="mean",
+        help="validation number that picks the kept weights: mean, median or trimmed (mean over "
+        "the best 99%% of prompts)",
+    )
+    parser.add_argument(
+        "--gain-lr",
+        type=_finite_float,
+        default=0.0,
+        help="learning rate of a trained log-gain per layer and head, folded into W_P (0: off)",
+    )
+    parser.add_argument(
+        "--clip-qk",
+        type=_finite_float,
+        default=0.0,
+        help="separate clip for W_Q/W_K gradients (0: off)",
+    )
+    parser.add_argument(
+        "--freeze-values-last",
+        type=_finite_float,
+        default=0.0,
+        help="fraction of steps at the end with W_V, W_P frozen",
+    )
+    parser.add_argument("--curriculum", action="store_true", help="grow difficulty from α = 1")
+    parser.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
+    parser.add_argument(
+        "--data-shards",
+        type=_positive_int,
+        default=None,
+        help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
+        "(default: one per process, so 1 without torchrun)",
+    )
+    parser.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
+    parser.add_argument(
+        "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
+    )
+    parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run stored in --out (its configs; --steps may extend)",
+    )
+    parser.add_argument("-o", "--out", required=True, help="checkpoint to write (model.pt)")
+
+
+def _train_outputs(out: Path) -> list[Path]:
+    """The checkpoint and the run summary beside it: the two files `train` writes."""
+    summary = out.with_suffix(".json")
+    if summary == out:
+        raise EagleProbeError(
+            f"-o {out}: the run summary is written beside the checkpoint as {summary}; give the "
+            f"checkpoint another name, like {out.with_suffix('.pt')}"
+        )
+    return [out, summary]
+
+
+def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
+    """The training record of a checkpoint to resume, checked (a bad one is a user error)."""
+    record = previous.get("train_config")
+    if not isinstance(record, dict):
+        raise EagleProbeError(f"{out} holds no training record to resume from")
+    bad = [
+        key
+        for key, kind in (("history", list), ("spikes", list))
+        if key in previous and not isinstance(previous[key], kind)
+    ]
+    if "history" in previous and isinstance(previous["history"], list):
+        if not all(isinstance(r, dict) for r in previous["history"]):
+            bad.append("history")
+    steps_done = previous.get("steps_done", 0)
+    if not isinstance(steps_done, int) or isinstance(steps_done, bool) or steps_done < 0:
+        bad.append("steps_done")
+    for key in ("best_val_mse", "best_val_selected"):
+        value = previous.get(key)
+        if value is not None and not isinstance(value, int | float):
+            bad.append(key)
+    if bad:
+        raise EagleProbeError(f"{out} holds an invalid training record ({', '.join(bad)})")
+    return dict(record)
+
+
+def _lead_process() -> bool:
+    """False in the extra processes of a torchrun launch (rank 0 owns the outputs)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
+
+
+def run(args: argparse.Namespace) -> int:
+
+    from eagle_probe import budget, checkpoint, files
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+    from eagle_probe.train import TrainConfig
+
+    out = files.as_path(args.out, "-o/--out")
+    outputs = _train_outputs(out)
+    lead = _lead_process()
+    resume = None
+    if args.resume:
+        if not out.is_file():
+            raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
+        model, task, previous = checkpoint.load(out, max_bytes=_budget(args))
+        fields = _training_record(out, previous)
+        if args.steps is not None:
+            fields["steps"] = args.steps
+        try:
+            train_cfg = TrainConfig.from_dict(fields)
+        except (TypeError, ValueError) as exc:
+            raise EagleProbeError(f"{out} holds an invalid training record: {exc}") from None
+        model_cfg = model.cfg
+        resume = (model.state_dict(), previous)
+    else:
+        task = TaskConfig(
+            task=args.task,
+            n=args.n,
+            d=args.d,
+            n_prime=args.n_prime,
+            d_prime=args.d_prime,
+            noise=args.noise,
+            rank=args.task_rank,
+            alpha=args.alpha,
+            kappa=args.kappa,
+        )
+        model_cfg = ModelConfig(
+            regime=args.regime,
+            n=args.n,
+            d=args.d,
+            n_prime=args.n_prime,
+            d_prime=args.d_prime,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            machines=args.machines,
+            rank=args.rank,
+            token_mask=args.token_mask,
+            readout=args.readout,
+            normalize=args.normalize,
+            init=args.init,
+            init_std=args.init_std,
+            tokens=args.tokens,
+        )
+        train_cfg = TrainConfig(
+            steps=args.steps if args.steps is not None else TrainConfig().steps,
+            batch=args.batch,
+            lr=args.lr,
+            schedule=args.schedule,
+            warmup=args.warmup,
+            clip=args.clip,
+            clip_qk=args.clip_qk,
+            weight_decay=args.weight_decay,
+            gain_lr=args.gain_lr,
+            select=args.select,
+            freeze_values_last=args.freeze_values_last,
+            curriculum=args.curriculum,
+            skip_spikes=args.skip_spikes,
+            data_shards=args.data_shards,
+            eval_every=args.eval_every,
+            eval_batch=args.eval_batch,
+            seed=args.seed,
+        )
+    limit = _budget(args)
+    budget.check_model(model_cfg, limit)
+    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
+    budget.check(
+        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
+    )
+    from eagle_probe import (
+        cli,
+    )  # `_run_training` looked up on the package, where it can be replaced
+
+    if not lead:
+        return cli._run_training(args, out, model_cfg, task, train_cfg, resume, None)
+    replace = outputs if resume is not None else []
+    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
+    return cli._run_training(args, out, model_cfg, task, train_cfg, resume, claim)
+
+
+def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
+    """Train and publish through `claim` (None: a torchrun worker that writes nothing)."""
+    from eagle_probe import checkpoint
+    from eagle_probe.evaluate import evaluate
+    from eagle_probe.train import train
+
+    argv = " ".join(sys.argv[1:]) if sys.argv else ""
+    provenance = {
+        "command": f"eagle-probe {argv}".strip(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "eagle_probe": __version__,
+    }
+
+    def write(model, metrics: dict[str, Any]) -> None:
+        # Nothing is published before a validation has given finite numbers.
+        if claim is None or metrics.get("best_val_selected") is None:
+            return
+        payload = checkpoint.jsonable(metrics | provenance)
+        claim.write(out, lambda handle: checkpoint.dump(handle, model, task, payload))
+
+    def on_sigterm(signum, frame) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        model, metrics = train(
+            model_cfg,
+            task,
+            train_cfg,
+            progress=not args.no_progress,
+            on_validate=write,
+            resume=resume,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if metrics.get("processes", 1) > 1:
+        import torch.distributed as tdist
+
+        if tdist.get_rank() != 0:
+            return 0  # rank 0 writes the checkpoint and reports
+    metrics["test"] = evaluate(model, task)
+    # the number the kept weights were selected by must be finite on the test prompts too
+    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
+    if not math.isfinite(metrics["test"][decisive]) or metrics.get("best_val_selected") is None:
+        raise EagleProbeError(
+            f"training diverged (test {decisive.replace('_', ' ')} {metrics['test'][decisive]}); "
+            "nothing written - lower --lr or --init-std"
+        )
+    write(model, metrics)
+    summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
+    claim.write_text(
+        out.with_suffix(".json"), json.dumps(checkpoint.jsonable(summary), indent=2) + "\n"
+    )
+    _publish(args)
+    test = metrics["test"]
+    status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
+    print(
+        f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+        f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
+        f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
+    )
+    return EXIT_INTERRUPTED if metrics["interrupted"] else 0

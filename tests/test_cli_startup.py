@@ -1,0 +1,81 @@
+"""The command line starts without its heavy dependencies: `--help`, `CMD --help` and argument
+errors never import torch, TransformerLens, pandas or matplotlib (each command imports them in its
+`run`); the names its help lists are the ones the configs accept."""
+
+import subprocess
+import sys
+
+import pytest
+
+from eagle_probe import cli, names
+
+HEAVY = ("torch", "transformer_lens", "pandas", "matplotlib")
+PROBE = """
+import sys
+HEAVY = sys.argv.pop().split(",")
+from eagle_probe.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+print("CODE", code, "HEAVY", ",".join(heavy) or "-")
+"""
+
+
+def _run(argv: list[str]) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv, ",".join(HEAVY)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1], done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], *([name, "--help"] for name in cli.COMMANDS), ["--version"]],
+    ids=lambda argv: " ".join(argv),
+)
+def test_help_imports_nothing_heavy(argv):
+    last, _ = _run(argv)
+    assert last == "CODE 0 HEAVY -"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["extract"], "required: model"),
+        (["train", "--regime", "centralized"], "required: -o/--out"),
+        (["evaluate", "m.pt", "--batch", "0"], "positive integer"),
+        (["nosuchcommand"], "invalid choice"),
+    ],
+)
+def test_argument_errors_import_nothing_heavy(argv, words):
+    last, err = _run(argv)
+    assert last == "CODE 2 HEAVY -"
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_command_that_runs_imports_torch():
+    # the probe can see a heavy import: a command's run brings torch in
+    last, _ = _run(["evaluate", "does-not-exist.pt"])
+    assert last.startswith("CODE 2 HEAVY ") and "torch" in last.split()[-1].split(",")
+
+
+def test_every_command_module_has_its_three_names():
+    for name in cli.COMMANDS:
+        module = cli._module(name)
+        assert isinstance(module.HELP, str) and module.HELP
+        assert callable(getattr(module, f"_add_{name}")) and callable(module.run)
+        assert getattr(cli, f"cmd_{name}") is module.run
+
+
+def test_the_help_names_are_the_configs_names():
+    from eagle_probe import model, tasks, train
+
+    assert names.REGIMES == model.REGIMES
+    assert names.TASKS == tuple(tasks.TASKS)
+    assert names.SCHEDULES == train.SCHEDULES
+    assert train.TrainConfig().steps == names.DEFAULT_STEPS
