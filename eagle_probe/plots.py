@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
 
 from eagle_probe.model import LinearTransformer
 
@@ -672,4 +673,143 @@ def extraction_figures(ex: Extraction) -> dict[str, Figure]:
     for view, fn in VIEW_FIGURES.items():
         if view in ex.views:
             out.update(fn(ex))
+    return out
+
+
+# --- off the training distribution (eagle_probe.compare) and across training (timeline) --------
+
+_ALGORITHM_STYLE = {
+    "network": ("C0", "-", "network"),
+    "faithful": ("C3", "--", "extracted (faithful)"),
+    "optimum": ("C1", ":", "family at optimum steps"),
+    "more": ("C2", "-.", "extracted, run longer"),
+    "exact": ("0.2", "-", "B A⁺ C"),
+    "cg": ("C4", "-", "CGLS, same products"),
+    "gd": ("C5", "-", "GD, same products"),
+}
+_LOG_SWEEPS = {"scale", "kappa"}
+
+
+def _sweep_axis(ax, name: str, sweep: dict) -> np.ndarray:
+    x = np.array([p["value"] for p in sweep["points"]], dtype=float)
+    if name in _LOG_SWEEPS:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    elif name == "noise":
+        ax.set_xscale("symlog", linthresh=1e-3)
+    if sweep.get("training_value") is not None:
+        ax.axvline(sweep["training_value"], color="0.6", lw=0.8, ls=":")
+    ax.set_xlabel(f"{name}: {sweep['parameter']}", fontsize=7)
+    return x
+
+
+def compare_sweeps(result: dict) -> Figure:
+    """One panel per sweep of compare.json: MSE of every algorithm (left axis) and the network's
+    gap to its extracted algorithm (right axis, black dots); the training value dotted."""
+    sweeps = result["sweeps"]
+    cols = min(3, max(1, len(sweeps)))
+    rows = -(-max(1, len(sweeps)) // cols)
+    fig = _figure(4.2 * cols, 3.2 * rows + 0.8)
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    for ax in axes[len(sweeps) :]:
+        ax.set_axis_off()
+    for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
+        x = _sweep_axis(ax, name, sweep)
+        # round-off answers (B A⁺ C at 1e-30) would squash the rest: six decades below the
+        # network's smallest MSE at most
+        net = [p["mse"]["network"] for p in sweep["points"]]
+        every = [p["mse"][k] for p in sweep["points"] for k in p["mse"]]
+        floor = max(_floor(every), 1e-6 * _floor(net) * 10)
+        for key, (colour, ls, label) in _ALGORITHM_STYLE.items():
+            if key in sweep["points"][0]["mse"]:
+                y = _positive([p["mse"][key] for p in sweep["points"]], floor)
+                ax.plot(x, y, color=colour, ls=ls, lw=1.2, marker=".", label=label)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor)
+        ax.set_ylabel("MSE (prompt units)", fontsize=7)
+        twin = ax.twinx()
+        gaps = [p["gap"]["faithful"] for p in sweep["points"]]
+        twin.plot(x, _positive(gaps, 1e-17), "ko", ms=3, label="gap network–extracted")
+        twin.set_yscale("log")
+        twin.set_ylabel("‖D_net − D_alg‖ / ‖D_net‖", fontsize=7)
+        f = sweep["follows"]
+        ax.axvspan(f["low"], f["high"], color="C2", alpha=0.07)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+        twin.tick_params(labelsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles.append(Line2D([], [], color="k", marker="o", ls="", ms=3))
+    labels.append("gap network–extracted (right axis)")
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=4)
+    fig.suptitle(
+        "Off the training distribution: MSE per algorithm; shaded: the network follows its "
+        "algorithm",
+        fontsize=10,
+    )
+    return fig
+
+
+def compare_sensitivity(result: dict) -> Figure:
+    """Per sweep, 1 − cosine of the network's and the algorithm's ∂D̂/∂C and ∂D̂/∂A."""
+    sweeps = result["sweeps"]
+    fig = _figure(3.0 * max(1, len(sweeps)), 3.0)
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(sweeps)), squeeze=False)[0])
+    for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
+        x = _sweep_axis(ax, name, sweep)
+        for block, colour in (("C", "C2"), ("A", "C0")):
+            y = [1.0 - p["sensitivity_cosine"][block] for p in sweep["points"]]
+            ax.plot(x, _positive(y, 1e-17), color=colour, marker=".", label=f"∂D̂/∂{block}")
+        ax.set_yscale("log")
+        ax.set_ylabel("1 − cosine", fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Sensitivity of the network against its extracted algorithm", fontsize=10)
+    return fig
+
+
+def compare_interpolation(result: dict) -> Figure:
+    """MSE and gap to the network along (1 − t) products_network + t products_family."""
+    path = result["interpolation"]
+    fig = _figure(5.0, 3.2)
+    ax = fig.subplots()
+    t = np.asarray(path["t"], dtype=float)
+    ax.plot(t, path["mse"], "C0.-", label="MSE")
+    ax.set_xlabel("t (0: network, 1: family at the faithful steps)")
+    ax.set_ylabel("MSE (prompt units)", color="C0")
+    twin = ax.twinx()
+    twin.plot(t, _positive(path["gap"], 1e-17), "C3.--", label="gap to the network")
+    twin.set_yscale("log")
+    twin.set_ylabel("‖D_t − D_net‖ / ‖D_net‖", color="C3")
+    ax.set_title("Interpolating the network's products towards its family", fontsize=10)
+    return fig
+
+
+def iteration_map(result: dict) -> Figure:
+    """Layer → iteration heat maps (Fu et al.): log10 ‖D_layer − D_k‖² / ‖B A⁺ C‖² against k
+    steps of exact EAGLE (η = 1/3, γ = 1) and of GD; the closest k per layer marked."""
+    maps = result["iteration_map"]
+    fig = _figure(10.0, 0.5 * len(next(iter(maps.values()))["distance"]) + 2.4)
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    titles = {"eagle": "exact EAGLE (η = 1/3, γ = 1)", "gd": "gradient descent (1/‖A‖²)"}
+    for ax, (name, m) in zip(axes, maps.items(), strict=True):
+        dist = np.asarray(m["distance"], dtype=float)
+        img = np.log10(_positive(dist, 1e-32))
+        im = ax.imshow(img, aspect="auto", cmap="viridis_r", interpolation="nearest")
+        ax.plot(m["closest"], np.arange(len(dist)), "rx", ms=6)
+        ax.set_yticks(np.arange(len(dist)), [str(i) for i in range(len(dist))])
+        ax.set_ylabel("layer (0-based)")
+        ax.set_xlabel(f"steps of {titles.get(name, name)}", fontsize=8)
+        fig.colorbar(im, ax=ax, label="log10 relative distance")
+    fig.suptitle("Which step count each layer's D slot is closest to (x: closest)", fontsize=10)
+    return fig
+
+
+def compare_figures(result: dict) -> dict[str, Figure]:
+    """Every figure of a compare.json."""
+    out = {"compare_sweeps": compare_sweeps(result)} if result["sweeps"] else {}
+    if result["sweeps"]:
+        out["compare_sensitivity"] = compare_sensitivity(result)
+    out["compare_interpolation"] = compare_interpolation(result)
+    out["iteration_map"] = iteration_map(result)
     return out

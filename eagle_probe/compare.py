@@ -1,0 +1,727 @@
+"""Off the training distribution: where a network and its extracted algorithm part ways.
+
+`compare(model, task)` extracts the algorithm once (the views the faithful export and the
+optimum need) and then, on sweeps of the prompt distribution, scores side by side
+
+    network    the model itself (float64 copy of its weights)
+    faithful   the extracted algorithm: the family the views read with the steps read from the
+               activations, exactly what the exported solver's faithful mode runs (checked on a
+               few prompts: `export_check`)
+    optimum    the same family with the optimum view's steps (the best EAGLE of that depth)
+    more       the faithful layers, then more steps of the family at the theory's η = 1/3, γ = 1
+               (a = η / λ_max(K), c = γ / λ_max(A P Aᵀ) of the current iterate, per prompt),
+               `more_steps` × L steps in all
+    exact      B A⁺ C (float64 pseudo-inverse)
+    cg, gd     CGLS and gradient descent on min ‖W A − B‖ from W = 0, D = W C, with the matrix
+               products of L EAGLE steps: an EAGLE step costs 6 products (A Aᵀ, its product with
+               A, B Aᵀ, its product with A, A Aᵀ C, B Aᵀ C), a CGLS or GD iteration 2, so both run
+               3 L iterations; GD's step is 1 / ‖A‖₂²
+
+Sweeps (each from the training task, one knob moved; every point of a sweep draws the same
+random numbers, so a curve moves with its knob only):
+
+    scale    A multiplied by s (×0.25 … ×4); the answer is then D / s exactly, since
+             [[sA, C], [B, D/s]] is a row and column rescaling of X and keeps its rank
+    kappa    A's spectrum geometric with condition number κ (1e1 … 1e6), each prompt rescaled
+             so that ‖A‖₂ is the training prompts' median
+    rank     the rank s of X; alpha the anisotropy α; noise the variance σ² added to X
+    samples  the number n of columns of A: a feature-layout model's width fixes n, so it is
+             listed under `skipped` with that reason
+
+Per point: the MSE of each, its MSE relative to the zero predictor's, the network–algorithm gap
+‖D_net − D_alg‖_F / ‖D_net‖_F (faithful and optimum), and the sensitivity cosine: for k Gaussian
+directions V in C (and in A) shared by both, the central differences ∂D̂[V] of the network and of
+the faithful algorithm, stacked per prompt, their cosine averaged over prompts (von Oswald et
+al.'s "model cos"; E[⟨J V, J' V⟩] = ⟨J, J'⟩_F, so it estimates the Jacobians' cosine).
+
+At the training distribution also: the interpolation path (1 − t) products_network + t
+products_family (the family planted with the faithful steps, `families.Family.products`), MSE
+and gap to the network along t; and the layer → iteration map (Fu et al.): each layer's D slot
+against D after k steps of exact EAGLE (η = 1/3, γ = 1, ρ = ‖A_k‖₂⁻², Algorithm 1) and of GD,
+as ‖D_layer − D_k‖² / ‖B A⁺ C‖², and the k closest to each layer.
+
+The result's `json` is the compare.json schema in docs/extraction-schema.md.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from eagle_probe.errors import EagleProbeError
+from eagle_probe.fit.geometry import Geometry
+from eagle_probe.model import LinearTransformer
+from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+SCHEMA = "eagle-probe compare"
+SCHEMA_VERSION = 1
+ALGORITHMS = ("network", "faithful", "optimum", "more", "exact", "cg", "gd")
+SWEEPS = ("scale", "kappa", "rank", "alpha", "noise", "samples")
+PRODUCTS_PER_STEP = 6  # matrix products of one EAGLE step (module text)
+PRODUCTS_PER_ITERATION = 2  # of one CGLS or GD iteration
+THEORY = (1.0 / 3.0, 1.0)  # (η, γ) of the extra steps and of the map's exact EAGLE
+# a sweep point "follows" its algorithm while its gap is at most this many times the training
+# point's (or below FOLLOW_FLOOR, round-off)
+FOLLOW_FACTOR = 10.0
+FOLLOW_FLOOR = 1e-9
+FD_STEP = 1e-5  # central-difference step, relative to the perturbed block's Frobenius norm
+
+
+def default_values(task: TaskConfig) -> dict[str, tuple[float, ...]]:
+    """The default sweep values for a training task (rank up to min(d, n))."""
+    top = min(task.d, task.n)
+    ranks = sorted({r for r in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18) if r <= top} | {task.rank})
+    return {
+        "scale": tuple(float(2.0**e) for e in np.arange(-2.0, 2.01, 0.5)),
+        "kappa": (1e1, 1e2, 1e3, 1e4, 1e5, 1e6),
+        "rank": tuple(float(r) for r in ranks if r <= top),
+        "alpha": tuple(sorted({0.4, 0.55, 0.7, 0.85, 1.0, task.alpha})),
+        "noise": tuple(sorted({0.0, 1e-3, 1e-2, 1e-1, task.noise})),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareConfig:
+    """How much of each reading `compare` computes."""
+
+    prompts: int = 256  # prompts per sweep point
+    sensitivity_prompts: int = 32  # of them, prompts the sensitivity cosine is taken on
+    directions: int = 8  # random directions in C (and in A) of the sensitivity cosine
+    more_steps: int = 4  # the algorithm run for this many times the network's layers
+    interpolation_points: int = 11  # values of t in [0, 1]
+    map_steps: int = 24  # exact-EAGLE steps of the layer → iteration map (GD: 4 × as many)
+    sweeps: tuple[str, ...] = SWEEPS  # which sweeps to run
+    seed: int = 0  # seeds the extraction, every sweep's prompts and the directions
+
+    def __post_init__(self) -> None:
+        for name in ("prompts", "directions", "more_steps", "map_steps", "sensitivity_prompts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.prompts < 2:
+            raise ValueError(f"prompts must be at least 2, got {self.prompts}")
+        if not isinstance(self.interpolation_points, int) or self.interpolation_points < 2:
+            raise ValueError(
+                f"interpolation_points must be an integer >= 2, got {self.interpolation_points!r}"
+            )
+        unknown = [s for s in self.sweeps if s not in SWEEPS]
+        if unknown:
+            raise ValueError(f"unknown sweep(s) {', '.join(unknown)}; choose from {SWEEPS}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"sweeps": list(self.sweeps)}
+
+
+@dataclass
+class Comparison:
+    """What `compare` returns: the JSON, one table per sweep, the interpolation and map tables."""
+
+    json: dict[str, Any]
+    sweeps: dict[str, pd.DataFrame]  # sweep -> one row per point
+    interpolation: pd.DataFrame  # t, mse, gap
+    iteration_map: dict[str, np.ndarray]  # "eagle" / "gd" -> (L, steps + 1) distances
+
+    def render(self) -> str:
+        """A few lines for people: per sweep the range the network follows its algorithm."""
+        lines = [self.json["summary"]["text"]]
+        for name, table in self.sweeps.items():
+            cols = ["value", *[f"mse_{a}" for a in ALGORITHMS if f"mse_{a}" in table], "gap"]
+            lines.append(f"\n{name}:")
+            lines.append(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        return "\n".join(lines)
+
+
+# --- the algorithms, on prompts z0 (b, T, E) in prompt units -----------------------------------
+
+
+def run_family(geo: Geometry, z0: np.ndarray, a_steps, c_steps, extra: int = 0) -> np.ndarray:
+    """The family `geo` reads with the given steps, then `extra` steps at the theory's (η, γ)
+    normalised by the current iterate; the prediction (b, d', n') in prompt units."""
+    Z = z0 / geo.prompt_scale(z0)[:, None, None]
+    L = len(a_steps)
+    eta, gamma = THEORY
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(L + extra):
+            if layer < L:
+                a, c = float(a_steps[layer]), float(c_steps[layer])
+            else:
+                at = min(layer, L - 1)  # the sketched family keeps its last layer's sketch
+                A = Z[:, : geo.d, : geo.n]
+                P = geo.query_operator(at)
+                K = geo.gram(A, at)  # (b, n, n)
+                Kc = P @ (A.swapaxes(-1, -2) @ A) @ P  # (b, n, n): A P Aᵀ's spectrum
+                a = eta / _top(K)[:, None, None]
+                c = gamma / _top(Kc)[:, None, None]
+                layer = at
+            Z = geo.eagle_step(Z, layer, a, c)
+    return geo.readout_of(Z, z0)
+
+
+def _top(K: np.ndarray) -> np.ndarray:
+    """Largest eigenvalue of symmetric (b, k, k), floored at the smallest normal float."""
+    with np.errstate(invalid="ignore"):
+        top = np.linalg.eigvalsh(np.nan_to_num(K, posinf=0.0, neginf=0.0))[:, -1]
+    return np.maximum(top, np.finfo(float).tiny)
+
+
+def exact(z0: np.ndarray, d: int, n: int) -> np.ndarray:
+    """B A⁺ C (b, d', n')."""
+    A, B, C = z0[:, :d, :n], z0[:, d:, :n], z0[:, :d, n:]
+    return B @ np.linalg.pinv(A, rcond=1e-10) @ C
+
+
+def cgls(z0: np.ndarray, d: int, n: int, iterations: int) -> np.ndarray:
+    """CGLS on min ‖Aᵀ x − Bᵀ‖ (x = Wᵀ, each output row its own CG), from x = 0: D = xᵀ C."""
+    A, B, C = z0[:, :d, :n], z0[:, d:, :n], z0[:, :d, n:]
+    Ac, r = A.swapaxes(-1, -2), B.swapaxes(-1, -2).copy()  # (b, n, d), (b, n, d')
+    x = np.zeros(A.shape[:1] + (d, B.shape[1]))  # (b, d, d')
+    s = A @ r  # Acᵀ r: (b, d, d')
+    p = s.copy()
+    gam = np.sum(s * s, axis=1, keepdims=True)  # (b, 1, d')
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for _ in range(iterations):
+            q = Ac @ p  # (b, n, d')
+            qq = np.sum(q * q, axis=1, keepdims=True)
+            alpha = np.where(qq > 0, gam / np.where(qq > 0, qq, 1.0), 0.0)
+            x = x + alpha * p
+            r = r - alpha * q
+            s = A @ r
+            new = np.sum(s * s, axis=1, keepdims=True)
+            beta = np.where(gam > 0, new / np.where(gam > 0, gam, 1.0), 0.0)
+            p = s + beta * p
+            gam = new
+    return x.swapaxes(-1, -2) @ C
+
+
+def gd(z0: np.ndarray, d: int, n: int, iterations: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Gradient descent W ← W − τ (W A − B) Aᵀ, τ = 1 / ‖A‖₂², from W = 0: D = W C after
+    `iterations` steps, and D after every step 0 … iterations."""
+    A, B, C = z0[:, :d, :n], z0[:, d:, :n], z0[:, :d, n:]
+    tau = 1.0 / np.maximum(np.linalg.norm(A, ord=2, axis=(-2, -1)), 1e-300) ** 2  # (b,)
+    W = np.zeros(B.shape[:2] + (d,))  # (b, d', d)
+    At = A.swapaxes(-1, -2)
+    path = [W @ C]
+    for _ in range(iterations):
+        W = W - tau[:, None, None] * ((W @ A - B) @ At)
+        path.append(W @ C)
+    return path[-1], path
+
+
+def theory_eagle(z0: np.ndarray, d: int, n: int, steps: int) -> list[np.ndarray]:
+    """Algorithm 1 (S = I) with the theory's η = 1/3, γ = 1 and ρ = ‖A_k‖₂⁻²: D after every
+    step 0 … steps (b, d', n') each."""
+    eta, gamma = THEORY
+    A, B, C = (x.copy() for x in (z0[:, :d, :n], z0[:, d:, :n], z0[:, :d, n:]))
+    D = np.zeros(B.shape[:2] + C.shape[2:])
+    path = [D]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(steps):
+            rho = 1.0 / np.maximum(np.linalg.norm(A, ord=2, axis=(-2, -1)), 1e-300) ** 2
+            rho = rho[:, None, None]
+            At = A.swapaxes(-1, -2)
+            G, BAt = A @ At, B @ At  # (b, d, d), (b, d', d)
+            A, B, C, D = (
+                A - eta * rho * (G @ A),
+                B - eta * rho * (BAt @ A),
+                C - gamma * rho * (G @ C),
+                D + gamma * rho * (BAt @ C),
+            )
+            path.append(D)
+    return path
+
+
+def _rel(x: np.ndarray, ref: np.ndarray) -> float:
+    size = float(np.linalg.norm(ref))
+    with np.errstate(over="ignore", invalid="ignore"):
+        gap = float(np.linalg.norm(x - ref))
+    return gap / size if size > 0 else (0.0 if gap == 0 else math.inf)
+
+
+def _mse(x: np.ndarray, D: np.ndarray) -> float:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean((x - D) ** 2))
+
+
+def _cosine(u: np.ndarray, v: np.ndarray) -> float:
+    """Mean over prompts of the cosine between u[i] and v[i] (flattened)."""
+    u, v = u.reshape(len(u), -1), v.reshape(len(v), -1)
+    nu, nv = np.linalg.norm(u, axis=1), np.linalg.norm(v, axis=1)
+    ok = (nu > 0) & (nv > 0) & np.isfinite(nu) & np.isfinite(nv)
+    if not ok.any():
+        return math.nan
+    return float(np.mean(np.sum(u[ok] * v[ok], axis=1) / (nu[ok] * nv[ok])))
+
+
+# --- the comparison ---------------------------------------------------------------------------
+
+
+class _Scorer:
+    """Everything one sweep point needs: the network, the family and its steps."""
+
+    def __init__(self, model: LinearTransformer, ex, cfg: CompareConfig) -> None:
+        from eagle_probe.capture import float64_copy, probe_chunk
+
+        self.model = float64_copy(model)
+        self.chunk = probe_chunk(self.model.cfg)
+        self.geo: Geometry = ex.geometry
+        self.d, self.n = self.geo.d, self.geo.n
+        self.L = self.geo.layers
+        layers = ex.layers
+        self.faithful = (list(layers.a_step), list(layers.c_step))
+        opt = ex.views.get("optimum")
+        best = opt.json.get("optimal") if opt is not None else None
+        self.optimum = None if best is None else (list(best["a_steps"]), list(best["c_steps"]))
+        self.cfg = cfg
+        self.iterations = self.L * PRODUCTS_PER_STEP // PRODUCTS_PER_ITERATION
+
+    def network(self, z0: np.ndarray) -> np.ndarray:
+        from eagle_probe.extract import predict_chunked
+
+        with torch.no_grad():
+            return predict_chunked(
+                self.model, z0, device=torch.device("cpu"), chunk=max(1, self.chunk)
+            )
+
+    def algorithm(self, z0: np.ndarray) -> np.ndarray:
+        return run_family(self.geo, z0, *self.faithful)
+
+    def predictions(self, z0: np.ndarray) -> dict[str, np.ndarray]:
+        out = {"network": self.network(z0), "faithful": self.algorithm(z0)}
+        if self.optimum is not None:
+            out["optimum"] = run_family(self.geo, z0, *self.optimum)
+        extra = (self.cfg.more_steps - 1) * self.L
+        out["more"] = run_family(self.geo, z0, *self.faithful, extra=extra)
+        out["exact"] = exact(z0, self.d, self.n)
+        out["cg"] = cgls(z0, self.d, self.n, self.iterations)
+        out["gd"] = gd(z0, self.d, self.n, self.iterations)[0]
+        return out
+
+    def sensitivity(self, z0: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
+        """Cosine of the network's and the algorithm's directional derivatives in C and A."""
+        d, n, k = self.d, self.n, self.cfg.directions
+        out = {}
+        for block, rows, cols in (
+            ("C", slice(0, d), slice(n, None)),
+            ("A", slice(0, d), slice(0, n)),
+        ):
+            shape = z0[:, rows, cols].shape[1:]
+            V = rng.standard_normal((k,) + shape)
+            V /= np.linalg.norm(V.reshape(k, -1), axis=1)[:, None, None]  # (k, …) unit
+            size = np.linalg.norm(z0[:, rows, cols], axis=(-2, -1))  # (b,)
+            h = FD_STEP * np.maximum(size, 1e-300)  # (b,)
+            plus = np.repeat(z0[:, None], k, axis=1).copy()  # (b, k, T, E)
+            minus = plus.copy()
+            step = h[:, None, None, None] * V[None]  # (b, k, …)
+            plus[:, :, rows, cols] += step
+            minus[:, :, rows, cols] -= step
+            flat = np.concatenate([plus, minus], axis=1).reshape((-1,) + z0.shape[1:])
+            b = z0.shape[0]
+            grads = []
+            for fn in (self.network, self.algorithm):
+                y = fn(flat).reshape((b, 2 * k) + (-1,))
+                grads.append((y[:, :k] - y[:, k:]) / (2 * h[:, None, None]))  # (b, k, d'n')
+            out[block] = _cosine(*grads)
+        return out
+
+
+def _point_prompts(
+    task: TaskConfig, sweep: str, value: float, batch: int, seed: int, train_norm: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts (z0, D) of one sweep point, float64, prompt units."""
+    if sweep == "scale":
+        p = sample(task, batch, make_generator(seed), dtype=torch.float64)
+        A, B, C, D = (t.numpy().copy() for t in (p.A, p.B, p.C, p.D))
+        A, D = A * value, D / value
+    else:
+        field = {"kappa": "kappa", "rank": "rank", "alpha": "alpha", "noise": "noise"}[sweep]
+        cast = int(value) if sweep == "rank" else float(value)
+        p = sample(replace(task, **{field: cast}), batch, make_generator(seed), dtype=torch.float64)
+        A, B, C, D = (t.numpy().copy() for t in (p.A, p.B, p.C, p.D))
+        if sweep == "kappa":  # ‖A‖₂ at the training prompts' median
+            r = train_norm / np.maximum(np.linalg.norm(A, ord=2, axis=(-2, -1)), 1e-300)
+            A, B, C, D = (x * r[:, None, None] for x in (A, B, C, D))
+    z0 = np.concatenate(
+        [np.concatenate([A, C], axis=-1), np.concatenate([B, np.zeros_like(D)], axis=-1)],
+        axis=-2,
+    )
+    return z0, D
+
+
+def skipped_sweeps(task: TaskConfig, geo: Geometry) -> dict[str, str]:
+    """The sweeps the training task or layout do not offer, with the reason."""
+    out = {"samples": "the feature layout's width n + n' fixes the number of samples n"}
+    if task.task == "nystrom":
+        out["kappa"] = "the kernel sets the nystrom task's spectrum; κ cannot be prescribed"
+        out["rank"] = "the nystrom task has no rank parameter"
+        out["alpha"] = "the nystrom task has no anisotropy parameter"
+    elif task.kappa is not None:
+        out["alpha"] = "the training task prescribes κ, which replaces the α spectrum"
+    elif task.task == "least_squares":
+        out["rank"] = "the least_squares task's rank is min(d, n) (no rank parameter)"
+    elif task.task == "completion":
+        out["alpha"] = "the completion task is isotropic (no anisotropy parameter)"
+    return out
+
+
+def _follows(values: list[float], gaps: list[float], train: int) -> tuple[float, float]:
+    """The range of values around the training point (index `train`) whose gap stays within
+    FOLLOW_FACTOR × the training point's (or below FOLLOW_FLOOR)."""
+    limit = max(FOLLOW_FACTOR * gaps[train], FOLLOW_FLOOR)
+    lo = hi = train
+    while lo > 0 and gaps[lo - 1] <= limit:
+        lo -= 1
+    while hi < len(values) - 1 and gaps[hi + 1] <= limit:
+        hi += 1
+    return values[lo], values[hi]
+
+
+def _training_value(task: TaskConfig, sweep: str) -> float | None:
+    return {
+        "scale": 1.0,
+        "kappa": task.kappa,
+        "rank": float(task.rank),
+        "alpha": task.alpha,
+        "noise": task.noise,
+    }[sweep]
+
+
+def in_gauge(qk: np.ndarray, qk_f: np.ndarray, vp_f: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The family's products (L, h, E, E) in the network's gauge: each head's W_QK scaled by
+    λ = ±‖W_QK^net‖_F / ‖W_QK^family‖_F (the sign of their inner product) and its W_VP by 1/λ.
+    A head's scores times values, and so the layer, are unchanged; without it the straight path
+    between W_QK = α I, W_VP = −a/α I and W_QK = I, W_VP = −a I passes through layers with steps
+    up to (1 + α)² / (4 α) times a."""
+    num = np.linalg.norm(qk, axis=(-2, -1))  # (L, h)
+    den = np.linalg.norm(qk_f, axis=(-2, -1))
+    sign = np.where(np.sum(qk * qk_f, axis=(-2, -1)) < 0, -1.0, 1.0)
+    lam = np.where((num > 0) & (den > 0), sign * num / np.where(den > 0, den, 1.0), 1.0)
+    return qk_f * lam[..., None, None], vp_f / lam[..., None, None]
+
+
+def interpolation(
+    model: LinearTransformer,
+    geo: Geometry,
+    a_steps,
+    c_steps,
+    z0: np.ndarray,
+    D: np.ndarray,
+    points: int,
+) -> pd.DataFrame:
+    """MSE and gap to the network along (1 − t) products_network + t products_family, the
+    family's products in the network's gauge (`in_gauge`)."""
+    from eagle_probe.fit import families
+    from eagle_probe.layouts import state_products
+
+    qk, vp = state_products(model)
+    fam = families.of_geometry(geo)
+    qk_f, vp_f = fam.products(geo, a_steps, c_steps, geo.projector)
+    if qk_f.shape != qk.shape:
+        raise EagleProbeError(
+            f"the family's products {qk_f.shape} do not match the network's {qk.shape}"
+        )
+    qk_f, vp_f = in_gauge(qk, qk_f, vp_f)
+    net = geo.predict(z0, qk, vp)
+    rows = []
+    for t in np.linspace(0.0, 1.0, points):
+        pred = geo.predict(z0, (1 - t) * qk + t * qk_f, (1 - t) * vp + t * vp_f)
+        rows.append({"t": float(t), "mse": _mse(pred, D), "gap": _rel(pred, net)})
+    return pd.DataFrame(rows)
+
+
+def iteration_map(
+    geo: Geometry, qk: np.ndarray, vp: np.ndarray, z0: np.ndarray, steps: int
+) -> dict[str, Any]:
+    """Each layer's D slot against k steps of exact EAGLE (η = 1/3, γ = 1) and of GD:
+    distances (L, k + 1) = ‖D_layer − D_k‖² / ‖B A⁺ C‖², and the closest k per layer."""
+    stream = geo.stream(z0, qk, vp)  # (L + 1, b, T, E) internal units
+    layers = [geo.readout_of(Z, z0) for Z in stream[1:]]  # L × (b, d', n')
+    ref = float(np.sum(exact(z0, geo.d, geo.n) ** 2))
+    out: dict[str, Any] = {}
+    paths = {
+        "eagle": theory_eagle(z0, geo.d, geo.n, steps),
+        "gd": gd(z0, geo.d, geo.n, 4 * steps)[1],
+    }
+    for name, path in paths.items():
+        with np.errstate(over="ignore", invalid="ignore"):
+            dist = np.array(
+                [
+                    [float(np.sum((D_l - D_k) ** 2)) / max(ref, 1e-300) for D_k in path]
+                    for D_l in layers
+                ]
+            )
+        safe = np.where(np.isfinite(dist), dist, np.inf)
+        out[name] = {
+            "steps": list(range(len(path))),
+            "distance": dist,
+            "closest": [int(np.argmin(row)) for row in safe],
+            "closest_distance": [float(np.min(row)) for row in safe],
+        }
+    return out
+
+
+def compare(
+    model: LinearTransformer,
+    task: TaskConfig,
+    cfg: CompareConfig | None = None,
+    *,
+    values: dict[str, tuple[float, ...]] | None = None,
+    extraction=None,
+) -> Comparison:
+    """Score the network beside its extracted algorithm, the same run longer, B A⁺ C and the
+    classical baselines on sweeps of the prompt distribution (module text). `values` replaces
+    the default sweep values (`default_values`); `extraction` an extraction of this model with
+    at least the views eagle, fidelity, projection and optimum."""
+    from eagle_probe.extract import extract
+    from eagle_probe.layouts import state_products
+
+    cfg = CompareConfig() if cfg is None else cfg
+    if model.cfg.tokens == "samples":
+        raise EagleProbeError(
+            "compare scores the EAGLE families of the feature layout; a sample-layout model "
+            "runs GD++ (see extract's algorithm view)"
+        )
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if extraction is None:
+        extraction = extract(
+            model,
+            task,
+            views=("eagle", "fidelity", "projection", "optimum", "verdict"),
+            seed=cfg.seed,
+            test_batch=1024,
+            tuning_batch=256,
+        )
+    timings["extract"] = time.perf_counter() - t0
+    scorer = _Scorer(model, extraction, cfg)
+    geo = scorer.geo
+    grid = default_values(task) if values is None else values
+    skipped = skipped_sweeps(task, geo)
+    rng = np.random.default_rng([cfg.seed, 25])
+    base = sample(task, cfg.prompts, make_generator(cfg.seed + 1), dtype=torch.float64)
+    train_norm = float(np.median(np.linalg.norm(base.A.numpy(), ord=2, axis=(-2, -1))))
+
+    t0 = time.perf_counter()
+    export_check = _export_check(extraction, base, scorer)
+    timings["export_check"] = time.perf_counter() - t0
+
+    sweeps_json: dict[str, Any] = {}
+    tables: dict[str, pd.DataFrame] = {}
+    for sweep in cfg.sweeps:
+        if sweep in skipped:
+            continue
+        if sweep not in grid:
+            skipped[sweep] = "no values given"
+            continue
+        t0 = time.perf_counter()
+        seed = cfg.seed + 1000 * (1 + SWEEPS.index(sweep))
+        points, rows = [], []
+        for value in grid[sweep]:
+            z0, D = _point_prompts(task, sweep, value, cfg.prompts, seed, train_norm)
+            preds = scorer.predictions(z0)
+            zero = float(np.mean(D**2))
+            mse = {k: _mse(v, D) for k, v in preds.items()}
+            sens = scorer.sensitivity(z0[: cfg.sensitivity_prompts], rng)
+            point = {
+                "value": float(value),
+                "prompts": int(z0.shape[0]),
+                "norm_a": float(
+                    np.median(np.linalg.norm(z0[:, : geo.d, : geo.n], ord=2, axis=(-2, -1)))
+                ),
+                "zero_mse": zero,
+                "mse": mse,
+                "relative_mse": {k: v / zero if zero > 0 else math.inf for k, v in mse.items()},
+                "gap": {
+                    k: _rel(preds[k], preds["network"])
+                    for k in ("faithful", "optimum", "more")
+                    if k in preds
+                },
+                "sensitivity_cosine": sens,
+            }
+            points.append(point)
+            rows.append(
+                {"value": point["value"], "norm_a": point["norm_a"]}
+                | {f"mse_{k}": v for k, v in mse.items()}
+                | {"gap": point["gap"]["faithful"]}
+                | {f"gap_{k}": v for k, v in point["gap"].items()}
+                | {f"cos_{k}": v for k, v in sens.items()}
+            )
+        train_value = _training_value(task, sweep)
+        vals = [p["value"] for p in points]
+        train_index = (
+            int(
+                np.argmin(
+                    [
+                        abs(math.log(v / train_value))
+                        if v > 0 and train_value > 0
+                        else abs(v - train_value)
+                        for v in vals
+                    ]
+                )
+            )
+            if train_value is not None
+            else int(np.argmin([p["gap"]["faithful"] for p in points]))
+        )
+        gaps = [p["gap"]["faithful"] for p in points]
+        lo, hi = _follows(vals, gaps, train_index)
+        sweeps_json[sweep] = {
+            "parameter": _PARAMETER[sweep],
+            "training_value": train_value,
+            "training_index": train_index,
+            "points": points,
+            "follows": {"low": lo, "high": hi, "factor": FOLLOW_FACTOR, "floor": FOLLOW_FLOOR},
+        }
+        tables[sweep] = pd.DataFrame(rows)
+        timings[sweep] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    z0 = base.z0().numpy()
+    D = base.D.numpy()
+    interp = interpolation(scorer.model, geo, *scorer.faithful, z0, D, cfg.interpolation_points)
+    timings["interpolation"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    qk, vp = state_products(scorer.model)
+    imap = iteration_map(geo, qk, vp, z0, cfg.map_steps)
+    timings["iteration_map"] = time.perf_counter() - t0
+
+    summary = _summary(sweeps_json, interp)
+    out = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "model": {
+            "regime": model.cfg.regime,
+            "family": extraction.info.get("family"),
+            "verdict": extraction.verdict.get("label"),
+            "layers": geo.layers,
+            "heads": geo.heads,
+            "normalize": geo.normalize,
+            "task": task.to_dict(),
+        },
+        "config": cfg.to_dict(),
+        "algorithms": dict(_DESCRIPTIONS),
+        "steps": {
+            "faithful": {"a_steps": scorer.faithful[0], "c_steps": scorer.faithful[1]},
+            "optimum": None
+            if scorer.optimum is None
+            else {"a_steps": scorer.optimum[0], "c_steps": scorer.optimum[1]},
+            "more": {
+                "total_steps": cfg.more_steps * geo.layers,
+                "eta": THEORY[0],
+                "gamma": THEORY[1],
+            },
+            "baseline_iterations": scorer.iterations,
+            "products_per_step": PRODUCTS_PER_STEP,
+            "products_per_iteration": PRODUCTS_PER_ITERATION,
+        },
+        "training_norm_a": train_norm,
+        "export_check": export_check,
+        "sweeps": sweeps_json,
+        "skipped": {k: v for k, v in skipped.items() if k in cfg.sweeps},
+        "interpolation": {
+            "to": "the family read, planted with the faithful steps",
+            "t": interp.t.tolist(),
+            "mse": interp.mse.tolist(),
+            "gap": interp.gap.tolist(),
+            "mse_range": float(interp.mse.max() - interp.mse.min()),
+            "mse_relative_range": _spread(interp.mse.to_numpy()),
+        },
+        "iteration_map": {
+            name: {
+                "steps": m["steps"],
+                "distance": m["distance"].tolist(),
+                "closest": m["closest"],
+                "closest_distance": m["closest_distance"],
+            }
+            for name, m in imap.items()
+        },
+        "summary": summary,
+        "timings": timings,
+    }
+    from eagle_probe.files import jsonable
+
+    return Comparison(
+        json=jsonable(out),
+        sweeps=tables,
+        interpolation=interp,
+        iteration_map={k: m["distance"] for k, m in imap.items()},
+    )
+
+
+_PARAMETER = {
+    "scale": "factor s on A (answer D / s)",
+    "kappa": "condition number of A (‖A‖₂ at the training median)",
+    "rank": "rank s of X",
+    "alpha": "anisotropy α of the row covariance diag(α^i)",
+    "noise": "variance σ² of the noise added to X",
+}
+
+_DESCRIPTIONS = {
+    "network": "the model (float64 copy of its weights)",
+    "faithful": "the extracted algorithm: the family read, steps read from the activations "
+    "(the exported solver's faithful mode)",
+    "optimum": "the same family with the optimum view's steps",
+    "more": "the faithful layers, then the family at η = 1/3, γ = 1 (normalised per step)",
+    "exact": "B A⁺ C",
+    "cg": "CGLS on min ‖W A − B‖ from 0 with L EAGLE steps' matrix products",
+    "gd": "gradient descent (step 1/‖A‖₂²) with L EAGLE steps' matrix products",
+}
+
+
+def _export_check(extraction, base, scorer: _Scorer, prompts: int = 16) -> dict[str, Any]:
+    """The exported solver's faithful mode against `run_family` on a few training prompts."""
+    from eagle_probe.export import load_solver, solver_source
+
+    payload = extraction.to_json()
+    z0 = base.z0().numpy()[:prompts]
+    d, n = scorer.d, scorer.n
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "solver.py"
+        path.write_text(solver_source(payload, extraction.projectors))
+        solver = load_solver(path)
+        out = np.stack(
+            [solver.complete(z[:d, :n], z[d:, :n], z[:d, n:], mode="faithful") for z in z0]
+        )
+    return {"prompts": int(len(z0)), "relative_gap": _rel(scorer.algorithm(z0), out)}
+
+
+def _spread(v: np.ndarray) -> float:
+    """(max − min) / mean of positive values (0 for a constant, inf if not finite)."""
+    if not np.all(np.isfinite(v)):
+        return math.inf
+    mean = float(np.mean(v))
+    return float(v.max() - v.min()) / mean if mean > 0 else 0.0
+
+
+def _summary(sweeps: dict[str, Any], interp: pd.DataFrame) -> dict[str, Any]:
+    parts, worst = [], 0.0
+    for name, s in sweeps.items():
+        gaps = [p["gap"]["faithful"] for p in s["points"]]
+        worst = max(worst, max(gaps))
+        f = s["follows"]
+        vals = [p["value"] for p in s["points"]]
+        whole = f["low"] == vals[0] and f["high"] == vals[-1]
+        parts.append(
+            f"{name} {_fmt(f['low'])}…{_fmt(f['high'])}"
+            + (" (all)" if whole else f" of {_fmt(vals[0])}…{_fmt(vals[-1])}")
+        )
+    text = (
+        "the network follows its extracted algorithm (gap within "
+        f"{FOLLOW_FACTOR:g}× the training point's) over: "
+        + "; ".join(parts)
+        + f". Largest gap {worst:.3g}; along the interpolation the MSE varies by "
+        f"{_spread(interp.mse.to_numpy()):.3g} of its mean."
+    )
+    return {"text": text, "max_gap": worst}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
