@@ -155,6 +155,8 @@ def train(
     progress: bool = True,
     on_validate: Callable[[LinearTransformer, dict[str, Any]], None] | None = None,
     resume: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None,
+    save_every: int = 0,
+    on_save: Callable[[int, LinearTransformer, dict[str, Any]], None] | None = None,
 ) -> tuple[LinearTransformer, dict[str, Any]]:
     """Train a fresh model; return it (best validated weights if `keep_best`) and its metrics.
 
@@ -165,7 +167,13 @@ def train(
     `on_validate(model_with_best_weights, metrics)` runs after every validation, e.g. to write a
     checkpoint, so an interrupted run keeps its progress. KeyboardInterrupt stops training early:
     the metrics then say `interrupted: True` and the best weights so far are returned.
+
+    `save_every` K > 0 calls `on_save(step, model_with_current_weights, info)` at step 0 (a fresh
+    run), every K steps and after the last, info = {"step", "train_loss" (of that step),
+    "spikes" (those since the previous call)}: the checkpoints of a timeline.
     """
+    if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
+        raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):
         raise ValueError(
@@ -304,6 +312,18 @@ def train(
             "threads": torch.get_num_threads(),
         }
 
+    saved_spikes = len(spikes)
+
+    def snapshot(done: int, loss: float | None) -> None:
+        nonlocal saved_spikes
+        if not save_every or on_save is None or rank != 0:
+            return
+        info = {"step": done, "train_loss": loss, "spikes": spikes[saved_spikes:]}
+        saved_spikes = len(spikes)
+        on_save(done, _with_state(model, _folded_state(model, log_gain)), info)
+
+    if start_step == 0:
+        snapshot(0, None)
     bar = tqdm(
         total=cfg.steps,
         initial=start_step,
@@ -370,6 +390,8 @@ def train(
                 bar.set_postfix(loss=f"{row['train_loss']:.2e}", val=f"{row['val_mse']:.2e}")
                 if on_validate is not None and rank == 0:
                     on_validate(_with_state(model, best["state"]), _metrics())
+            if save_every and ((step + 1) % save_every == 0 or step + 1 == cfg.steps):
+                snapshot(step + 1, value if math.isfinite(value) else None)
             bar.update(1)
     except KeyboardInterrupt:
         interrupted = True

@@ -1,0 +1,202 @@
+"""Across training: when each layer becomes its algorithm.
+
+`eagle-probe train --save-every K` keeps the weights of steps 0, K, 2K, … (and of the last step)
+in a run directory, one small checkpoint each (`checkpoint_name`): the training model's current
+weights, not the best validated ones, with `metrics` {"step", "train_loss", "spikes"} (the loss
+spikes since the previous checkpoint). `timeline(run_dir)` extracts every checkpoint with the
+cheap views (CHEAP_VIEWS: steps, one-step gaps, the projection's cost, the label), all on the
+same probe, held-out and control prompts, and reads
+
+    per checkpoint   test MSE (held-out prompts), the verdict, and per layer the relative
+                     one-step gap to the family read, the steps a_l, c_l, η_l, γ_l and the label
+    per layer        the step at which it is first labelled EAGLE (`first`) and the step from
+                     which every later checkpoint labels it EAGLE (`stays_from`: "layer 2 is
+                     EAGLE from step 1,800 on"); the same for at least EAGLE-like
+    spikes           every loss spike the checkpoints recorded (step, loss, batch max ‖A‖₂)
+
+The result's `json` is the timeline.json schema in docs/extraction-schema.md.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from eagle_probe import budget
+from eagle_probe.errors import EagleProbeError
+
+SCHEMA = "eagle-probe timeline"
+SCHEMA_VERSION = 1
+CHEAP_VIEWS = ("eagle", "fidelity", "projection", "verdict")
+PATTERN = re.compile(r"^step_(\d+)\.pt$")
+LIKE = ("EAGLE", "EAGLE-like")  # labels that count as "at least EAGLE-like"
+
+
+def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint of training step `step` in a run directory."""
+    return f"step_{step:08d}.pt"
+
+
+def run_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint in a run directory, by step."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise EagleProbeError(
+            f"run directory {run_dir} does not exist; train with --save-every K to make one"
+        )
+    found = []
+    for path in run_dir.iterdir():
+        match = PATTERN.match(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    if not found:
+        raise EagleProbeError(
+            f"run directory {run_dir} holds no checkpoints (step_NNNNNNNN.pt); train with "
+            "--save-every K to keep them"
+        )
+    return sorted(found)
+
+
+def emergence(steps: list[int], labels: list[str], accept: tuple[str, ...]) -> dict[str, Any]:
+    """The first step whose label is in `accept`, and the step from which every later label is
+    (None when the last label is not)."""
+    first = next((s for s, lab in zip(steps, labels, strict=True) if lab in accept), None)
+    stays = None
+    for s, lab in reversed(list(zip(steps, labels, strict=True))):
+        if lab not in accept:
+            break
+        stays = s
+    return {"first": first, "stays_from": stays}
+
+
+@dataclass
+class Timeline:
+    """What `timeline` returns: the JSON and one row per (checkpoint, layer)."""
+
+    json: dict[str, Any]
+    layers: pd.DataFrame  # step, layer, one_step_gap, a_step, c_step, eta, gamma, label
+
+    def render(self) -> str:
+        lines = []
+        for e in self.json["emergence"]:
+            stay = e["eagle"]["stays_from"]
+            like = e["eagle_like"]["stays_from"]
+            text = f"layer {e['layer']}: "
+            text += f"EAGLE from step {stay:,} on" if stay is not None else "not EAGLE at the end"
+            if e["eagle"]["first"] is not None and e["eagle"]["first"] != stay:
+                text += f" (first at step {e['eagle']['first']:,})"
+            if like is not None and like != stay:
+                text += f"; at least EAGLE-like from step {like:,}"
+            lines.append(text)
+        c = self.json["checkpoints"]
+        lines.append(
+            f"{len(c)} checkpoints, steps {c[0]['step']:,} … {c[-1]['step']:,}; test MSE "
+            f"{c[0]['mse']:.3g} → {c[-1]['mse']:.3g}; {len(self.json['spikes'])} loss spike(s)"
+        )
+        return "\n".join(lines)
+
+
+def timeline(
+    run_dir: str | Path,
+    *,
+    seed: int = 0,
+    test_batch: int = 1024,
+    max_bytes: float = budget.DEFAULT_BYTES,
+) -> Timeline:
+    """Extract every checkpoint of a run directory with the cheap views (module text)."""
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import extract
+
+    found = run_checkpoints(run_dir)
+    rows, points, spikes = [], [], []
+    first_cfg = None
+    timings = {"extract": 0.0}
+    for step, path in found:
+        model, task, metrics = checkpoint.load(path, max_bytes=max_bytes)
+        cfg = (model.cfg.to_dict(), task.to_dict())
+        if first_cfg is None:
+            first_cfg, first_path = cfg, path
+        elif cfg != first_cfg:
+            key = "model" if cfg[0] != first_cfg[0] else "task"
+            which = 0 if key == "model" else 1
+            diff = sorted(k for k in cfg[which] if cfg[which][k] != first_cfg[which].get(k))
+            raise EagleProbeError(
+                f"checkpoints of different configurations in {run_dir}: {path.name} and "
+                f"{first_path.name} differ in the {key} config ({', '.join(diff)}); a timeline "
+                "reads the checkpoints of one run"
+            )
+        recorded = metrics.get("step")
+        if isinstance(recorded, int) and recorded != step:
+            raise EagleProbeError(
+                f"{path.name} records step {recorded}, not the {step} its name says"
+            )
+        t0 = time.perf_counter()
+        ex = extract(model, task, views=CHEAP_VIEWS, seed=seed, test_batch=test_batch)
+        timings["extract"] += time.perf_counter() - t0
+        verdict = ex.views["verdict"].json
+        table = ex.layers
+        layers = []
+        for row, lab in zip(table.to_dict("records"), verdict["layers"], strict=True):
+            entry = {
+                "layer": int(row["layer"]),
+                "one_step_gap": lab["one_step_relative"],
+                "a_step": row["a_step"],
+                "c_step": row["c_step"],
+                "eta": row["eta"],
+                "gamma": row["gamma"],
+                "label": lab["label"],
+            }
+            layers.append(entry)
+            rows.append({"step": step} | entry)
+        for spike in metrics.get("spikes") or []:
+            if isinstance(spike, dict) and "step" in spike:
+                spikes.append(spike)
+        loss = metrics.get("train_loss")
+        points.append(
+            {
+                "step": step,
+                "file": path.name,
+                "mse": ex.network["mse"],
+                "zero_mse": ex.network["zero_mse"],
+                "train_loss": loss if isinstance(loss, int | float) else None,
+                "verdict": ex.verdict.get("label"),
+                "family": ex.verdict.get("family"),
+                "read_as": ex.info.get("family"),
+                "layers": layers,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    steps = [p["step"] for p in points]
+    emerge = []
+    for layer in sorted(frame.layer.unique()) if len(frame) else []:
+        labels = [p["layers"][layer]["label"] for p in points]
+        emerge.append(
+            {
+                "layer": int(layer),
+                "eagle": emergence(steps, labels, ("EAGLE",)),
+                "eagle_like": emergence(steps, labels, LIKE),
+            }
+        )
+    model_cfg, task_cfg = first_cfg
+    out = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "run_dir": str(run_dir),
+        "model": model_cfg,
+        "task": task_cfg,
+        "views": list(CHEAP_VIEWS),
+        "seed": seed,
+        "test_prompts": test_batch,
+        "checkpoints": points,
+        "emergence": emerge,
+        "spikes": sorted(spikes, key=lambda s: s["step"]),
+        "timings": timings,
+    }
+    from eagle_probe.files import jsonable
+
+    return Timeline(json=jsonable(out), layers=frame)
