@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,28 @@ def suitesparse_dir(root: Path | None = None) -> Path:
     """Where `real` reads its .mtx files: $EAGLE_PROBE_SUITESPARSE, else `root`, else the
     matrices shipped with the package."""
     return Path(os.environ.get("EAGLE_PROBE_SUITESPARSE") or root or DEFAULT_SUITESPARSE)
+
+
+def suitesparse_files(root: Path | None = None) -> list[Path]:
+    """The .mtx files `real` reads. A directory named by $EAGLE_PROBE_SUITESPARSE (or `root`)
+    must exist and hold at least one; the shipped one may be absent (an install without data)."""
+    from eagle_probe.errors import EagleProbeError
+
+    chosen = os.environ.get("EAGLE_PROBE_SUITESPARSE") or root
+    where = suitesparse_dir(root)
+    if chosen is None and not where.is_dir():
+        return []
+    source = "$EAGLE_PROBE_SUITESPARSE" if os.environ.get("EAGLE_PROBE_SUITESPARSE") else "root"
+    if not where.is_dir():
+        state = "does not exist" if not where.exists() else "is not a directory"
+        raise EagleProbeError(
+            f"{source} {where} {state}; point it at a directory of .mtx files, or unset it to use "
+            "the matrices shipped with eagle-probe"
+        )
+    files = sorted(where.glob("*.mtx"))
+    if not files and chosen is not None:
+        raise EagleProbeError(f"{source} {where} holds no .mtx files")
+    return files
 
 
 @dataclass(frozen=True)
@@ -291,20 +314,33 @@ def read_matrix(path: Path, max_bytes: float = 4 * 2**30) -> np.ndarray:
     from eagle_probe.errors import EagleProbeError
 
     try:
+        st = os.stat(path)  # follows a symbolic link: its target is what would be read
+    except OSError as exc:
+        raise EagleProbeError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise EagleProbeError(
+            f"{path}: not a regular file (a directory, FIFO, device or socket, or a link to one)"
+        )
+    check(st.st_size, f"{path} (its {st.st_size} bytes of text)", max_bytes)
+    try:
         rows, cols, _, _, field, _ = scipy.io.mminfo(str(path))
-    except (OSError, ValueError, IndexError, TypeError) as exc:
+    except (OSError, ValueError, IndexError, TypeError, OverflowError) as exc:
         raise EagleProbeError(f"{path}: not a readable Matrix Market file ({exc})") from None
     if field not in ("real", "integer", "pattern"):
         raise EagleProbeError(f"{path}: a {field} matrix; the benchmarks take real matrices only")
     if rows < 1 or cols < 1:
         raise EagleProbeError(f"{path}: declares a {rows} x {cols} matrix; need at least 1 x 1")
+    # Four copies of the dense matrix and eight of the solvers' Gram-sized (max(m, n)²) work
+    # arrays: EAGLE works on A Aᵀ-sized products (1 × 5000: 1.6 GB measured, 1.5 GB estimated).
     check(
-        8.0 * rows * cols * 4, f"{path} ({rows} x {cols}, dense, with its solver copies)", max_bytes
+        8.0 * (4 * rows * cols + 8 * max(rows, cols) ** 2),
+        f"{path} ({rows} x {cols}, dense, with its solver's copies and Gram matrices)",
+        max_bytes,
     )
     try:
         A = scipy.io.mmread(str(path))
         A = np.asarray(A.todense() if hasattr(A, "todense") else A)
-    except (OSError, ValueError, IndexError, TypeError) as exc:
+    except (OSError, ValueError, IndexError, TypeError, OverflowError) as exc:
         raise EagleProbeError(f"{path}: not a readable Matrix Market file ({exc})") from None
     if np.iscomplexobj(A) or not np.issubdtype(A.dtype, np.number):
         raise EagleProbeError(f"{path}: entries of type {A.dtype}; need real numbers")
@@ -324,11 +360,10 @@ def real_data(
     b = A x_true with x_true Gaussian; the reference is numpy's lstsq (rcond = max(m, n)·eps),
     the minimum-norm solution for the singular matrices."""
     notes = []
-    root = suitesparse_dir(root)
+    files = suitesparse_files(root)
     rows = []
-    files = sorted(root.glob("*.mtx")) if root.is_dir() else []
     if not files:
-        notes.append(f"SuiteSparse matrices not found under {root}: skipped")
+        notes.append(f"SuiteSparse matrices not found under {suitesparse_dir(root)}: skipped")
     matrices = [(path, read_matrix(path, max_bytes)) for path in files]  # all checked first
     for path, A in matrices:
         # A consistent right-hand side: the reference is then sensitive to κ, not κ².
@@ -596,6 +631,9 @@ def run_bench(
     tables: dict[str, pd.DataFrame] = {}
     notes: list[str] = []
     models = models or Path(__file__).resolve().parents[1] / "trained_models"
+    if suite.real:  # a bad data directory or matrix fails before the other sections run
+        for path in suitesparse_files():
+            read_matrix(path, max_bytes)
     if suite.fidelity:
         log("fidelity: exported faithful solver vs network")
         tables["fidelity"] = fidelity(rng, models)

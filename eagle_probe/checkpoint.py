@@ -8,12 +8,14 @@ holding only tensors and plain Python values, so loading it never runs code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import pickle
 import stat
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -112,6 +114,27 @@ def _sniff(path: Path, head: bytes) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _loadable_name(path: Path) -> Iterator[str | Path]:
+    """A name torch's memory-mapped load can open: `path` itself, or, for a file name that is not
+    valid UTF-8 (torch passes names to C++ as UTF-8), the name of an open descriptor of it."""
+    try:
+        os.fsdecode(path).encode("utf-8")
+    except UnicodeEncodeError:
+        if not os.path.isdir("/proc/self/fd"):
+            raise CheckpointError(
+                f"checkpoint {os.fsdecode(path)!r}: its file name is not valid UTF-8 and this "
+                "system cannot open it another way; rename the file"
+            ) from None
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    yield path
+
+
 def _check_archive(path: Path, max_bytes: float) -> None:
     """The zip directory of a torch file: stored (uncompressed) entries within the budget."""
     try:
@@ -203,7 +226,8 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
         raise CheckpointError(reason)
     _check_archive(path, max_bytes)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with _loadable_name(path) as name:
+            payload = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"checkpoint {path} was refused: it holds objects other than tensors and plain "
@@ -214,8 +238,11 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
             f"checkpoint {path} is not a readable torch file (truncated or corrupt?)"
         ) from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        from eagle_probe.conventions import import_hint
+
         raise CheckpointError(
             f"checkpoint {path} is a torch file but not an eagle-probe checkpoint"
+            + import_hint(path, payload)
         )
     version = payload.get("format_version")
     if type(version) is not int or version != FORMAT_VERSION:

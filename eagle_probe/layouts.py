@@ -34,13 +34,20 @@ Files: `.pt`/`.pth` (read with `torch.load(weights_only=True)`; a bare tensor is
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
+import warnings
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from eagle_probe import budget
+from eagle_probe.conventions import plan_import
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
@@ -280,7 +287,8 @@ def _check_n(name: str, value: object) -> int:
 def _finite(name: str, array: np.ndarray) -> np.ndarray:
     if not np.issubdtype(array.dtype, np.number) or np.iscomplexobj(array):
         raise EagleProbeError(f"{name} is not a real numeric array (dtype {array.dtype})")
-    array = array.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # longdouble beyond float64: checked next
+        array = array.astype(np.float64)
     if not np.isfinite(array).all():
         raise EagleProbeError(f"{name} contains NaN or Inf entries")
     return array
@@ -346,21 +354,34 @@ def import_arrays(
     d_prime: int | None = None,
     dtype: str = "float32",
     normalize: str = "none",
+    max_bytes: float = budget.DEFAULT_BYTES,
+    heads: int | None = None,
+    readout: int = -1,
 ) -> tuple[LinearTransformer, TaskConfig]:
     """Build this project's model from named weight arrays of `layout` (see the module text).
+
+    The keys may follow any convention `eagle_probe.conventions.plan_import` recognises
+    (this project's, TransformerLens's, nn.Linear state_dicts); `heads` splits nn.Linear
+    projections that hold several heads side by side. `readout`: the sign the source model
+    reads its prediction with from the D slot (the query's label entry): −1 (this project's
+    convention, the negated slot) or +1 (the slot itself).
 
     Returns the model (eval mode) and a task of matching sizes (least squares, isotropic).
     `d`, `d_prime`: the feature layout's rows of A and B, read from a stored token mask when the
     arrays carry one; the sample layout reads d + d' from the weights (d' = 1 unless given).
+    The model's size is held to `max_bytes` before it is built; weights or products that are not
+    finite in `dtype` are refused.
     """
     if layout not in LAYOUTS:
         raise EagleProbeError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
     if dtype not in DTYPES:
         raise EagleProbeError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     n, n_prime = _check_n("n", n), _check_n("n_prime", n_prime)
+    if readout not in (-1, 1):
+        raise EagleProbeError(f"readout must be -1 or +1, got {readout!r}")
     if layout == "ahn":
-        return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype)
-    layers = _layer_weights(arrays)
+        return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype, max_bytes=max_bytes)
+    layers = _layer_weights(plan_import(arrays, heads=heads).arrays)
     for key, value in arrays.items():
         if key.endswith("attn.qk_mask") and not np.all(np.asarray(value) == 1):
             raise EagleProbeError(
@@ -378,6 +399,7 @@ def import_arrays(
         dtype=dtype,
         n=n,
         n_prime=n_prime,
+        readout="negate" if readout == -1 else "direct",
     )
     if layout == "samples":
         dp = 1 if d_prime is None else _check_n("d_prime", d_prime)
@@ -394,7 +416,7 @@ def import_arrays(
             )
         mask = arrays.get("blocks.0.attn.mask")
         if mask is not None:
-            mask = np.asarray(mask)
+            mask = _token_mask(np.asarray(mask))
             d_found = int(np.asarray(mask).any(axis=0).sum())
             d = d if d is not None else d_found
             d_prime = d_prime if d_prime is not None else mask.shape[0] - d_found
@@ -410,7 +432,43 @@ def import_arrays(
     task = TaskConfig(
         task="least_squares", n=n, d=cfg.d, n_prime=n_prime, d_prime=cfg.d_prime, alpha=1.0
     )
-    return _from_factors(cfg, layers), task
+    _check_import_budget(cfg, max_bytes)
+    return _finite_in_dtype(_from_factors(cfg, layers)), task
+
+
+def _token_mask(mask: np.ndarray) -> np.ndarray:
+    """A stored attention mask: square, of booleans or real numbers."""
+    if mask.dtype.kind not in "biuf" or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+        raise EagleProbeError(
+            f"blocks.0.attn.mask is a {mask.dtype} array of shape {mask.shape}; an attention "
+            "mask is a square (tokens, tokens) array of 0 and 1"
+        )
+    return mask
+
+
+def _check_import_budget(cfg: ModelConfig, max_bytes: float) -> None:
+    """The model, its state's copy, the factors and the checkpoint written from them."""
+    budget.check_model(cfg, max_bytes, what="the imported model")
+    budget.check(
+        4 * budget.model_bytes(cfg),
+        f"importing a {cfg.n_layers}-layer model of width {cfg.width} (n = {cfg.n})",
+        max_bytes,
+    )
+
+
+def _finite_in_dtype(model: LinearTransformer) -> LinearTransformer:
+    """`model` unless a weight or a product W_QK, W_VP overflows its dtype (which `evaluate`
+    would refuse later)."""
+    with torch.no_grad():
+        named = list(model.state_dict().items())
+        named += [("W_QK", model.W_QK()), ("W_VP", model.W_VP())]
+    for key, value in named:
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise EagleProbeError(
+                f"{key} is not finite in {model.cfg.dtype} (entries beyond its range, or NaN); "
+                "import with --dtype float64, or rescale the weights"
+            )
+    return model
 
 
 def ahn_products(allparam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -427,7 +485,7 @@ def ahn_products(allparam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _import_ahn(
-    arrays: dict[str, np.ndarray], *, n: int, n_prime: int, dtype: str
+    arrays: dict[str, np.ndarray], *, n: int, n_prime: int, dtype: str, max_bytes: float
 ) -> tuple[LinearTransformer, TaskConfig]:
     if "allparam" not in arrays:
         names = ", ".join(sorted(arrays)[:5]) or "nothing"
@@ -436,26 +494,110 @@ def _import_ahn(
     L, h, E = qk.shape[:3]
     cfg = sample_config(n=n, d=E - 1, layers=L, heads=h, n_prime=n_prime, dtype=dtype)
     task = TaskConfig(task="least_squares", n=n, d=E - 1, n_prime=n_prime, d_prime=1, alpha=1.0)
-    return model_from_products(cfg, qk, vp), task
+    _check_import_budget(cfg, max_bytes)
+    return _finite_in_dtype(model_from_products(cfg, qk, vp)), task
 
 
-def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
-    """Named arrays of a weights file (.pt/.pth, .npz, .safetensors), never running its code."""
+def _weights_file(path: Path, max_bytes: float) -> None:
+    """A regular file (a symbolic link is followed) of at most `max_bytes`, or a one-line error."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise EagleProbeError(f"weights file {path} does not exist") from None
+    except OSError as exc:
+        raise EagleProbeError(f"weights file {path} cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise EagleProbeError(f"weights file {path} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise EagleProbeError(
+            f"weights file {path} is not a regular file (a FIFO, device or socket)"
+        )
+    budget.check(st.st_size, f"weights file {path}", max_bytes)
+
+
+def _tensor_bytes(path: Path, obj: dict, max_bytes: float) -> None:
+    """Refuse tensors that are not plain dense CPU numbers, then hold the float64 copies the
+    import makes to `max_bytes` (a strided view of a small storage can declare gigabytes)."""
+    total = 0
+    for key, value in obj.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.is_nested or value.layout != torch.strided:
+            kind = "nested" if value.is_nested else str(value.layout).split(".")[-1]
+            raise EagleProbeError(f"{path}: weight {key} is a {kind} tensor; store dense tensors")
+        if value.is_quantized or value.is_complex() or value.dtype not in _REAL_DTYPES:
+            raise EagleProbeError(
+                f"{path}: weight {key} has dtype {value.dtype}; store real floating-point weights"
+            )
+        if value.device.type != "cpu" or value.is_conj() or value.is_neg():
+            raise EagleProbeError(
+                f"{path}: weight {key} is a {value.device.type} tensor with no plain data; store "
+                "the weights themselves"
+            )
+        total += value.numel() * (value.element_size() + 8)
+    budget.check(total, f"the weights of {path} (as float64)", max_bytes)
+
+
+_REAL_DTYPES = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+)
+
+
+def _npz_bytes(path: Path, max_bytes: float) -> None:
+    """The arrays a .npz declares (its members' .npy headers), held to `max_bytes` with their
+    float64 copies before any is read: a compressed member can declare far more than it holds."""
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                total += info.file_size
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = header(member)
+                    total += math.prod(shape) * (dtype.itemsize + 8)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise EagleProbeError(f"{path} is not a readable .npz file ({exc})") from exc
+    budget.check(total, f"the arrays of {path} (as float64)", max_bytes)
+
+
+def read_arrays(
+    path: str | Path, *, max_bytes: float = budget.DEFAULT_BYTES
+) -> dict[str, np.ndarray]:
+    """Named arrays of a weights file (.pt/.pth, .npz, .safetensors), never running its code.
+    The file's size and the sizes its arrays declare are held to `max_bytes` before reading."""
     path = Path(path)
-    if not path.is_file():
-        raise EagleProbeError(f"weights file {path} does not exist")
+    _weights_file(path, max_bytes)
     suffix = path.suffix.lower()
     if suffix in (".pt", ".pth"):
         try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch warns while rebuilding some tensor kinds
+                warnings.simplefilter("ignore")
+                obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
-            raise EagleProbeError(f"{path} is not a readable torch weights file ({exc})") from exc
+            raise EagleProbeError(
+                f"{path} is not a readable torch weights file ({_first_line(exc)})"
+            ) from exc
         if isinstance(obj, torch.Tensor):
             obj = {"allparam": obj}
         if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
             obj = obj["state_dict"]
         if not isinstance(obj, dict):
             raise EagleProbeError(f"{path} holds a {type(obj).__name__}, not named weights")
+        _tensor_bytes(path, obj, max_bytes)
         return {
             str(k): v.detach().to(torch.float64).numpy()
             if v.is_floating_point()
@@ -464,11 +606,14 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
             if isinstance(v, torch.Tensor)
         }
     if suffix == ".npz":
+        _npz_bytes(path, max_bytes)
         try:
             with np.load(path, allow_pickle=False) as data:
                 return {k: np.asarray(data[k]) for k in data.files}
         except Exception as exc:  # noqa: BLE001
-            raise EagleProbeError(f"{path} is not a readable .npz file ({exc})") from exc
+            raise EagleProbeError(
+                f"{path} is not a readable .npz file ({_first_line(exc)})"
+            ) from exc
     if suffix == ".safetensors":
         try:
             from safetensors.numpy import load_file
@@ -483,8 +628,180 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
     raise EagleProbeError(f"{path}: unknown weights file type; use .pt, .npz or .safetensors")
 
 
-def import_file(layout: str, path: str | Path, **kwargs) -> tuple[LinearTransformer, TaskConfig]:
-    """`import_arrays` on the arrays of a weights file."""
+def import_file(
+    layout: str, path: str | Path, *, max_bytes: float = budget.DEFAULT_BYTES, **kwargs
+) -> tuple[LinearTransformer, TaskConfig]:
+    """`import_arrays` on the arrays of a weights file, both held to `max_bytes`."""
     if layout not in LAYOUTS:
         raise EagleProbeError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
-    return import_arrays(layout, read_arrays(path), **kwargs)
+    return import_arrays(
+        layout, read_arrays(path, max_bytes=max_bytes), max_bytes=max_bytes, **kwargs
+    )
+
+
+# --- a live module ------------------------------------------------------------------------------
+
+MODULE_ROLES = ("W_Q", "W_K", "W_V", "W_P", "W_O")
+
+
+def _mapped_arrays(
+    state: dict[str, torch.Tensor], weights: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """The module's weights named by `weights` (role -> key pattern with {l}), renamed so the
+    convention reader knows each one's role and kind: `{l}.W_Q.weight` for an nn.Linear weight,
+    `{l}.W_Q` for a matrix used as H @ W_Q."""
+    unknown = sorted(set(weights) - set(MODULE_ROLES))
+    if unknown:
+        raise EagleProbeError(
+            f"unknown role(s) {', '.join(unknown)} in the mapping; use {', '.join(MODULE_ROLES)}"
+        )
+    out: dict[str, np.ndarray] = {}
+    for role, pattern in weights.items():
+        if "{l}" not in pattern:
+            raise EagleProbeError(f"key pattern {role}: {pattern!r} needs {{l}} (the layer)")
+        layer = 0
+        while pattern.format(l=layer) in state:
+            key = pattern.format(l=layer)
+            suffix = ".weight" if key.endswith("weight") else ""
+            out[f"{layer}.{role}{suffix}"] = state[key].detach().to(torch.float64).cpu().numpy()
+            layer += 1
+        if layer == 0:
+            raise EagleProbeError(
+                f"{role}: no key {pattern.format(l=0)!r} in the module; its keys are "
+                f"{', '.join(list(state)[:6])}"
+            )
+    return out
+
+
+def _module_prediction(out: torch.Tensor, cfg: ModelConfig, readout: int) -> torch.Tensor:
+    """The module's output as a prediction (b, d', n'): a prediction of any layout of its
+    d'·n' entries, or the final stream (b, T, E), read with `readout`."""
+    b = out.shape[0]
+    if tuple(out.shape[1:]) == (cfg.n_tokens, cfg.width):
+        from eagle_probe.model import from_stream
+
+        return readout * from_stream(cfg, out)[:, cfg.d :, cfg.n :]
+    if out.numel() != b * cfg.d_prime * cfg.n_prime:
+        raise EagleProbeError(
+            f"the module returned shape {tuple(out.shape)}; expected the prediction (b, "
+            f"{cfg.d_prime}, {cfg.n_prime}) or the stream (b, {cfg.n_tokens}, {cfg.width})"
+        )
+    if cfg.samples and tuple(out.shape[1:]) == (cfg.n_prime, cfg.d_prime):
+        return out.transpose(-1, -2)  # query rows' label entries → block orientation
+    return out.reshape(b, cfg.d_prime, cfg.n_prime)
+
+
+def from_module(
+    module: torch.nn.Module,
+    *,
+    n: int,
+    tokens: str = "samples",
+    n_prime: int = 1,
+    d: int | None = None,
+    d_prime: int | None = None,
+    weights: dict[str, str] | None = None,
+    heads: int | None = None,
+    readout: int = -1,
+    call=None,
+    prompts: int = 16,
+    seed: int = 0,
+    rtol: float = 1e-9,
+    dtype: str = "float64",
+) -> LinearTransformer:
+    """This project's model with the same forward as a live `module`, checked on random prompts.
+
+    `weights` maps roles to the module's state_dict keys with {l} for the layer, e.g.
+    {"W_Q": "layers.{l}.W_Q.weight", ..., "W_P": "layers.{l}.W_P.weight"} (W_O for an output
+    projection in TransformerLens's orientation; `.weight` keys are nn.Linear weights, the
+    others matrices used as H @ W); by default every key of the state_dict is read by
+    `conventions.plan_import`. `tokens`: "samples" (the module's tokens are the rows
+    [x_i, y_i], the n' queries [x_q, 0] last) or "features" (the rows of Z). `call(module, H)`
+    runs the module on its tokens H (b, T, E) (default `module(H)`) and returns the prediction
+    (any layout of its d'·n' entries per prompt) or the final stream, read with `readout`
+    (−1: ŷ = −y slot, this project's convention; +1: ŷ = y slot).
+
+    Both run in float64 on `prompts` random least-squares prompts (seed `seed`); a relative gap
+    above `rtol` is refused, naming the gap the other readout sign would give. The module is
+    not changed (a float64 copy runs).
+    """
+    import copy
+
+    from eagle_probe.tasks import make_generator, sample
+
+    if tokens not in ("samples", "features"):
+        raise EagleProbeError(f"unknown tokens {tokens!r}; choose from samples, features")
+    state = module.state_dict()
+    if weights is None:
+        arrays = {k: v.detach().to(torch.float64).cpu().numpy() for k, v in state.items()}
+    else:
+        arrays = _mapped_arrays(state, weights)
+    layout = "samples" if tokens == "samples" else "eagle-probe"
+    model, task = import_arrays(
+        layout,
+        arrays,
+        n=n,
+        n_prime=n_prime,
+        d=d,
+        d_prime=d_prime,
+        dtype="float64",
+        heads=heads,
+        readout=readout,
+    )
+    cfg = model.cfg
+    twin = copy.deepcopy(module).to(torch.float64).eval()
+    prompt = sample(task, prompts, make_generator(seed), dtype=torch.float64)
+    z0 = prompt.z0()  # (b, d + d', n + n')
+    from eagle_probe.model import to_stream
+
+    with torch.no_grad():
+        H = to_stream(cfg, z0)  # the module's own tokens
+        out = call(twin, H) if call is not None else twin(H)
+        if not isinstance(out, torch.Tensor):
+            raise EagleProbeError(f"the module returned a {type(out).__name__}, not a tensor")
+        theirs = _module_prediction(out.to(torch.float64), cfg, readout)
+        ours = model(z0)
+    size = max(float(theirs.abs().max()), 1e-300)
+    gap = float((ours - theirs).abs().max()) / size
+    if not gap <= rtol:
+        other = import_arrays(
+            layout,
+            arrays,
+            n=n,
+            n_prime=n_prime,
+            d=d,
+            d_prime=d_prime,
+            dtype="float64",
+            heads=heads,
+            readout=-readout,
+        )[0]
+        with torch.no_grad():
+            flipped = _module_prediction(out.to(torch.float64), other.cfg, -readout)
+            other_gap = float((other(z0) - flipped).abs().max()) / max(
+                float(flipped.abs().max()), 1e-300
+            )
+        raise EagleProbeError(
+            f"the converted model differs from the module by {gap:.3g} (relative, max over "
+            f"{prompts} random prompts; tolerance {rtol:g}); with readout={-readout:+d} the gap "
+            f"is {other_gap:.3g}. Check the token layout ({tokens}: the queries last, only the "
+            f"{cfg.keys} {'samples' if cfg.samples else 'visible rows'} as keys"
+            + (", scores divided by n" if cfg.samples else "")
+            + "), the heads and the readout sign"
+        )
+    if dtype != "float64":  # checked in float64, returned in the dtype asked for
+        model = import_arrays(
+            layout,
+            arrays,
+            n=n,
+            n_prime=n_prime,
+            d=d,
+            d_prime=d_prime,
+            dtype=dtype,
+            heads=heads,
+            readout=readout,
+        )[0]
+    return model.eval()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -34,6 +34,7 @@ import torch
 from eagle_probe.errors import EagleProbeError
 
 KERNELS = ("rbf", "polynomial")
+RANKED = ("paper", "completion")  # the tasks whose X has rank s = `rank`
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +62,13 @@ class TaskConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.task in RANKED and self.rank > min(self.n, self.d):
+            # X = R1 R2ᵀ has rank s: rank(X) = rank(A), the prompt's premise, needs s <= min(n, d);
+            # the generators allocate (b, d + d' + n + n', s), so an unbounded s is unbounded memory
+            raise ValueError(
+                f"rank s={self.rank} must not exceed min(n, d) = {min(self.n, self.d)} for the "
+                f"{self.task} task; pass a rank of at most {min(self.n, self.d)}"
+            )
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1], got {self.alpha!r}")
         if not (self.noise >= 0.0 and math.isfinite(self.noise)):

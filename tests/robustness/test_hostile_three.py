@@ -1,0 +1,215 @@
+"""Hostile inputs, part three: budgets on every path, imports that refuse what the tool refuses,
+special files, sweeps that clean up, and one-line errors.
+
+Every refusal is an `EagleProbeError` (library) or one line on stderr with exit code 2 (CLI)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eagle_probe import bench, checkpoint, layouts
+from eagle_probe.budget import GIB
+from eagle_probe.errors import CheckpointError, EagleProbeError
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig, make_generator
+
+SMALL = ModelConfig(n=6, d=5, n_layers=2)
+SMALL_TASK = TaskConfig(n=6, d=5, rank=3)
+
+
+def _good(path: Path) -> Path:
+    checkpoint.save(path, LinearTransformer(SMALL, generator=make_generator(0)), SMALL_TASK)
+    return path
+
+
+def _feature_arrays(cfg: ModelConfig = SMALL) -> dict[str, np.ndarray]:
+    state = LinearTransformer(cfg, generator=make_generator(0)).state_dict()
+    return {k: v.to(torch.float64).numpy() for k, v in state.items()}
+
+
+# --- 1. memory budgets checked before allocating ---------------------------------------------
+
+
+def test_an_expanded_tensor_is_held_to_the_budget_before_it_is_copied(tmp_path):
+    # 4 bytes of storage declaring 2 × 8000 × 8000 entries (1.4 GiB as float32 and float64)
+    torch.save(torch.zeros(1, 1, 1, 1, 1).expand(1, 1, 2, 8000, 8000), tmp_path / "w.pt")
+    assert (tmp_path / "w.pt").stat().st_size < 10_000
+    with pytest.raises(EagleProbeError, match="budget of 0.5 GiB.*--max-memory"):
+        layouts.read_arrays(tmp_path / "w.pt", max_bytes=0.5 * GIB)
+
+
+def test_a_compressed_npz_is_held_to_the_budget_it_declares(tmp_path):
+    np.savez_compressed(tmp_path / "w.npz", allparam=np.zeros((1, 1, 2, 3000, 3000)))
+    assert (tmp_path / "w.npz").stat().st_size < 300_000
+    with pytest.raises(EagleProbeError, match="budget of 0.1 GiB"):
+        layouts.read_arrays(tmp_path / "w.npz", max_bytes=0.1 * GIB)
+
+
+def test_import_holds_the_model_a_large_n_declares_to_the_budget():
+    allparam = np.zeros((1, 1, 2, 4, 4))
+    with pytest.raises(EagleProbeError, match="budget"):  # the (n + n')² mask: 7.2 GB
+        layouts.import_arrays("ahn", {"allparam": allparam}, n=30_000, max_bytes=GIB)
+    with pytest.raises(EagleProbeError, match="budget"):
+        layouts.import_arrays("ahn", {"allparam": allparam}, n=10**12)
+
+
+@pytest.mark.parametrize("task", ["paper", "completion"])
+def test_the_task_rank_is_bounded_by_n_and_d(task):
+    with pytest.raises(ValueError, match=r"min\(n, d\) = 5"):
+        TaskConfig(task=task, n=6, d=5, rank=6)
+    assert TaskConfig(task=task, n=6, d=5, rank=5).rank == 5
+
+
+def test_a_checkpoint_whose_task_rank_exceeds_n_is_refused_on_load(tmp_path):
+    path = _good(tmp_path / "m.pt")
+    payload = torch.load(path, weights_only=True)
+    payload["task_config"]["rank"] = 100_000
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="rank"):
+        checkpoint.load(path)
+
+
+def test_bench_holds_a_matrix_to_the_gram_matrices_its_solver_builds(tmp_path):
+    path = tmp_path / "wide.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real general\n1 5000 1\n1 1 1.0\n")
+    assert path.stat().st_size < 100
+    with pytest.raises(EagleProbeError, match="wide.mtx.*budget"):
+        bench.read_matrix(path, max_bytes=0.05 * GIB)
+
+
+# --- 4. bench refuses special files and a missing data directory ----------------------------
+
+
+def test_bench_refuses_a_fifo_without_opening_it(tmp_path):
+    os.mkfifo(tmp_path / "m.mtx")
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom eagle_probe import bench\n"
+        "try:\n    bench.read_matrix(Path(sys.argv[1]))\nexcept ValueError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.mtx")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "not a regular file" in out.stdout, out.stdout + out.stderr
+
+
+def test_bench_refuses_a_link_to_a_device_before_reading(tmp_path):
+    (tmp_path / "z.mtx").symlink_to("/dev/zero")
+    with pytest.raises(EagleProbeError, match="z.mtx: not a regular file"):
+        bench.read_matrix(tmp_path / "z.mtx")
+
+
+def test_bench_reports_an_integer_entry_beyond_any_integer_type(tmp_path):
+    path = tmp_path / "big.mtx"
+    path.write_text(
+        "%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 1 99999999999999999999999\n"
+    )
+    with pytest.raises(EagleProbeError, match="big.mtx"):
+        bench.read_matrix(path)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty"])
+def test_a_suitesparse_directory_that_holds_nothing_is_an_error(kind, tmp_path, monkeypatch):
+    where = tmp_path / "data"
+    if kind == "file":
+        where.write_text("not a directory")
+    elif kind == "empty":
+        where.mkdir()
+    monkeypatch.setenv("EAGLE_PROBE_SUITESPARSE", str(where))
+    with pytest.raises(EagleProbeError, match="EAGLE_PROBE_SUITESPARSE"):
+        bench.suitesparse_files()
+    monkeypatch.delenv("EAGLE_PROBE_SUITESPARSE")
+    assert len(bench.suitesparse_files()) == 8  # the shipped matrices
+
+
+# --- 5. import refuses weights the tool would refuse ------------------------------------------
+
+
+def test_import_refuses_float64_weights_beyond_float32():
+    arrays = {"allparam": np.full((1, 1, 2, 4, 4), 1e308)}
+    with pytest.raises(EagleProbeError, match="not finite in float32.*--dtype float64"):
+        layouts.import_arrays("ahn", arrays, n=5)
+    arrays = _feature_arrays()
+    arrays["blocks.0.attn.W_Q"] = arrays["blocks.0.attn.W_Q"] * 1e45
+    with pytest.raises(EagleProbeError, match="not finite in float32"):
+        layouts.import_arrays("eagle-probe", arrays, n=6, n_prime=2)
+    model, _ = layouts.import_arrays("eagle-probe", _feature_arrays(), n=6, n_prime=2)
+    assert model.cfg.d == 5  # the stored mask still fixes d
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [np.array([["1"] * 7] * 7), np.array(1.0), np.ones((7, 6)), np.ones((7, 7), dtype=complex)],
+    ids=["strings", "0-d", "not square", "complex"],
+)
+def test_import_refuses_a_mask_that_is_not_a_square_real_array(mask):
+    arrays = _feature_arrays() | {"blocks.0.attn.mask": mask}
+    with pytest.raises(EagleProbeError, match="blocks.0.attn.mask"):
+        layouts.import_arrays("eagle-probe", arrays, n=6, n_prime=2)
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    shape = (1, 1, 2, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "sparse": torch.randn(3, 3).to_sparse(),
+            "meta": torch.empty(shape, device="meta"),
+            "conjugate": torch.randn(shape, dtype=torch.complex64).conj(),
+            "nested": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]),
+            "qint8": torch.quantize_per_tensor(torch.randn(shape), 0.1, 0, torch.qint8),
+        }
+
+
+@pytest.mark.parametrize("kind", sorted(_tensors()))
+def test_import_refuses_tensors_without_plain_dense_real_data_quietly(kind, tmp_path):
+    torch.save({"allparam": _tensors()[kind]}, tmp_path / "w.pt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EagleProbeError, match="w.pt: weight allparam"):
+            layouts.read_arrays(tmp_path / "w.pt")
+    assert not caught, [str(w.message) for w in caught]
+
+
+def test_a_longdouble_npz_beyond_float64_is_refused_quietly(tmp_path):
+    np.savez(tmp_path / "w.npz", allparam=np.full((1, 1, 2, 3, 3), np.longdouble("1e400")))
+    arrays = layouts.read_arrays(tmp_path / "w.npz")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EagleProbeError, match="NaN or Inf"):
+            layouts.import_arrays("ahn", arrays, n=5)
+    assert not caught, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_import_names_what_a_weights_path_is(kind, tmp_path):
+    path = tmp_path / "w.pt"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    word = "is a directory" if kind == "directory" else "not a regular file"
+    with pytest.raises(EagleProbeError, match=word):
+        layouts.read_arrays(path)
+
+
+# --- 8. misleading errors ----------------------------------------------------------------------
+
+
+def test_a_checkpoint_whose_name_is_not_utf8_loads(tmp_path):
+    path = Path(os.fsdecode(os.fsencode(tmp_path) + b"/m\xff.pt"))
+    _good(path)
+    model, task, _ = checkpoint.load(path)
+    assert task == SMALL_TASK and model.cfg == SMALL
