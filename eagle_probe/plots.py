@@ -813,3 +813,115 @@ def compare_figures(result: dict) -> dict[str, Figure]:
     out["compare_interpolation"] = compare_interpolation(result)
     out["iteration_map"] = iteration_map(result)
     return out
+
+
+_LABEL_CODES = {"not EAGLE": 0, "EAGLE-like": 1, "EAGLE": 2}
+
+
+def _step_axis(ax, steps: np.ndarray) -> None:
+    """Training step on a log axis that still shows step 0 (symlog, linear below the first
+    positive step)."""
+    positive = steps[steps > 0]
+    ax.set_xscale("symlog", linthresh=float(positive.min()) if positive.size else 1.0)
+    ax.set_xlabel("training step (log scale; step 0 at the left)")
+
+
+def _spike_lines(ax, result: dict) -> None:
+    for i, spike in enumerate(result.get("spikes", [])):
+        ax.axvline(
+            spike["step"], color="r", lw=0.6, alpha=0.5, label="loss spike" if i == 0 else None
+        )
+
+
+def timeline_gaps(result: dict) -> Figure:
+    """timeline.json: test MSE and each layer's relative one-step gap against training step,
+    loss spikes marked."""
+    points = result["checkpoints"]
+    steps = np.array([p["step"] for p in points], dtype=float)
+    L = len(points[0]["layers"])
+    fig = _figure(7.0, 6.0)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.plot(steps, [p["mse"] for p in points], "C0.-", label="test MSE")
+    top.plot(steps, [p["zero_mse"] for p in points], color="0.6", ls=":", label="zero predictor")
+    top.set_yscale("log")
+    top.set_ylabel("MSE (prompt units)")
+    _spike_lines(top, result)
+    top.legend(fontsize=7)
+    for layer in range(L):
+        gaps = [p["layers"][layer]["one_step_gap"] for p in points]
+        bottom.plot(
+            steps, _positive(gaps, 1e-17), ".-", color=f"C{layer % 10}", label=f"layer {layer}"
+        )
+    bottom.set_yscale("log")
+    bottom.set_ylabel("relative one-step gap\nto the family read")
+    _spike_lines(bottom, result)
+    bottom.legend(fontsize=7, ncols=min(4, L))
+    _step_axis(bottom, steps)
+    fig.suptitle("Across training: test MSE and how far each layer is from one step", fontsize=10)
+    return fig
+
+
+def timeline_steps(result: dict) -> Figure:
+    """timeline.json: each layer's steps a_l, c_l (internal units) and η_l, γ_l against training
+    step."""
+    points = result["checkpoints"]
+    steps = np.array([p["step"] for p in points], dtype=float)
+    L = len(points[0]["layers"])
+    fig = _figure(10.0, 6.0)
+    axes = fig.subplots(2, 2, sharex=True).reshape(-1)
+    for ax, key in zip(axes, ("a_step", "c_step", "eta", "gamma"), strict=True):
+        for layer in range(L):
+            y = [p["layers"][layer][key] for p in points]
+            ax.plot(steps, y, ".-", color=f"C{layer % 10}", label=f"layer {layer}")
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_ylabel(key)
+        _spike_lines(ax, result)
+        _step_axis(ax, steps)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Across training: the steps each layer runs", fontsize=10)
+    return fig
+
+
+def timeline_labels(result: dict) -> Figure:
+    """timeline.json: the layer × checkpoint label map (not EAGLE / EAGLE-like / EAGLE), the
+    step each layer becomes and stays EAGLE marked."""
+    from matplotlib.colors import ListedColormap
+
+    points = result["checkpoints"]
+    L = len(points[0]["layers"])
+    codes = np.array(
+        [[_LABEL_CODES.get(p["layers"][layer]["label"], 0) for p in points] for layer in range(L)]
+    )
+    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
+    ax = fig.subplots()
+    cmap = ListedColormap(["0.85", "C1", "C2"])
+    ax.imshow(codes, aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
+    steps = [p["step"] for p in points]
+    every = max(1, len(steps) // 12)
+    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
+    ax.set_yticks(range(L), [str(i) for i in range(L)])
+    ax.set_ylabel("layer (0-based)")
+    ax.set_xlabel("checkpoint (training step)")
+    for e in result["emergence"]:
+        stay = e["eagle"]["stays_from"]
+        if stay is not None:
+            ax.plot(steps.index(stay), e["layer"], "k|", ms=14, mew=2)
+    handles = [
+        Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab)
+        for lab, c in (("not EAGLE", "0.85"), ("EAGLE-like", "C1"), ("EAGLE", "C2"))
+    ]
+    handles.append(
+        Line2D([], [], color="k", marker="|", ls="", ms=10, mew=2, label="EAGLE from here on")
+    )
+    fig.legend(handles=handles, fontsize=7, loc="outside right center")
+    ax.set_title("Each layer's label across training", fontsize=10)
+    return fig
+
+
+def timeline_figures(result: dict) -> dict[str, Figure]:
+    """Every figure of a timeline.json."""
+    return {
+        "timeline_gaps": timeline_gaps(result),
+        "timeline_steps": timeline_steps(result),
+        "timeline_labels": timeline_labels(result),
+    }
