@@ -1,0 +1,427 @@
+"""Seeds in one process: K runs of one training configuration trained together.
+
+Every parameter of the K models is stacked on a leading seed axis and the K batches go through
+one batched forward (`stacked_prediction`), so the Python and autograd overhead of a step is paid
+once for K seeds. Each seed keeps everything a separate `train.train` run with that seed has: its
+initialisation, its training and validation prompts (the same seeded streams, see
+`train._seeds`), its own Adam state (Adam is elementwise, so one update of the stacked tensors is
+K independent optimisers; each seed counts its own steps, as a skipped spike step is not a step),
+its own gradient-norm clip, spike log, validation, selection and kept weights. In float64 each
+seed's result equals the separate run's to rounding (tests/test_ensemble.py).
+
+The batched forward computes the layer of `model.py`,
+
+    Z ← Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h,
+
+with the products W_QK = W_Q W_Kᵀ and W_VP = W_V W_Pᵀ formed once per step. When M is a column
+mask (every token attends to the same key tokens: the visible mask, the sample layout) the
+masked scores never need forming: (Z W_QK Zᵀ ⊙ M) Z = Z W_QK G with the Gram matrix
+G = Z_keysᵀ Z_keys (E, E), shared by the heads. The spectral prompt scale ‖A‖₂ is read from the
+largest eigenvalue of the smaller Gram matrix of A / ‖A‖_F (cheaper than an SVD, no overflow).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from eagle_probe.evaluate import summarize
+from eagle_probe.model import LinearTransformer, ModelConfig, qk_row_mask, token_mask
+from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
+from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor
+
+BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
+EPS = 1e-8
+MAX_SEEDS = 256  # seeds one process trains together
+
+
+def stack_models(models: Sequence[LinearTransformer]) -> dict[str, torch.Tensor]:
+    """The models' parameters stacked on a leading seed axis: name -> (K, *shape)."""
+    return {
+        name: torch.stack([dict(m.named_parameters())[name].detach() for m in models]).clone()
+        for name, _ in models[0].named_parameters()
+    }
+
+
+def _column_keys(cfg: ModelConfig) -> int | None:
+    """The number of key tokens when the token mask is a column mask (all tokens attend to the
+    first `keys` tokens, nothing else), else None."""
+    mask = token_mask(cfg)  # (T, T)
+    column = torch.zeros_like(mask)
+    column[:, : cfg.keys] = 1.0
+    return cfg.keys if torch.equal(mask, column) else None
+
+
+def prompt_scale(cfg: ModelConfig, z0: torch.Tensor) -> torch.Tensor:
+    """`LinearTransformer.prompt_scale` for prompts (..., d + d', n + n'): (..., 1, 1)."""
+    if cfg.normalize == "none":
+        return torch.ones(*z0.shape[:-2], 1, 1, dtype=z0.dtype)
+    A = z0[..., : cfg.d, : cfg.n].detach()  # (..., d, n)
+    tiny = torch.finfo(z0.dtype).tiny
+    fro = torch.linalg.matrix_norm(A, ord="fro").clamp_min(tiny)  # (...)
+    if cfg.normalize == "frobenius":
+        return fro[..., None, None]
+    unit = A / fro[..., None, None]  # ‖unit‖_F = 1: its Gram cannot overflow
+    gram = unit @ unit.mT if cfg.d <= cfg.n else unit.mT @ unit  # (..., min(d, n), min(d, n))
+    top = torch.linalg.eigvalsh(gram)[..., -1].clamp_min(0.0)  # ‖unit‖₂²
+    return (fro * top.sqrt()).clamp_min(tiny)[..., None, None]
+
+
+def stacked_prediction(
+    cfg: ModelConfig,
+    weights: dict[str, torch.Tensor],
+    z0: torch.Tensor,
+    *,
+    log_gain: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """K models' predictions of D, model k on its own prompts z0[k].
+
+    `weights`: a `stack_models` dict (name -> (K, *shape)); z0: (K, b, d + d', n + n') block
+    prompts; `log_gain` (K, L, h): each head's output multiplied by exp(g) (`TrainConfig.gain_lr`).
+    Returns (K, b, d', n'), what `LinearTransformer.forward` gives for each model."""
+    K, b = z0.shape[:2]
+    dtype = cfg.torch_dtype
+    h, E, T = cfg.heads, cfg.width, cfg.n_tokens
+    z0 = z0.to(dtype)
+    scale = prompt_scale(cfg, z0)  # (K, b, 1, 1)
+    z = z0 / scale
+    z = z.transpose(-1, -2) if cfg.samples else z  # (K, b, T, E)
+    key_norm = 1.0 / cfg.n if cfg.samples else 1.0
+    keys = _column_keys(cfg)
+    mask = token_mask(cfg).to(dtype) * key_norm  # (T, T)
+    qk_mask = qk_row_mask(cfg).to(dtype)[None, :, :, None]  # (1, h, E, 1)
+    for layer in range(cfg.n_layers):
+        p = f"blocks.{layer}.attn."
+        W_Q, W_K = weights[p + "W_Q"] * qk_mask, weights[p + "W_K"] * qk_mask  # (K, h, E, qk)
+        qk = (W_Q @ W_K.mT).permute(0, 2, 1, 3).reshape(K, E, h * E)  # (K, E, h·E)
+        vp = weights[p + "W_V"] @ weights[p + "W_P"].mT  # (K, h, E, E)
+        if log_gain is not None:
+            vp = vp * log_gain[:, layer].exp()[:, :, None, None]
+        y1 = z.reshape(K, b * T, E) @ qk  # (K, b·T, h·E): row (b, t), column (h, e) = z_t W_QK^h
+        zb = z.reshape(K * b, T, E)  # (K·b, T, E)
+        if keys is not None:
+            seen = zb[:, :keys]  # (K·b, keys, E)
+            gram = seen.mT @ seen  # (K·b, E, E)
+            if key_norm != 1.0:
+                gram = gram * key_norm
+            y2 = y1.view(K * b, T * h, E) @ gram  # (K·b, T·h, E)
+        else:
+            scores = y1.view(K * b, T * h, E) @ zb.mT  # (K·b, T·h, T)
+            scores = scores.view(K * b, T, h, T) * mask[:, None, :]
+            y2 = scores.view(K * b, T * h, T) @ zb  # (K·b, T·h, E)
+        out = y2.view(K, b * T, h * E) @ vp.reshape(K, h * E, E)  # (K, b·T, E), heads summed
+        z = z + out.view(K, b, T, E)
+    z = z.transpose(-1, -2) if cfg.samples else z  # (K, b, d + d', n + n')
+    d_slot = z[..., cfg.d :, cfg.n :]  # (K, b, d', n')
+    readout = weights.get("readout_scale")
+    if readout is None:
+        readout = torch.tensor(-1.0 if cfg.readout != "direct" else 1.0, dtype=dtype)
+    else:
+        readout = readout.view(K, 1, 1, 1)
+    return readout * d_slot * scale
+
+
+def _streams(cfg: TrainConfig, seed: int) -> list[torch.Generator]:
+    """The training-prompt streams of `train.train` for `seed` in one process from step 0."""
+    data_seed = _seeds(seed)[1]
+    if cfg.data_shards == 1:
+        return [make_generator(data_seed)]
+    return [
+        make_generator(1_000_003 * (data_seed + 1) + 101 * shard)
+        for shard in range(cfg.data_shards)
+    ]
+
+
+def _state(
+    cfg: ModelConfig,
+    template: dict[str, torch.Tensor],
+    params: dict[str, torch.Tensor],
+    k: int,
+    log_gain: torch.Tensor | None,
+) -> dict[str, torch.Tensor]:
+    """Seed k's state dict (buffers from `template`), the head gains folded into W_P."""
+    state = {name: value.clone() for name, value in template.items()}
+    for name, value in params.items():
+        state[name] = value[k].detach().clone()
+    if log_gain is not None:
+        gains = log_gain[k].detach().exp()  # (L, h)
+        for layer in range(cfg.n_layers):
+            key = f"blocks.{layer}.attn.W_P"
+            state[key] = state[key] * gains[layer].view(-1, 1, 1).to(state[key].dtype)
+    return state
+
+
+class _Adam:
+    """torch.optim.Adam / AdamW (single-tensor update) on stacked tensors, one step count per
+    seed: seed k's slice moves exactly as a separate optimiser on its own tensor would."""
+
+    def __init__(self, seeds: int, weight_decay: float) -> None:
+        self.weight_decay = weight_decay
+        self.state: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.seeds = seeds
+
+    @torch.no_grad()
+    def step(
+        self,
+        name: str,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+        lr: float,
+        active: torch.Tensor,
+        decay: bool,
+    ) -> None:
+        """Update `param` (K, …) with `grad` where `active` (K,) is True."""
+        if name not in self.state:
+            steps = torch.zeros(self.seeds, dtype=torch.float64)
+            self.state[name] = (steps, torch.zeros_like(param), torch.zeros_like(param))
+        steps, exp_avg, exp_avg_sq = self.state[name]
+        beta1, beta2 = BETAS
+        shape = (-1,) + (1,) * (param.ndim - 1)
+        on = active.view(shape)
+        steps += active.to(torch.float64)
+        new_avg = exp_avg.lerp(grad, 1 - beta1)
+        new_sq = (exp_avg_sq * beta2).addcmul_(grad, grad, value=1 - beta2)
+        exp_avg.copy_(torch.where(on, new_avg, exp_avg))
+        exp_avg_sq.copy_(torch.where(on, new_sq, exp_avg_sq))
+        count = steps.clamp_min(1.0)
+        step_size = (lr / (1 - beta1**count)).to(param.dtype).view(shape)  # (K, 1, …)
+        bias2_sqrt = ((1 - beta2**count) ** 0.5).to(param.dtype).view(shape)
+        moved = param * (1 - lr * self.weight_decay) if decay and self.weight_decay else param
+        denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(EPS)
+        moved = moved - step_size * (exp_avg / denom)
+        param.copy_(torch.where(on, moved, param))
+
+
+def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
+    """`torch.nn.utils.clip_grad_norm_` applied to each seed's slice of the stacked gradients."""
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1)  # (K, tensors)
+    total = norms.norm(dim=1)  # (K,)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)  # (K,)
+    for g in grads:
+        g.mul_(coef.to(g.dtype).view((-1,) + (1,) * (g.ndim - 1)))
+
+
+def train_ensemble(
+    model_cfg: ModelConfig,
+    task: TaskConfig,
+    cfg: TrainConfig,
+    seeds: Sequence[int],
+    *,
+    progress: bool = True,
+    on_validate: Callable[[int, LinearTransformer, dict[str, Any]], None] | None = None,
+) -> list[tuple[LinearTransformer, dict[str, Any]]]:
+    """Train one model per seed of `seeds` with `cfg` (its own `seed` is replaced by each);
+    return [(model, metrics)] in the order of `seeds`, each what `train.train` returns for that
+    seed. `on_validate(index, model_with_best_weights, metrics)` runs for every seed after every
+    validation. KeyboardInterrupt stops all seeds: their metrics say `interrupted: True`."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"at most {MAX_SEEDS} seeds train together, got {len(seeds)}")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"the seeds repeat: {seeds}")
+    for seed in seeds:
+        replace(cfg, seed=seed)  # each seed's config is valid
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("seeds in one process do not combine with torchrun; launch one run")
+    sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
+    if sizes != (task.n, task.d, task.n_prime, task.d_prime):
+        raise ValueError(
+            f"model sizes (n, d, n', d') = {sizes} do not match the task's "
+            f"{(task.n, task.d, task.n_prime, task.d_prime)}"
+        )
+    shards = 1 if cfg.data_shards is None else cfg.data_shards
+    cfg = replace(cfg, data_shards=shards)
+    K, dtype = len(seeds), model_cfg.torch_dtype
+    models = [LinearTransformer(model_cfg, generator=make_generator(_seeds(s)[0])) for s in seeds]
+    params = {name: p.requires_grad_() for name, p in stack_models(models).items()}
+    template = {k: v for k, v in models[0].state_dict().items() if k not in params}
+    log_gain = None
+    if cfg.gain_lr > 0:
+        log_gain = torch.zeros(K, model_cfg.n_layers, model_cfg.heads, dtype=dtype)
+        log_gain.requires_grad_()
+    adam = _Adam(K, cfg.weight_decay)
+    qk_names = [n for n in params if n.endswith(("W_Q", "W_K"))]
+    value_names = {n for n in params if n.endswith(("W_V", "W_P"))}
+    freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
+    streams = [_streams(cfg, s) for s in seeds]
+    shard_batch = cfg.batch // cfg.data_shards
+    val_prompts = [
+        sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)
+        for s in seeds
+    ]
+    curriculum = (
+        Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
+        if cfg.curriculum
+        else None
+    )
+    history: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    spikes: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    recent = [collections.deque(maxlen=200) for _ in seeds]
+    best = [
+        {
+            "val_selected": math.inf,
+            "val_mse": math.inf,
+            "step": 0,
+            "state": _state(model_cfg, template, params, k, log_gain),
+        }
+        for k in range(K)
+    ]
+    window_loss, window_steps, skipped = [0.0] * K, [0] * K, [0] * K
+    lr_now = cfg.lr
+    start = time.perf_counter()
+    interrupted = False
+    step = 0
+
+    @torch.no_grad()
+    def validate(step: int) -> None:
+        chunk = max(1, 4096 // K)
+        errors: list[list[torch.Tensor]] = [[] for _ in seeds]
+        for lo in range(0, cfg.eval_batch, chunk):
+            parts = [v[lo : lo + chunk] for v in val_prompts]
+            z0 = torch.stack([p.z0().to(dtype) for p in parts])  # (K, c, d + d', n + n')
+            pred = stacked_prediction(model_cfg, params, z0, log_gain=log_gain).double()
+            for k, part in enumerate(parts):
+                errors[k].append((pred[k] - part.D).square().mean(dim=(-1, -2)))
+        for k in range(K):
+            e = torch.cat(errors[k])
+            summary = summarize({"model": e})
+            trimmed = _trimmed_mean(e)
+            val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
+                cfg.select
+            ]
+            val = val if math.isfinite(val) else math.inf
+            history[k].append(
+                {
+                    "step": step,
+                    "train_loss": window_loss[k] / max(1, window_steps[k]),
+                    "val_mse": summary["mse"],
+                    "val_median": summary["median_mse"],
+                    "val_trimmed": trimmed,
+                    "val_worst": summary["worst_mse"],
+                    "val_selected": val if math.isfinite(val) else None,
+                    "lr": lr_now,
+                    "seconds": time.perf_counter() - start,
+                }
+            )
+            if val < best[k]["val_selected"]:
+                best[k].update(
+                    val_selected=val,
+                    val_mse=summary["mse"] if math.isfinite(summary["mse"]) else math.inf,
+                    step=step,
+                    state=_state(model_cfg, template, params, k, log_gain),
+                )
+
+    def metrics(k: int) -> dict[str, Any]:
+        steps_done = step if interrupted or step >= cfg.steps else step + 1
+        elapsed = time.perf_counter() - start
+        b = best[k]
+        return {
+            "train_config": replace(cfg, seed=seeds[k]).to_dict(),
+            "steps_done": steps_done,
+            "wall_seconds": elapsed,
+            "seconds_per_step": elapsed / max(1, steps_done),
+            "resumed_from_step": 0,
+            "best_step": b["step"],
+            "best_val_mse": b["val_mse"] if math.isfinite(b["val_mse"]) else None,
+            "best_val_selected": b["val_selected"] if math.isfinite(b["val_selected"]) else None,
+            "skipped_steps": skipped[k],
+            "spikes": spikes[k][-200:],
+            "spike_count": len(spikes[k]),
+            "history": history[k],
+            "torch": str(torch.__version__),
+            "processes": 1,
+            "threads": torch.get_num_threads(),
+            "ensemble": {"seeds": seeds, "index": k},  # trained together; wall time is shared
+        }
+
+    bar = tqdm(total=cfg.steps, disable=not progress, desc=f"train x{K}", unit="step")
+    try:
+        for step in range(cfg.steps):
+            factor = lr_factor(cfg, step)
+            lr_now = cfg.lr * factor
+            frozen = step >= freeze_at and cfg.freeze_values_last > 0
+            step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
+            parts = [[sample(step_task, shard_batch, g, dtype=dtype) for g in s] for s in streams]
+            z0 = torch.stack([torch.cat([p.z0() for p in ps]) for ps in parts])  # (K, b, …)
+            target = torch.stack([torch.cat([p.D for p in ps]) for ps in parts])  # (K, b, d', n')
+            pred = stacked_prediction(model_cfg, params, z0, log_gain=log_gain)
+            losses = (pred - target).square().mean(dim=(1, 2, 3))  # (K,)
+            values = losses.detach().tolist()
+            active = []
+            for k, value in enumerate(values):
+                window = recent[k]
+                median = sorted(window)[len(window) // 2] if len(window) >= 20 else math.inf
+                is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
+                drop = is_spike and (cfg.skip_spikes or not math.isfinite(value))
+                if is_spike:
+                    A = torch.cat([p.A for p in parts[k]]).detach().double()
+                    norm = torch.linalg.matrix_norm(A, ord=2)
+                    spikes[k].append(
+                        {
+                            "step": step,
+                            "loss": value if math.isfinite(value) else None,
+                            "running_median": median if math.isfinite(median) else None,
+                            "batch_max_norm_a": float(norm.max()),
+                            "batch_median_norm_a": float(norm.median()),
+                            "skipped": bool(drop),
+                        }
+                    )
+                if drop:
+                    skipped[k] += 1
+                else:
+                    window.append(value)
+                    window_loss[k] += value
+                    window_steps[k] += 1
+                active.append(not drop)
+            on = torch.tensor(active)
+            if on.any():
+                trained = {n: p for n, p in params.items() if not (frozen and n in value_names)}
+                inputs = list(trained.values()) + ([log_gain] if log_gain is not None else [])
+                # a dropped seed's loss (maybe NaN) is left out, so no NaN reaches the others
+                total = torch.where(on.to(losses.device), losses, 0.0).sum()
+                names = [*trained] + (["log_gain"] if log_gain is not None else [])
+                grads = dict(zip(names, torch.autograd.grad(total, inputs), strict=True))
+                if cfg.clip_qk > 0:
+                    _clip([grads[n] for n in qk_names], cfg.clip_qk)
+                if cfg.clip > 0:
+                    _clip(list(grads.values()), cfg.clip)
+                for name, p in trained.items():
+                    adam.step(name, p, grads[name], lr_now, on, decay=True)
+                if log_gain is not None:
+                    gain_lr = cfg.gain_lr * factor
+                    adam.step("log_gain", log_gain, grads["log_gain"], gain_lr, on, decay=False)
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                validate(step + 1)
+                for k in range(K):
+                    window_loss[k], window_steps[k] = 0.0, 0
+                if on_validate is not None:
+                    for k in range(K):
+                        on_validate(k, _model(model_cfg, best[k]["state"]), metrics(k))
+            bar.update(1)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    results = []
+    for k in range(K):
+        keep_best = cfg.keep_best and history[k]
+        state = best[k]["state"] if keep_best else _state(model_cfg, template, params, k, log_gain)
+        results.append((_model(model_cfg, state), metrics(k) | {"interrupted": interrupted}))
+    return results
+
+
+def _model(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> LinearTransformer:
+    model = LinearTransformer(cfg)
+    model.load_state_dict(state)
+    model.eval()
+    return model

@@ -1,0 +1,137 @@
+"""Seeds in one process: each seed of `train_ensemble` is the separate `train` run (float64)."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from eagle_probe.ensemble import prompt_scale, stack_models, stacked_prediction, train_ensemble
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.train import TrainConfig, train
+
+TASK = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
+BASE = {"n": 6, "d": 6, "n_prime": 1, "d_prime": 1, "n_layers": 2, "dtype": "float64"}
+RUN = TrainConfig(steps=24, batch=32, lr=1e-2, eval_every=8, eval_batch=64, clip=0.1)
+
+MODELS = {
+    "centralized-2-heads": {"n_heads": 2},
+    "distributed": {"regime": "distributed", "machines": 2},
+    "constrained": {"regime": "constrained", "rank": 3, "n_heads": 2},
+    "samples": {"tokens": "samples"},
+    "block-diagonal": {"token_mask": "block_diagonal", "shards": 2},
+    "sparse-frobenius": {"token_mask": "sparse", "normalize": "frobenius"},
+    "learned-none": {"readout": "learned", "normalize": "none", "init_std": 0.05},
+}
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_stacked_prediction_is_each_models_forward(name):
+    cfg = ModelConfig(**(BASE | MODELS[name]))
+    models = [LinearTransformer(cfg, generator=make_generator(s)) for s in (3, 4, 5)]
+    prompts = [sample(TASK, 16, make_generator(10 + k), dtype=torch.float64) for k in range(3)]
+    z0 = torch.stack([p.z0() for p in prompts])  # (3, 16, 7, 7)
+    with torch.no_grad():
+        got = stacked_prediction(cfg, stack_models(models), z0)
+    for k, model in enumerate(models):
+        want = model(z0[k]).detach()
+        assert _relative(got[k], want) < 1e-12, name
+
+
+def test_spectral_scale_is_the_norm_of_a_at_every_magnitude():
+    cfg = ModelConfig(**BASE)
+    z0 = sample(TASK, 64, make_generator(2), dtype=torch.float64).z0()
+    for magnitude in (1e-150, 1e-3, 1.0, 1e150):
+        z = z0 * magnitude
+        want = torch.linalg.matrix_norm(z[:, :6, :6], ord=2)
+        got = prompt_scale(cfg, z)[:, 0, 0]
+        assert float(((got - want) / want).abs().max()) < 1e-13, magnitude
+
+
+RUNS = {
+    "plain": ({}, {}),
+    "two-heads-adamw-cosine": (
+        {"n_heads": 2},
+        {"weight_decay": 0.05, "schedule": "warmup_cosine", "select": "trimmed"},
+    ),
+    "distributed-clip-qk-freeze": (
+        {"regime": "distributed", "machines": 2},
+        {"clip_qk": 0.05, "freeze_values_last": 0.25, "select": "median"},
+    ),
+    "constrained-gains-shards": (
+        {"regime": "constrained", "rank": 3},
+        {"gain_lr": 0.05, "data_shards": 2},
+    ),
+    "samples-curriculum": ({"tokens": "samples"}, {"curriculum": True, "curriculum_start": 1.0}),
+    "block-diagonal-spikes-skipped": (
+        {"token_mask": "block_diagonal", "shards": 2},
+        {"spike_factor": 1.05, "skip_spikes": True},
+    ),
+    "learned-readout-no-clip": ({"readout": "learned"}, {"clip": 0.0, "keep_best": False}),
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_each_seed_equals_its_separate_run(name):
+    model_kw, run_kw = RUNS[name]
+    cfg = ModelConfig(**(BASE | model_kw))
+    run = replace(RUN, **run_kw)
+    seeds = [0, 3, 7]
+    together = train_ensemble(cfg, TASK, run, seeds, progress=False)
+    assert len(together) == len(seeds)
+    for seed, (model, metrics) in zip(seeds, together, strict=True):
+        alone, expected = train(cfg, TASK, replace(run, seed=seed), progress=False)
+        state, want = model.state_dict(), alone.state_dict()
+        assert state.keys() == want.keys()
+        for key, value in want.items():
+            assert _relative(state[key], value) < 1e-8, (name, seed, key)
+        assert metrics["best_step"] == expected["best_step"]
+        assert metrics["steps_done"] == expected["steps_done"] == run.steps
+        assert metrics["train_config"] == expected["train_config"]
+        assert metrics["skipped_steps"] == expected["skipped_steps"]
+        assert [s["step"] for s in metrics["spikes"]] == [s["step"] for s in expected["spikes"]]
+        for row, ref in zip(metrics["history"], expected["history"], strict=True):
+            for column in ("train_loss", "val_mse", "val_median", "val_trimmed", "lr"):
+                assert row[column] == pytest.approx(ref[column], rel=1e-8), (name, column)
+    if run_kw.get("skip_spikes"):
+        assert any(m["skipped_steps"] for _, m in together)  # the rule was exercised
+    # the seeds are different runs
+    first, second = together[0][0].state_dict(), together[1][0].state_dict()
+    assert not torch.equal(first["blocks.0.attn.W_Q"], second["blocks.0.attn.W_Q"])
+
+
+def test_clipping_is_per_seed():
+    """A seed whose gradient is clipped does not scale another seed's update."""
+    cfg = ModelConfig(**BASE)
+    run = replace(RUN, steps=3, eval_every=3)
+    big = replace(run, clip=1e-4)
+    (model, _), *_ = train_ensemble(cfg, TASK, big, [0, 1], progress=False)
+    alone, _ = train(cfg, TASK, replace(big, seed=0), progress=False)
+    for key, value in alone.state_dict().items():
+        assert _relative(model.state_dict()[key], value) < 1e-10
+
+
+def test_ensemble_callbacks_and_errors():
+    cfg = ModelConfig(**BASE)
+    seen = []
+    train_ensemble(
+        cfg,
+        TASK,
+        replace(RUN, steps=8, eval_every=4),
+        [1, 2],
+        progress=False,
+        on_validate=lambda k, model, metrics: seen.append((k, metrics["history"][-1]["step"])),
+    )
+    assert seen == [(0, 4), (1, 4), (0, 8), (1, 8)]
+    with pytest.raises(ValueError, match="repeat"):
+        train_ensemble(cfg, TASK, RUN, [1, 1], progress=False)
+    with pytest.raises(ValueError, match="at least one seed"):
+        train_ensemble(cfg, TASK, RUN, [], progress=False)
+    with pytest.raises(ValueError, match="seed must be"):
+        train_ensemble(cfg, TASK, RUN, [-1], progress=False)
+    with pytest.raises(ValueError, match="do not match"):
+        train_ensemble(cfg, replace(TASK, n=8, d=8), RUN, [0], progress=False)
