@@ -592,6 +592,11 @@ def extraction_communication(ex: Extraction) -> dict[str, Figure]:
         )
     labels = [
         f"{lay['layer']}: MSE ×{lay['cross_a_ablation']:.3g}"
+        + (
+            f", with reads ×{lay['cross_a_any_ablation']:.3g}"
+            if "cross_a_any_ablation" in lay
+            else ""
+        )
         + (" (sent)" if lay["a_columns_sent"] else "")
         for lay in layers
     ]

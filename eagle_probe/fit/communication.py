@@ -17,6 +17,13 @@ of W_VP^μ therefore split its squared Frobenius norm three ways, summing to 1:
   writing into machine ν's A^ν, B^ν, the A communication eagle-distributed never does and
   eagle-over-machines (the centralized update across machines, Σ_μ A^μ A^μᵀ A = A Aᵀ A) needs.
 
+Values are read across machines too: row i of W_VP^μ takes stream column i, so rows of another
+machine's A/B columns are that machine's columns sent to μ. `cross_a_any_share` is the share of
+every entry that reads or writes another machine's A/B columns (either crossing),
+and `cross_a_any_ablation` zeroes all of them — the whole A channel between machines. The two
+ablations differ because reads and writes partly cancel: on the shipped distributed model,
+removing the writes alone breaks the function far more than removing reads and writes together.
+
 `off_family_share` is the share outside eagle-distributed's own shape (everything but the own
 block's rows × own block's columns and the C rows × C/D columns): it adds to `cross_a_share` the
 other machines' A/B inputs written into the own block and the A/B inputs written into C/D.
@@ -56,7 +63,14 @@ WRITE_SHARE = 1e-3
 PROMPTS = 512
 
 
-SHARES = ("cross_a_share", "cross_cd_share", "own_share", "cd_from_a_share", "off_family_share")
+SHARES = (
+    "cross_a_share",
+    "cross_cd_share",
+    "own_share",
+    "cd_from_a_share",
+    "off_family_share",
+    "cross_a_any_share",
+)
 
 
 def machine_of(n: int, machines: int) -> np.ndarray:
@@ -89,6 +103,7 @@ def shares(vp_head: np.ndarray, n: int, machines: int, head: int) -> dict[str, f
         "cd_from_a_share": float(sq[:n, n:].sum()) / total,
         # outside eagle-distributed's shape: all but own block -> own block and C -> C/D
         "off_family_share": 1.0 - float(sq[np.ix_(own, own)].sum() + sq[n:, n:].sum()) / total,
+        "cross_a_any_share": float(sq[cross].sum() + sq[np.ix_(~cross, cross)].sum()) / total,
     }
 
 
@@ -104,12 +119,18 @@ def written_outside(vp_head: np.ndarray, n: int, machines: int, head: int) -> in
     return int(np.sum(outside & (col >= WRITE_SHARE * total)))
 
 
-def without_cross_a(vp: np.ndarray, n: int, machines: int, layers) -> np.ndarray:
-    """W_VP (L, h, E, E) with every head's cross-machine A output columns zeroed in `layers`."""
+def without_cross_a(
+    vp: np.ndarray, n: int, machines: int, layers, reads: bool = False
+) -> np.ndarray:
+    """W_VP (L, h, E, E) with every head's cross-machine A output columns zeroed in `layers`
+    (and, with `reads`, its rows reading other machines' A/B columns as well)."""
     out = vp.copy()
     for layer in layers:
         for head in range(vp.shape[1]):
-            out[layer, head][:, cross_a_columns(n, vp.shape[-1], machines, head)] = 0.0
+            cross = cross_a_columns(n, vp.shape[-1], machines, head)
+            out[layer, head][:, cross] = 0.0
+            if reads:
+                out[layer, head][cross, :] = 0.0
     return out
 
 
@@ -128,18 +149,22 @@ def _ratio(mse: float, base: float) -> float:
     return 1.0 if mse == base else float("inf")
 
 
-def _sentence(layers: list[dict], sent: bool, ratio: float, floats: dict, M: int) -> str:
+def _sentence(
+    layers: list[dict], sent: bool, ratio: float, any_ratio: float, floats: dict, M: int
+) -> str:
     network, paper = floats["network"], floats["eagle-distributed"]
     if sent:
         used = [lay for lay in layers if lay["a_columns_sent"]] or layers
         where = ", ".join(str(lay["layer"]) for lay in used)
         top = max(h["cross_a_share"] for lay in used for h in lay["heads"])
+        top_any = max(h["cross_a_any_share"] for lay in used for h in lay["heads"])
         return (
             f"A columns cross machines: in layer(s) {where} a head writes up to "
-            f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns, and "
-            f"zeroing those writes in every layer changes the held-out MSE ×{ratio:.3g}; the "
-            f"network sends about {network} floats per machine per round where eagle-distributed "
-            f"sends {paper} (the C/D results only)."
+            f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns "
+            f"({100 * top_any:.2g}% reading or writing them), and zeroing those writes in every "
+            f"layer changes the held-out MSE ×{ratio:.3g} (reads and writes: ×{any_ratio:.3g}); "
+            f"the network sends about {network} floats per machine per round where "
+            f"eagle-distributed sends {paper} (the C/D results only)."
         )
     top = max((h["cross_a_share"] for lay in layers for h in lay["heads"]), default=0.0)
     return (
@@ -158,7 +183,7 @@ def communication_view(ctx: Context) -> ViewResult:
     n, M, L = geo.n, geo.machines, geo.layers
     floats_col = geo.d + geo.d_prime  # one stream column: d + d' tokens
     # passes: the stream, each layer's ablation from that layer on, every layer ablated at once
-    held, _ = ctx.scoring(L + L * (L + 1) / 2 + L, limit=PROMPTS)
+    held, _ = ctx.scoring(L + L * (L + 1) + 2 * L, limit=PROMPTS)
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)  internal units
     base = held.mse(geo.readout_of(stream[-1], held.z0))
     rows, layers = [], []
@@ -172,25 +197,32 @@ def communication_view(ctx: Context) -> ViewResult:
             heads.append({"head": head, **s, "floats_sent": floats_col * cols})
             rows.append({"layer": layer, **heads[-1]})
         # the layers before `layer` are unchanged: run on from their stream
-        vp = without_cross_a(ctx.vp, n, M, [layer])
-        Z = stream[layer]
-        with np.errstate(over="ignore", invalid="ignore"):
-            for later in range(layer, L):
-                Z = geo.layer(Z, ctx.qk[later], vp[later])
-        ratio = _ratio(held.mse(geo.readout_of(Z, held.z0)), base)
+        ratios = []
+        for reads in (False, True):
+            vp = without_cross_a(ctx.vp, n, M, [layer], reads)
+            Z = stream[layer]
+            with np.errstate(over="ignore", invalid="ignore"):
+                for later in range(layer, L):
+                    Z = geo.layer(Z, ctx.qk[later], vp[later])
+            ratios.append(_ratio(held.mse(geo.readout_of(Z, held.z0)), base))
+        ratio, any_ratio = ratios
         layers.append(
             {
                 "layer": layer,
                 "heads": heads,
                 "cross_a_ablation": ratio,
-                "a_columns_relied": _sent(ratio),
+                "cross_a_any_ablation": any_ratio,
+                "a_columns_relied": _sent(ratio) or _sent(any_ratio),
                 "a_columns_sent": _sent(ratio)
-                or max(h["cross_a_share"] for h in heads) >= SENT_SHARE,
+                or _sent(any_ratio)
+                or max(h["cross_a_any_share"] for h in heads) >= SENT_SHARE,
             }
         )
     vp = without_cross_a(ctx.vp, n, M, range(L))
     ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp)), base)
-    relied = _sent(ratio) or any(lay["a_columns_relied"] for lay in layers)
+    vp_any = without_cross_a(ctx.vp, n, M, range(L), reads=True)
+    any_ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp_any)), base)
+    relied = _sent(ratio) or _sent(any_ratio) or any(lay["a_columns_relied"] for lay in layers)
     sent = relied or any(lay["a_columns_sent"] for lay in layers)
     floats = {"network": floats_col * written, "eagle-distributed": floats_col * geo.n_prime}
     warnings = []
@@ -206,6 +238,7 @@ def communication_view(ctx: Context) -> ViewResult:
         {
             "layers": layers,
             "cross_a_ablation": ratio,
+            "cross_a_any_ablation": any_ratio,
             "a_columns_sent": bool(sent),
             "a_columns_relied": bool(relied),
             "floats_per_machine_round": floats,
@@ -214,7 +247,7 @@ def communication_view(ctx: Context) -> ViewResult:
             "write_share": WRITE_SHARE,
             "network_mse": base,
             "prompts": held.prompts,
-            "sentence": _sentence(layers, sent, ratio, floats, M),
+            "sentence": _sentence(layers, sent, ratio, any_ratio, floats, M),
         },
         {"communication": pd.DataFrame(rows)},
         warnings,

@@ -76,6 +76,12 @@ def _cost(cost: float) -> str:
     return f"{cost * 100:+.1f}%"
 
 
+def _costs(cost: float) -> str:
+    """`_cost` as a predicate: "costs +3.0%" or "breaks the model (×N)"."""
+    text = _cost(cost)
+    return text if text.startswith("breaks") else f"costs {text}"
+
+
 def layer_labels(ctx: Context) -> list[dict]:
     fid = ctx.results["fidelity"].json["layers"]
     proj = ctx.results.get("projection")
@@ -223,7 +229,7 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
         parts.append(
             f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
             f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
-            f", projecting it alone costs {_cost(lay['projection_cost'])}{where})."
+            f", projecting it alone {_costs(lay['projection_cost'])}{where})."
             if math.isfinite(lay["projection_cost"])
             else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
             f"{_fmt(lay['one_step_relative'])}{where})."
@@ -278,9 +284,9 @@ def _coadapted(ctx: Context, layers: list[dict]) -> list[str]:
     alone = [lay for lay in layers if not lay["projection_cost"] <= LIKE_PROJECTION_COST]
     if whole <= LIKE_PROJECTION_COST and alone:
         return [
-            f"The whole-model projection costs {_cost(whole)} while "
+            f"The whole-model projection {_costs(whole)} while "
             + ", ".join(
-                f"layer {lay['layer']} alone {_cost(lay['projection_cost'])}" for lay in alone
+                f"layer {lay['layer']} alone {_costs(lay['projection_cost'])}" for lay in alone
             )
             + ": the layers are co-adapted (their departures from the family cancel), which is "
             "not running the family."

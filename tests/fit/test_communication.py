@@ -38,8 +38,10 @@ def test_paper_plant_sends_only_the_cd_results(machines):
     for lay in view["layers"]:
         assert not lay["a_columns_sent"]
         assert lay["cross_a_ablation"] == pytest.approx(1.0, abs=1e-12)
+        assert lay["cross_a_any_ablation"] == pytest.approx(1.0, abs=1e-12)
         for head in lay["heads"]:
             assert head["cross_a_share"] <= 1e-12
+            assert head["cross_a_any_share"] <= 1e-12
             assert head["off_family_share"] <= 1e-12
             total = head["cross_a_share"] + head["cross_cd_share"] + head["own_share"]
             assert total == pytest.approx(1.0, abs=1e-12)
@@ -63,12 +65,35 @@ def test_planted_a_communication_is_found_in_its_layer_only(machines):
     sent = [lay["layer"] for lay in view["layers"] if lay["a_columns_sent"]]
     assert sent == [layer]
     assert view["a_columns_sent"]
+    assert view["layers"][layer]["cross_a_any_ablation"] != pytest.approx(1.0, abs=1e-6)
+    assert all(lay["cross_a_any_ablation"] == 1.0 for lay in view["layers"][1:])
     heads = view["layers"][layer]["heads"]
     assert heads[mu]["cross_a_share"] > 0.01
     assert all(h["cross_a_share"] <= 1e-12 for h in heads if h["head"] != mu)
+    assert heads[mu]["cross_a_any_share"] == pytest.approx(heads[mu]["cross_a_share"])
     # machine μ writes ν's block columns (d + d' floats each) on top of the C/D results
     floats = (cfg.d + cfg.d_prime) * (block + cfg.n_prime)
     assert view["floats_per_machine_round"]["network"] == floats
+    assert view["sentence"].startswith("A columns cross machines")
+
+
+@pytest.mark.parametrize("machines", [2, 3])
+def test_reading_another_machines_a_columns_is_communication(machines):
+    """A head whose values read machine ν's A/B columns into its own block: nothing written
+    across, but ν's columns are sent to μ (`cross_a_any_share`, `cross_a_any_ablation`)."""
+    cfg = _config(machines)
+    qk, vp = layouts.state_products(layouts.plant(cfg, A_STEPS, C_STEPS))
+    block, layer, mu, nu = cfg.n // machines, 1, 0, 1
+    own, other = slice(mu * block, (mu + 1) * block), slice(nu * block, (nu + 1) * block)
+    vp[layer, mu, other, own] -= 0.1 * np.eye(block)
+    model = LinearTransformer(cfg)
+    model.load_state_dict(layouts.narrow_products_to_state(cfg, qk, vp))
+    view = _view(model.eval()).json
+    lay = view["layers"][layer]
+    assert lay["heads"][mu]["cross_a_share"] <= 1e-12
+    assert lay["heads"][mu]["cross_a_any_share"] > 0.01
+    assert lay["a_columns_sent"]
+    assert [x["layer"] for x in view["layers"] if x["a_columns_sent"]] == [layer]
     assert view["sentence"].startswith("A columns cross machines")
 
 
