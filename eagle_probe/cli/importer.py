@@ -10,8 +10,15 @@ from eagle_probe.cli.common import (
     _positive_int,
     _publish,
 )
+from eagle_probe.errors import EagleProbeError
 
 HELP = "convert another codebase's weights into a checkpoint"
+
+
+def _readout(text: str) -> int:
+    if text not in ("-1", "+1", "1"):
+        raise argparse.ArgumentTypeError(f"must be -1 or +1, got {text!r}")
+    return int(text)
 
 
 def _add_import(parser: Parser) -> None:
@@ -21,32 +28,67 @@ def _add_import(parser: Parser) -> None:
     parser.add_argument("--n-prime", type=_positive_int, default=1, help="queries n' (1)")
     parser.add_argument("--d", type=_positive_int, default=None, help="feature layout: rows d of A")
     parser.add_argument("--d-prime", type=_positive_int, default=None, help="outputs d' (1)")
-    parser.add_argument("--dtype", default="float32", help="float32 or float64 (float32)")
+    parser.add_argument(
+        "--dtype", default="float64", help="float64 or float32 (float64: exact to round-off)"
+    )
+    parser.add_argument(
+        "--heads",
+        type=_positive_int,
+        default=None,
+        help="heads side by side in each nn.Linear projection (read from 3-D weights, else 1)",
+    )
+    parser.add_argument(
+        "--readout",
+        type=_readout,
+        default=-1,
+        help="sign the source model reads its prediction with from the query's label entry: "
+        "-1 (the negated entry, this project's convention) or +1 (-1)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the key mapping and write nothing"
+    )
     parser.add_argument("--force", action="store_true", help="overwrite an existing output")
-    parser.add_argument("-o", "--out", required=True, help="checkpoint to write")
+    parser.add_argument("-o", "--out", default=None, help="checkpoint to write")
 
 
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
-    from eagle_probe.layouts import import_file
+    from eagle_probe.conventions import plan_import
+    from eagle_probe.layouts import LAYOUTS, import_arrays, read_arrays
 
-    out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
-    model, task = import_file(
+    if args.layout not in LAYOUTS:
+        raise EagleProbeError(f"unknown layout {args.layout!r}; choose from {', '.join(LAYOUTS)}")
+    if args.out is None and not args.dry_run:
+        raise EagleProbeError("-o/--out is required (or pass --dry-run to see the mapping only)")
+    out = None
+    if not args.dry_run:
+        out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
+    arrays = read_arrays(args.weights)
+    if args.layout != "ahn":
+        print("\n".join(plan_import(arrays, heads=args.heads).lines()))
+    model, task = import_arrays(
         args.layout,
-        args.weights,
+        arrays,
         n=args.n,
         n_prime=args.n_prime,
         d=args.d,
         d_prime=args.d_prime,
         dtype=args.dtype,
+        heads=args.heads,
+        readout=args.readout,
     )
     cfg = model.cfg
+    what = (
+        f"{cfg.tokens} layout, {cfg.n_layers} layers x {cfg.heads} head(s), d = {cfg.d}, "
+        f"d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}, readout "
+        f"{args.readout:+d}"
+    )
+    if args.dry_run:
+        print(f"dry run, nothing written: would write {what}")
+        return 0
     claim = _claim(args, files.output_files([out], force=args.force))
     metrics = {"imported": {"layout": args.layout, "from": str(args.weights)}}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
     _publish(args)
-    print(
-        f"wrote {out}: {cfg.tokens} layout, {cfg.n_layers} layers x {cfg.heads} head(s), "
-        f"d = {cfg.d}, d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}"
-    )
+    print(f"wrote {out}: {what}")
     return 0

@@ -65,7 +65,10 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
     parser.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
     parser.add_argument(
-        "--task-rank", type=_positive_int, default=10, help="rank s of the prompt matrices X (10)"
+        "--task-rank",
+        type=_positive_int,
+        default=None,
+        help="rank s of the prompt matrices X, at most min(n, d) (10, or min(n, d) if smaller)",
     )
     parser.add_argument(
         "--alpha",

@@ -1,0 +1,77 @@
+"""A researcher's own linear self-attention model, written as von Oswald et al. (2023) write theirs:
+not this project's model. Tokens e_i = [x_i, y_i] (rows), the query [x_q, 0] last; per layer
+
+    e_j ← e_j + W_P Σ_{i < N} (W_V e_i)(W_K e_i)ᵀ (W_Q e_j) / N
+
+with `nn.Linear` W_Q, W_K, W_V, W_P without bias, and the prediction read from the query's
+y entry with sign `readout` (−1: ŷ = −y_q, von Oswald et al.'s reading; +1: ŷ = y_q).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class LSALayer(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.W_Q = nn.Linear(width, width, bias=False)
+        self.W_K = nn.Linear(width, width, bias=False)
+        self.W_V = nn.Linear(width, width, bias=False)
+        self.W_P = nn.Linear(width, width, bias=False)
+
+    def forward(self, e: torch.Tensor) -> torch.Tensor:  # e: (b, N + 1, width)
+        N = e.shape[1] - 1
+        scores = self.W_Q(e) @ self.W_K(e).transpose(-1, -2)  # (b, N + 1, N + 1)
+        scores = scores[..., :N]  # only the N samples act as keys (the query does not)
+        return e + self.W_P(scores @ self.W_V(e)[:, :N]) / N  # (b, N + 1, width)
+
+
+class LSA(nn.Module):
+    """`forward(e)` maps tokens (b, N + 1, d + 1) to the predictions ŷ (b,)."""
+
+    def __init__(self, d: int, layers: int, readout: int = -1, std: float = 0.05) -> None:
+        super().__init__()
+        self.readout = readout
+        self.layers = nn.ModuleList([LSALayer(d + 1) for _ in range(layers)])
+        for p in self.parameters():
+            nn.init.normal_(p, std=std)
+
+    def forward(self, e: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            e = layer(e)
+        return self.readout * e[:, -1, -1]  # (b,)
+
+
+def tokens(x: torch.Tensor, y: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:
+    """Tokens [x_i, y_i], the query [x_q, 0] last: x (b, N, d), y (b, N), x_q (b, d) → (b, N + 1,
+    d + 1)."""
+    samples = torch.cat([x, y[..., None]], dim=-1)  # (b, N, d + 1)
+    query = torch.cat([x_q, torch.zeros_like(x_q[:, :1])], dim=-1)[:, None]  # (b, 1, d + 1)
+    return torch.cat([samples, query], dim=1)
+
+
+def draw(b: int, N: int, d: int, g: torch.Generator, dtype=torch.float64):
+    """x, x_q ~ N(0, I_d), y = wᵀx with w ~ N(0, I_d / d): (x, y, x_q, y_q)."""
+    x = torch.randn(b, N, d, generator=g, dtype=dtype)
+    x_q = torch.randn(b, d, generator=g, dtype=dtype)
+    w = torch.randn(b, d, generator=g, dtype=dtype) / d**0.5
+    return x, (x @ w[..., None])[..., 0], x_q, (x_q * w).sum(-1)
+
+
+def train(
+    model: LSA, N: int, d: int, steps: int, seed: int = 0, lr: float = 1e-2, batch: int = 1024
+) -> LSA:
+    """A few hundred Adam steps on fresh batches, the learning rate decayed on a cosine."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    for _ in range(steps):
+        x, y, x_q, y_q = draw(batch, N, d, g, dtype=next(model.parameters()).dtype)
+        loss = ((model(tokens(x, y, x_q)) - y_q) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        schedule.step()
+    return model.eval()
