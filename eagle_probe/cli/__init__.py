@@ -46,9 +46,11 @@ COMMANDS: dict[str, str] = {
     "import": "importer",
     "sweep": "sweep",
     "bench": "bench",
+    "compare": "compare",
+    "timeline": "timeline",
 }
 # the commands that take --threads and --device
-COMPUTING = {"train", "evaluate", "extract", "import", "sweep", "bench"}
+COMPUTING = {"train", "evaluate", "extract", "import", "sweep", "bench", "compare", "timeline"}
 # helpers of a command module reached through this package (so they can be replaced here)
 _HELPERS = {"_run_training": "train"}
 

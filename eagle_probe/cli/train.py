@@ -162,6 +162,14 @@ def _add_train(parser: Parser) -> None:
         action="store_true",
         help="continue the run stored in --out (its configs; --steps may extend)",
     )
+    parser.add_argument(
+        "--save-every",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="also keep the weights of step 0, every K steps and the last in OUT.steps/ "
+        "(step_NNNNNNNN.pt, for eagle-probe timeline)",
+    )
     parser.add_argument("-o", "--out", required=True, help="checkpoint to write (model.pt)")
 
 
@@ -292,6 +300,9 @@ def run(args: argparse.Namespace) -> int:
         return cli._run_training(args, out, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
     claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
+    if args.save_every is not None:  # the run directory of `timeline`, published with the rest
+        steps_dir = files.check_dir(out.with_suffix(".steps"), force=args.force, what="run dir")
+        args.steps_dir = _claim(args, files.output_dir(steps_dir, force=args.force))
     return cli._run_training(args, out, model_cfg, task, train_cfg, resume, claim)
 
 
@@ -299,6 +310,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     """Train and publish through `claim` (None: a torchrun worker that writes nothing)."""
     from eagle_probe import checkpoint
     from eagle_probe.evaluate import evaluate
+    from eagle_probe.timeline import checkpoint_name
     from eagle_probe.train import train
 
     argv = " ".join(sys.argv[1:]) if sys.argv else ""
@@ -317,6 +329,11 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         payload = checkpoint.jsonable(metrics | provenance)
         claim.write(out, lambda handle: checkpoint.dump(handle, model, task, payload))
 
+    def save_step(step: int, model, info: dict[str, Any]) -> None:
+        steps_dir = getattr(args, "steps_dir", None)
+        if claim is not None and steps_dir is not None:
+            checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
+
     def on_sigterm(signum, frame) -> NoReturn:
         raise KeyboardInterrupt
 
@@ -329,6 +346,8 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
             progress=not args.no_progress,
             on_validate=write,
             resume=resume,
+            save_every=args.save_every or 0,
+            on_save=save_step,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,82 @@
+"""`eagle-probe compare`: the network beside its extracted algorithm off the training
+distribution."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
+from eagle_probe.errors import EagleProbeError
+
+HELP = "score a checkpoint beside its extracted algorithm on sweeps of the prompt distribution"
+SWEEP_NAMES = ("scale", "kappa", "rank", "alpha", "noise", "samples")  # compare.SWEEPS
+
+
+def _add_compare(parser: Parser) -> None:
+    parser.add_argument("model", help="checkpoint file (.pt)")
+    parser.add_argument(
+        "--out", required=True, help="write DIR/compare.json and its figures (PNG) here"
+    )
+    parser.add_argument(
+        "--prompts", type=_positive_int, default=256, help="prompts per sweep point (256)"
+    )
+    parser.add_argument(
+        "--sweeps",
+        default=",".join(SWEEP_NAMES),
+        help=f"comma-separated sweeps ({','.join(SWEEP_NAMES)})",
+    )
+    parser.add_argument(
+        "--more-steps",
+        type=_positive_int,
+        default=4,
+        help="the algorithm is also run for this many times the network's layers (4)",
+    )
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of every prompt drawn (0)")
+    parser.add_argument(
+        "--force", action="store_true", help="write into an existing --out (its files replaced)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    start = time.perf_counter()
+    from eagle_probe import checkpoint, files
+    from eagle_probe.compare import CompareConfig, compare
+    from eagle_probe.plots import compare_figures
+    from eagle_probe.report import png_bytes
+
+    sweeps = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
+    unknown = [s for s in sweeps if s not in SWEEP_NAMES]
+    if unknown or not sweeps:
+        raise EagleProbeError(
+            f"--sweeps: unknown sweep(s) {', '.join(unknown) or '(none given)'}; choose from "
+            f"{', '.join(SWEEP_NAMES)}"
+        )
+    if args.prompts < 2:
+        raise EagleProbeError(f"--prompts must be at least 2, got {args.prompts}")
+    out = _out_dir(args.out, args.force)
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    cfg = CompareConfig(
+        prompts=args.prompts,
+        sweeps=sweeps,
+        more_steps=args.more_steps,
+        seed=args.seed,
+        sensitivity_prompts=min(32, args.prompts),
+    )
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    result = compare(model, task, cfg)
+    payload = result.json
+    payload["model"]["checkpoint"] = str(args.model)
+    payload["model"]["sha256"] = checkpoint.sha256(args.model)
+    payload["timings"]["total"] = time.perf_counter() - start
+    print(result.render())
+    (tmp / "compare.json").write_text(json.dumps(files.jsonable(payload), indent=2) + "\n")
+    names = []
+    for name, fig in compare_figures(payload).items():
+        (tmp / f"{name}.png").write_bytes(png_bytes(fig))
+        names.append(f"{name}.png")
+    _publish(args)
+    print(f"wrote {out / 'compare.json'} and {', '.join(names)}")
+    return 0

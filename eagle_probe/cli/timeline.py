@@ -1,0 +1,55 @@
+"""`eagle-probe timeline`: when each layer of a training run becomes its algorithm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
+
+HELP = "extract every checkpoint a training run kept (train --save-every) with the cheap views"
+
+
+def _add_timeline(parser: Parser) -> None:
+    parser.add_argument("run_dir", help="run directory of train --save-every (MODEL.steps/)")
+    parser.add_argument(
+        "--out", required=True, help="write DIR/timeline.json and its figures (PNG) here"
+    )
+    parser.add_argument(
+        "--test-batch",
+        type=_positive_int,
+        default=1024,
+        help="held-out prompts of each checkpoint's test MSE (1024)",
+    )
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the prompts (0)")
+    parser.add_argument(
+        "--force", action="store_true", help="write into an existing --out (its files replaced)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    start = time.perf_counter()
+    from eagle_probe import files
+    from eagle_probe.plots import timeline_figures
+    from eagle_probe.report import png_bytes
+    from eagle_probe.timeline import run_checkpoints, timeline
+
+    run_checkpoints(args.run_dir)  # a directory without checkpoints fails before --out is made
+    out = _out_dir(args.out, args.force)
+    tmp = _claim(args, files.output_dir(out, force=args.force))
+    result = timeline(
+        args.run_dir, seed=args.seed, test_batch=args.test_batch, max_bytes=_budget(args)
+    )
+    payload = result.json
+    payload["timings"]["total"] = time.perf_counter() - start
+    print(result.render())
+    (tmp / "timeline.json").write_text(json.dumps(files.jsonable(payload), indent=2) + "\n")
+    names = []
+    for name, fig in timeline_figures(payload).items():
+        (tmp / f"{name}.png").write_bytes(png_bytes(fig))
+        names.append(f"{name}.png")
+    _publish(args)
+    print(f"wrote {out / 'timeline.json'} and {', '.join(names)}")
+    return 0
