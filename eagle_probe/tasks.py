@@ -35,6 +35,11 @@ from eagle_probe.errors import EagleProbeError
 
 KERNELS = ("rbf", "polynomial")
 RANKED = ("paper", "completion")  # the tasks whose X has rank s = `rank`
+DEFAULT_RANK = 10  # the paper's s, where n and d allow it
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +51,8 @@ class TaskConfig:
     d: int = 18  # rows of A: features / landmarks
     n_prime: int = 2  # columns of C and D: queries
     d_prime: int = 2  # rows of B and D: outputs
-    rank: int = 10  # s: rank of X (paper, completion) or number of kept singular values (kappa)
+    rank: int | None = None  # s: rank of X (paper, completion) or number of kept singular values
+    # (kappa); None: min(10, n, d)
     alpha: float = 0.7  # anisotropy: row covariance diag(α^i), i = 0..s-1 (paper, least_squares)
     noise: float = 0.0  # σ²: variance of Gaussian noise added to every entry of X
     kappa: float | None = None  # prescribed condition number of A's nonzero spectrum
@@ -58,6 +64,8 @@ class TaskConfig:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        if self.rank is None and all(_positive(getattr(self, k)) for k in ("n", "d")):
+            object.__setattr__(self, "rank", min(DEFAULT_RANK, self.n, self.d))
         for name in ("n", "d", "n_prime", "d_prime", "rank", "kernel_dim", "degree"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -66,6 +66,7 @@ def test_the_task_rank_is_bounded_by_n_and_d(task):
     with pytest.raises(ValueError, match=r"min\(n, d\) = 5"):
         TaskConfig(task=task, n=6, d=5, rank=6)
     assert TaskConfig(task=task, n=6, d=5, rank=5).rank == 5
+    assert TaskConfig(task=task, n=6, d=5).rank == 5 and TaskConfig(task=task).rank == 10
 
 
 def test_a_checkpoint_whose_task_rank_exceeds_n_is_refused_on_load(tmp_path):
