@@ -6,6 +6,7 @@ import argparse
 
 from eagle_probe.cli.common import (
     Parser,
+    _budget,
     _claim,
     _positive_int,
     _publish,
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     out = None
     if not args.dry_run:
         out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
-    arrays = read_arrays(args.weights)
+    arrays = read_arrays(args.weights, max_bytes=_budget(args))
     if args.layout != "ahn":
         print("\n".join(plan_import(arrays, heads=args.heads).lines()))
     model, task = import_arrays(
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         heads=args.heads,
         readout=args.readout,
+        max_bytes=_budget(args),
     )
     cfg = model.cfg
     what = (
