@@ -1,0 +1,191 @@
+"""Off the training distribution: `eagle_probe.compare` on planted models, whose algorithm is
+known exactly, and its baselines against NumPy's least squares."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import PLANTED_STEPS, planted_model
+
+from eagle_probe.compare import (
+    CompareConfig,
+    _point_prompts,
+    cgls,
+    compare,
+    default_values,
+    gd,
+    in_gauge,
+    theory_eagle,
+)
+from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+SMALL = CompareConfig(prompts=32, sensitivity_prompts=8, directions=4, map_steps=8)
+
+
+def _lstsq_answer(z0, d, n):
+    """B A⁺ C from NumPy's least squares, prompt by prompt: w = argmin ‖w A − B‖ (min norm)."""
+    out = []
+    for z in z0:
+        A, B, C = z[:d, :n], z[d:, :n], z[:d, n:]
+        w = np.linalg.lstsq(A.T, B.T, rcond=None)[0].T  # (d', d)
+        out.append(w @ C)
+    return np.stack(out)
+
+
+@pytest.fixture(scope="module")
+def planted_compare():
+    """compare() of a planted float64 EAGLE (one per normalisation path)."""
+    out = {}
+    for normalize in ("none", "spectral"):
+        a, c = PLANTED_STEPS[normalize]
+        model, task = planted_model(a, c, normalize=normalize)
+        out[normalize] = (model, task, compare(model, task, SMALL))
+    return out
+
+
+@pytest.mark.parametrize("normalize", ["none", "spectral"])
+def test_planted_network_equals_its_algorithm_at_every_sweep_point(planted_compare, normalize):
+    _, _, result = planted_compare[normalize]
+    sweeps = result.json["sweeps"]
+    assert set(sweeps) == {"scale", "kappa", "rank", "alpha", "noise"}
+    assert "samples" in result.json["skipped"]
+    for name, sweep in sweeps.items():
+        for point in sweep["points"]:
+            assert point["gap"]["faithful"] <= 1e-10, (name, point["value"])
+            for block in ("C", "A"):
+                assert point["sensitivity_cosine"][block] >= 1 - 1e-10, (name, block)
+            # the faithful algorithm's MSE is the network's to round-off
+            net, alg = point["mse"]["network"], point["mse"]["faithful"]
+            assert abs(net - alg) <= 1e-9 * max(net, 1e-300), (name, point["value"])
+    assert result.json["interpolation"]["mse_relative_range"] <= 1e-10
+    assert max(result.json["interpolation"]["gap"]) <= 1e-10
+    assert result.json["export_check"]["relative_gap"] <= 1e-12
+
+
+def test_planted_sweep_points_are_the_prompts_asked_for(planted_compare):
+    """The scale sweep multiplies A and divides the answer; κ prompts have the condition number
+    and the training median ‖A‖₂ asked for (checked from singular values here)."""
+    _, task, result = planted_compare["none"]
+    base = sample(task, 64, make_generator(5), dtype=torch.float64)
+    z0, D = _point_prompts(task, "scale", 4.0, 64, 5, 1.0)
+    np.testing.assert_allclose(z0[:, : task.d, : task.n], 4.0 * base.A.numpy())
+    np.testing.assert_allclose(_lstsq_answer(z0, task.d, task.n), D, rtol=1e-7, atol=1e-10)
+    z0, D = _point_prompts(task, "kappa", 1e4, 64, 5, 2.5)
+    sv = np.linalg.svd(z0[:, : task.d, : task.n], compute_uv=False)
+    s = min(task.rank, task.d, task.n)
+    np.testing.assert_allclose(sv[:, 0], 2.5, rtol=1e-12)
+    np.testing.assert_allclose(sv[:, 0] / sv[:, s - 1], 1e4, rtol=1e-8)
+    np.testing.assert_allclose(_lstsq_answer(z0, task.d, task.n), D, rtol=1e-5, atol=1e-9)
+    table = result.sweeps["scale"]
+    np.testing.assert_allclose(table.value, default_values(task)["scale"])
+
+
+def test_an_extra_term_shows_the_gap_growing_away_from_training():
+    """A planted EAGLE with a small extra W_VP term from A's columns to the query columns (a
+    term cubic in A where EAGLE's D update is linear in A): the gap to the extracted algorithm
+    grows with the scale of A and shrinks below it."""
+    from eagle_probe.layouts import model_from_products, state_products
+
+    a, c = PLANTED_STEPS["spectral"]
+    model, task = planted_model(a, c, normalize="spectral")
+    qk, vp = state_products(model)
+    extra = vp.copy()
+    n = task.n
+    extra[1, 0, :n, n:] = 0.05 * np.random.default_rng(0).standard_normal((n, task.n_prime))
+    bent = model_from_products(model.cfg, qk, extra)
+    cfg = CompareConfig(prompts=64, sensitivity_prompts=8, directions=4, sweeps=("scale",))
+    result = compare(bent, task, cfg)
+    points = result.json["sweeps"]["scale"]["points"]
+    gaps = {p["value"]: p["gap"]["faithful"] for p in points}
+    assert gaps[1.0] > 1e-6  # the extra term is visible at the training scale
+    assert gaps[4.0] > 3 * gaps[1.0] and gaps[0.25] < gaps[1.0] / 3
+    assert min(p["sensitivity_cosine"]["A"] for p in points) < 1 - 1e-6
+
+
+def test_baselines_against_numpy_least_squares():
+    task = TaskConfig(n=8, d=6, rank=4)
+    p = sample(task, 16, make_generator(3), dtype=torch.float64)
+    z0 = p.z0().numpy()
+    want = _lstsq_answer(z0, 6, 8)
+    np.testing.assert_allclose(want, p.D.numpy(), rtol=1e-7, atol=1e-9)
+    # CGLS reaches B A⁺ C in rank(A) iterations up to round-off; GD gets closer with every step
+    np.testing.assert_allclose(cgls(z0, 6, 8, 12), want, rtol=1e-6, atol=1e-8)
+    _, path = gd(z0, 6, 8, 50)
+    errors = [float(np.sum((D - want) ** 2)) for D in path]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(errors, errors[1:], strict=False))
+    # the theory's EAGLE (η = 1/3, γ = 1) converges to B A⁺ C
+    D = theory_eagle(z0, 6, 8, 40)[-1]
+    np.testing.assert_allclose(D, want, rtol=1e-7, atol=1e-9)
+
+
+def test_iteration_map_finds_one_step_of_theory_eagle(planted_compare):
+    """A spectral-normalised planted layer with a = 1/3, c = 1 is one step of Algorithm 1 with
+    η = 1/3, γ = 1 (ρ = 1 on the normalised prompt): its closest count is 1, at round-off."""
+    model, task = planted_model([1 / 3, 0.2], [1.0, 0.5], normalize="spectral")
+    result = compare(model, task, SMALL)
+    eagle = result.json["iteration_map"]["eagle"]
+    assert eagle["closest"][0] == 1 and eagle["closest_distance"][0] <= 1e-24
+
+
+def test_gauge_keeps_every_head_product():
+    rng = np.random.default_rng(1)
+    qk, qk_f, vp_f = (rng.standard_normal((2, 3, 5, 5)) for _ in range(3))
+    g_qk, g_vp = in_gauge(qk, qk_f, vp_f)
+    for layer in range(2):
+        for head in range(3):
+            np.testing.assert_allclose(
+                np.kron(g_qk[layer, head], g_vp[layer, head]),
+                np.kron(qk_f[layer, head], vp_f[layer, head]),
+                atol=1e-12,
+            )
+    np.testing.assert_allclose(
+        np.linalg.norm(g_qk, axis=(-2, -1)), np.linalg.norm(qk, axis=(-2, -1)), rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize("regime", ["distributed", "constrained"])
+def test_other_regimes_planted_agree(regime):
+    from eagle_probe.layouts import plant
+    from eagle_probe.model import ModelConfig
+
+    cfg = ModelConfig(
+        regime=regime, n=6, d=6, n_layers=2, machines=3, rank=3, normalize="none", dtype="float64"
+    )
+    model = plant(cfg, [0.05, 0.04], [0.09, 0.08])
+    task = TaskConfig(n=6, d=6, rank=3)
+    config = CompareConfig(
+        prompts=24, sensitivity_prompts=6, directions=3, map_steps=6, sweeps=("scale", "kappa")
+    )
+    result = compare(model, task, config)
+    assert result.json["export_check"]["relative_gap"] <= 1e-12
+    for sweep in result.json["sweeps"].values():
+        assert max(p["gap"]["faithful"] for p in sweep["points"]) <= 1e-10
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="unknown sweep"):
+        CompareConfig(sweeps=("size",))
+    with pytest.raises(ValueError, match="prompts"):
+        CompareConfig(prompts=1)
+
+
+def test_cli_compare_writes_json_and_figures(tmp_path, capsys):
+    from eagle_probe import checkpoint
+    from eagle_probe.cli import main
+
+    a, c = PLANTED_STEPS["none"]
+    model, task = planted_model(a, c)
+    path = tmp_path / "planted.pt"
+    checkpoint.save(path, model, task)
+    out = tmp_path / "cmp"
+    code = main(["compare", str(path), "--out", str(out), "--prompts", "16", "--sweeps", "scale"])
+    assert code == 0
+    data = json.loads((out / "compare.json").read_text())
+    assert data["schema"] == "eagle-probe compare" and list(data["sweeps"]) == ["scale"]
+    assert {p.name for p in out.iterdir()} >= {"compare.json", "compare_sweeps.png"}
+    capsys.readouterr()
+    assert main(["compare", str(path), "--out", str(tmp_path / "x"), "--sweeps", "size"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown sweep" in err[0]
+    assert not (tmp_path / "x").exists()
