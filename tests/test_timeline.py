@@ -1,0 +1,129 @@
+"""Across training: `train(save_every=K)` keeps the checkpoints, `timeline` reads them."""
+
+import json
+
+import pytest
+import torch
+
+from eagle_probe import checkpoint
+from eagle_probe.cli import main
+from eagle_probe.extract import extract
+from eagle_probe.model import ModelConfig
+from eagle_probe.tasks import TaskConfig
+from eagle_probe.timeline import CHEAP_VIEWS, checkpoint_name, emergence, timeline
+from eagle_probe.train import TrainConfig, train
+
+MODEL = ModelConfig(n=6, d=6, n_layers=2, normalize="spectral")
+TASK = TaskConfig(n=6, d=6, rank=3)
+RUN = TrainConfig(steps=240, batch=128, lr=3e-3, eval_every=80, eval_batch=512)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny run that saved its weights every 40 steps, and the (step, info) pairs it saved."""
+    out = tmp_path_factory.mktemp("run")
+    saved = []
+
+    def save(step, model, info):
+        saved.append((step, info))
+        checkpoint.save(out / checkpoint_name(step), model, TASK, info)
+
+    final, _ = train(MODEL, TASK, RUN, progress=False, save_every=40, on_save=save)
+    return out, saved, final
+
+
+def test_save_every_keeps_step_zero_every_k_and_the_last(run_dir):
+    out, saved, final = run_dir
+    assert [s for s, _ in saved] == [0, 40, 80, 120, 160, 200, 240]
+    assert sorted(p.name for p in out.iterdir()) == [checkpoint_name(s) for s, _ in saved]
+    first, _, _ = checkpoint.load(out / checkpoint_name(0))
+    last, _, metrics = checkpoint.load(out / checkpoint_name(240))
+    assert metrics["step"] == 240 and metrics["train_loss"] > 0
+    # step 0 is the initialisation; the last checkpoint holds the current (not the best) weights
+    assert not torch.equal(first.W_QK(), last.W_QK())
+    with pytest.raises(ValueError, match="save_every"):
+        train(MODEL, TASK, RUN, progress=False, save_every=-1)
+
+
+def test_emergence_equals_extracting_checkpoints_one_by_one(run_dir):
+    out, saved, _ = run_dir
+    result = timeline(out)
+    steps = [s for s, _ in saved]
+    labels = {}  # layer -> labels over the run, from extract on each checkpoint
+    for step in steps:
+        model, task, _ = checkpoint.load(out / checkpoint_name(step))
+        ex = extract(model, task, views=CHEAP_VIEWS, seed=0, test_batch=1024)
+        for lay in ex.views["verdict"].json["layers"]:
+            labels.setdefault(lay["layer"], []).append(lay["label"])
+    assert [p["step"] for p in result.json["checkpoints"]] == steps
+    for entry in result.json["emergence"]:
+        seq = labels[entry["layer"]]
+        for key, accept in (("eagle", {"EAGLE"}), ("eagle_like", {"EAGLE", "EAGLE-like"})):
+            first = next((s for s, lab in zip(steps, seq, strict=True) if lab in accept), None)
+            stays = None
+            for i in range(len(steps)):
+                if all(lab in accept for lab in seq[i:]):
+                    stays = steps[i]
+                    break
+            assert entry[key] == {"first": first, "stays_from": stays}, (entry["layer"], key)
+    assert any(e["eagle_like"]["first"] is not None for e in result.json["emergence"])
+
+
+def test_emergence_of_label_sequences():
+    steps = [0, 10, 20, 30, 40]
+    seq = ["not EAGLE", "EAGLE", "not EAGLE", "EAGLE", "EAGLE"]
+    assert emergence(steps, seq, ("EAGLE",)) == {"first": 10, "stays_from": 30}
+    assert emergence(steps[:3], seq[:3], ("EAGLE",)) == {"first": 10, "stays_from": None}
+    assert emergence(steps, ["not EAGLE"] * 5, ("EAGLE",)) == {"first": None, "stays_from": None}
+
+
+def test_cli_timeline_and_its_bad_inputs(run_dir, tmp_path, capsys):
+    out, _, _ = run_dir
+    dest = tmp_path / "tl"
+    assert main(["timeline", str(out), "--out", str(dest), "--test-batch", "256"]) == 0
+    data = json.loads((dest / "timeline.json").read_text())
+    assert data["schema"] == "eagle-probe timeline" and len(data["checkpoints"]) == 7
+    assert {p.name for p in dest.iterdir()} >= {"timeline.json", "timeline_labels.png"}
+    capsys.readouterr()
+
+    def one_line_error(argv) -> str:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        return err[0]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no checkpoints" in one_line_error(
+        ["timeline", str(empty), "--out", str(tmp_path / "a")]
+    )
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in (checkpoint_name(0), checkpoint_name(40)):
+        (mixed / name).write_bytes((out / name).read_bytes())
+    other, _ = train(
+        ModelConfig(n=6, d=6, n_layers=3),
+        TASK,
+        TrainConfig(steps=2, batch=8, eval_batch=16),
+        progress=False,
+    )
+    checkpoint.save(mixed / checkpoint_name(80), other, TASK, {"step": 80})
+    text = one_line_error(["timeline", str(mixed), "--out", str(tmp_path / "b")])
+    assert "different configurations" in text and "n_layers" in text
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    text = one_line_error(
+        ["train", "--regime", "centralized", "--save-every", "0", "-o", str(tmp_path / "m.pt")]
+    )
+    assert "--save-every" in text
+
+
+def test_cli_train_save_every_writes_the_run_directory(tmp_path):
+    out = tmp_path / "tiny.pt"
+    argv = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--task-rank", "3"]
+    argv += ["--layers", "2", "--steps", "25", "--batch", "32", "--eval-every", "10"]
+    argv += ["--eval-batch", "128", "--no-progress", "--save-every", "10", "-o", str(out)]
+    assert main(argv) == 0
+    steps_dir = tmp_path / "tiny.steps"
+    assert sorted(p.name for p in steps_dir.iterdir()) == [
+        checkpoint_name(s) for s in (0, 10, 20, 25)
+    ]
