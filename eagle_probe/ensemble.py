@@ -41,6 +41,9 @@ from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
 EPS = 1e-8
 MAX_SEEDS = 256  # seeds one process trains together
+# prompts (over all seeds) per forward-backward pass of a training step; measured best on a
+# 2-core CPU: 512 (K = 8, batch 1024: 25.5 ms per 1024 prompts, 38.7 ms in one pass)
+PASS_PROMPTS = 512
 
 
 def stack_models(models: Sequence[LinearTransformer]) -> dict[str, torch.Tensor]:
@@ -209,6 +212,33 @@ def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
         g.mul_(coef.to(g.dtype).view((-1,) + (1,) * (g.ndim - 1)))
 
 
+def _loss_and_grads(
+    cfg: ModelConfig,
+    params: dict[str, torch.Tensor],
+    log_gain: torch.Tensor | None,
+    z0: torch.Tensor,
+    target: torch.Tensor,
+    inputs: list[torch.Tensor],
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Each seed's training loss (K,) and the gradients of their sum for `inputs`.
+
+    The batch goes through in passes of about PASS_PROMPTS prompts (all seeds, a slice of each
+    seed's batch), the gradients summed: the same numbers as one pass over the whole batch, with
+    activations small enough to stay in cache (one pass of K × 1024 prompts is memory-bound)."""
+    K, b = target.shape[:2]
+    count = b * target.shape[-2] * target.shape[-1]  # elements of one seed's D blocks
+    size = max(1, PASS_PROMPTS // K)
+    losses = torch.zeros(K, dtype=torch.float64)
+    total = [torch.zeros_like(x) for x in inputs]
+    for lo in range(0, b, size):
+        pred = stacked_prediction(cfg, params, z0[:, lo : lo + size], log_gain=log_gain)
+        part = (pred - target[:, lo : lo + size]).square().sum(dim=(1, 2, 3)) / count  # (K,)
+        for t, g in zip(total, torch.autograd.grad(part.sum(), inputs), strict=True):
+            t.add_(g)
+        losses += part.detach().double()
+    return losses, total
+
+
 def train_ensemble(
     model_cfg: ModelConfig,
     task: TaskConfig,
@@ -354,9 +384,12 @@ def train_ensemble(
             parts = [[sample(step_task, shard_batch, g, dtype=dtype) for g in s] for s in streams]
             z0 = torch.stack([torch.cat([p.z0() for p in ps]) for ps in parts])  # (K, b, …)
             target = torch.stack([torch.cat([p.D for p in ps]) for ps in parts])  # (K, b, d', n')
-            pred = stacked_prediction(model_cfg, params, z0, log_gain=log_gain)
-            losses = (pred - target).square().mean(dim=(1, 2, 3))  # (K,)
-            values = losses.detach().tolist()
+            trained = {n: p for n, p in params.items() if not (frozen and n in value_names)}
+            inputs = list(trained.values()) + ([log_gain] if log_gain is not None else [])
+            names = [*trained] + (["log_gain"] if log_gain is not None else [])
+            losses, grads = _loss_and_grads(model_cfg, params, log_gain, z0, target, inputs)
+            grads = dict(zip(names, grads, strict=True))
+            values = losses.tolist()
             active = []
             for k, value in enumerate(values):
                 window = recent[k]
@@ -385,12 +418,8 @@ def train_ensemble(
                 active.append(not drop)
             on = torch.tensor(active)
             if on.any():
-                trained = {n: p for n, p in params.items() if not (frozen and n in value_names)}
-                inputs = list(trained.values()) + ([log_gain] if log_gain is not None else [])
-                # a dropped seed's loss (maybe NaN) is left out, so no NaN reaches the others
-                total = torch.where(on.to(losses.device), losses, 0.0).sum()
-                names = [*trained] + (["log_gain"] if log_gain is not None else [])
-                grads = dict(zip(names, torch.autograd.grad(total, inputs), strict=True))
+                # a dropped seed's gradient (maybe NaN) stays in its own slices: every operation
+                # is batched over the seed axis, and the updates below leave those seeds alone
                 if cfg.clip_qk > 0:
                     _clip([grads[n] for n in qk_names], cfg.clip_qk)
                 if cfg.clip > 0:

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from eagle_probe import ensemble
 from eagle_probe.ensemble import prompt_scale, stack_models, stacked_prediction, train_ensemble
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig, make_generator, sample
@@ -76,7 +77,8 @@ RUNS = {
 
 
 @pytest.mark.parametrize("name", list(RUNS))
-def test_each_seed_equals_its_separate_run(name):
+def test_each_seed_equals_its_separate_run(name, monkeypatch):
+    monkeypatch.setattr(ensemble, "PASS_PROMPTS", 20)  # a step in passes of 6 prompts a seed
     model_kw, run_kw = RUNS[name]
     cfg = ModelConfig(**(BASE | model_kw))
     run = replace(RUN, **run_kw)
