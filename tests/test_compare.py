@@ -2,6 +2,7 @@
 known exactly, and its baselines against NumPy's least squares."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -189,3 +190,27 @@ def test_cli_compare_writes_json_and_figures(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown sweep" in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def _keys(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _keys(v)
+
+
+def documented_keys(data: dict) -> set:
+    """The keys of a JSON document that docs/extraction-schema.md does not name in backticks."""
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "extraction-schema.md").read_text()
+    return set(_keys(data)) - set(re.findall(r"`([A-Za-z_0-9]+)`", text))
+
+
+def test_schema_doc_lists_every_compare_field(planted_compare):
+    _, _, result = planted_compare["none"]
+    data = dict(result.json, model={k: v for k, v in result.json["model"].items() if k != "task"})
+    assert not documented_keys(data)  # the TaskConfig's own fields are docs/training.md's

@@ -127,3 +127,22 @@ def test_cli_train_save_every_writes_the_run_directory(tmp_path):
     assert sorted(p.name for p in steps_dir.iterdir()) == [
         checkpoint_name(s) for s in (0, 10, 20, 25)
     ]
+
+
+def test_schema_doc_lists_every_timeline_field(run_dir):
+    from test_compare import documented_keys
+
+    out, _, _ = run_dir
+    data = timeline(out).json
+    del data["model"], data["task"]  # the configs' own fields are docs/training.md's
+    data["spikes"] = [
+        {
+            "step": 1,
+            "loss": 1.0,
+            "running_median": 0.1,
+            "batch_max_norm_a": 9.0,
+            "batch_median_norm_a": 3.0,
+            "skipped": False,
+        }
+    ]
+    assert not documented_keys(data)
