@@ -127,8 +127,12 @@ class Geometry:
         in the sample layout the same on H = Zᵀ with the scores times 1/n, Z returned as blocks."""
         H = Z.swapaxes(-1, -2) if self.samples else Z  # the stream as the layers see it
         mask = self.mask * self.key_scale
-        scores = np.einsum("bte,hef,bsf->bhts", H, qk, H, optimize=True) * mask  # (b,h,T,T)
-        H = H + np.einsum("bhts,bse,hef->btf", scores, H, vp, optimize=True)
+        # batched matmuls, not a three-operand einsum: the same sums, an order of magnitude faster
+        b, T, E = H.shape
+        h = qk.shape[0]
+        scores = (H[:, None] @ qk @ H[:, None].swapaxes(-1, -2)) * mask  # (b, h, T, T)
+        heads = (scores @ H[:, None]).swapaxes(1, 2).reshape(b, T, h * E)  # (b, T, h E)
+        H = H + heads @ vp.reshape(h * E, vp.shape[-1])  # Σ_h (scores_h H) W_VP^h
         return H.swapaxes(-1, -2) if self.samples else H
 
     def stream(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
