@@ -184,6 +184,8 @@ def build_context(
     geometry, _ = choose_family(cap, geometry, family, qk, vp, held_out.z0)
     if tuning is None:
         tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
+    # as many as the held-out prompts: a blow-up of tuned steps on rare prompts shows on either
+    validation = _held_out(task, held_out.prompts, seed + 1299709)
     held, tune = held_out, tuning
     if score:
         pred = predict_chunked(
@@ -203,6 +205,8 @@ def build_context(
         tuning=tune,
         network_pred=pred,
         seed=seed,
+        validation=validation,
+        task=task,
     )
 
 

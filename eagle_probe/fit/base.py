@@ -90,8 +90,11 @@ class Context:
     tuning: HeldOut  # other fresh prompts, for views that tune parameters (optimum)
     network_pred: np.ndarray  # (b, d', n')  the network's predictions on `held_out`
     control: Context | None = None  # the same for an untrained model of the same configuration
+    # fresh prompts that only check fitted steps for blow-ups (optimum), never fit or score
+    validation: HeldOut | None = None
     results: dict[str, ViewResult] = field(default_factory=dict)  # views that ran before
     seed: int = 0  # seed for any randomness a view needs (bagging, ablations)
+    task: Any = None  # the TaskConfig the prompts are drawn from (theory values), when known
 
     @property
     def network_mse(self) -> float:

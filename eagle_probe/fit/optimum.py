@@ -18,7 +18,9 @@ the weight-read steps, the theory's (η, γ) = (1/3, 1), the paper's (1, 1.9), t
 (4/3, 4/3) and random normalised and jittered steps, each screened by a few iterations on a few
 tuning prompts; the weight-read and minimax starts and the best screens are refined on every
 tuning prompt and the lowest is continued to convergence. A start that blows up (non-finite, or
-above the zero predictor) is never the best. Every start is reported with its initial and final
+above the zero predictor) on the tuning prompts or on a fresh validation draw as large as the
+held-out set (`Context.validation`: steps pushed to the edge of stability on the tuning prompts
+can diverge on rare others) is never the best. Every start is reported with its initial and final
 loss, and the best, median, spread and count within 1% of the best over them. `distilled` is
 fitted from the weight-read steps alone.
 
@@ -480,20 +482,26 @@ def multistart(
     refine_iter: int = REFINE_ITER,
     max_iter: int = MAX_ITER,
     gtol: float = GTOL,
+    validation: HeldOut | None = None,
 ) -> dict:
     """The best of `fit_steps` from every start, by the staged search of the module constants:
-    `best_fit` (the `fit_steps` dict of the lowest loss on `prompts`, with its `start_index` and
+    `best_fit` (the `fit_steps` dict of the chosen fit, below, with its `start_index` and
     `start_kind`), `starts` (one record per start, below), and over the final losses of the starts
-    that did not fail `best` (the lowest, `best_fit`'s), `median`, `spread` (largest over lowest),
+    that did not fail `best` (the lowest), `median`, `spread` (largest over lowest),
     `within_1pct` (how many within 1% of the lowest) and `failed_starts`, with the sizes of each
-    stage. A failed start (`failed`: non-finite, or above the zero predictor) is never the best;
-    `best_fit` and the statistics are None when every start failed.
+    stage. A failed start (`failed`: non-finite, or above the zero predictor, on `prompts` or,
+    for a refined start, on the true D of the `validation` prompts) is never the best;
+    `best_fit` and the statistics are None when every start failed. `unstable_starts` counts
+    the refined starts that failed on `validation` only. With `validation`, the refined fit
+    with the lowest validation MSE is the best (and continued to convergence), since tuned
+    steps can overfit the tuning prompts' tail; without, the lowest loss on `prompts`.
 
     Each start's record: `kind`, `a_start`, `c_start`, `initial_mse` and `final_mse` (loss on
     `prompts` at the start's and at its last steps), `screen_mse`, `screen_iterations`,
     `refined`, `failed`, and `converged`, `relative_gradient`, `iterations` of its last fit (the
     screen's, on the screen prompts to SCREEN_GTOL, for a start not refined; the iterations on
-    every prompt for a refined one), and for a refined start its `a_steps`, `c_steps`."""
+    every prompt for a refined one), and for a refined start its `a_steps`, `c_steps`,
+    `unstable` and `validation_mse` (None without validation prompts)."""
     b = prompts.prompts
     k = max(1, min(screen_prompts, b))
     sub = prompts.first(k)
@@ -504,6 +512,29 @@ def multistart(
     def loss(a, c) -> float:
         value = eagle_mse(geo, prompts, a, c, target, factors=factors)
         return value if math.isfinite(value) else float("inf")
+
+    if validation is not None:
+        v_factors = spectral_factors(geo, validation.z0) if spectral(geo) else None
+        v_zero = float(np.mean(validation.D**2))
+
+    checked: dict[int, float] = {}
+
+    def checked_mse(fit: dict) -> float:
+        """The fit's MSE on the validation prompts (inf where it is not finite)."""
+        key = id(fit)
+        if key not in checked:
+            value = eagle_mse(geo, validation, fit["a_steps"], fit["c_steps"], factors=v_factors)
+            checked[key] = value if math.isfinite(value) else float("inf")
+        return checked[key]
+
+    def unstable(fit: dict) -> bool:
+        """The fit's steps blow up on the validation prompts."""
+        return validation is not None and failed(checked_mse(fit), v_zero)
+
+    def rank(fit: dict) -> float:
+        """What chooses between fits: the validation MSE where there are validation prompts
+        (a fresh draw, so the held-out score of the choice stays unbiased), else the loss."""
+        return checked_mse(fit) if validation is not None else fit["loss"]
 
     records, screens = [], []
     for kind, a, c in starts:
@@ -546,9 +577,10 @@ def multistart(
             geo, prompts, target, s["a_steps"], s["c_steps"], gtol=gtol,
             max_iter=refine_iter, warm_start=0,
         )  # fmt: skip
-    ok = [i for i in chosen if not failed(fits[i]["loss"], zero)]
+    shaky = {i for i in chosen if unstable(fits[i])}
+    ok = [i for i in chosen if not failed(fits[i]["loss"], zero) and i not in shaky]
     if ok:  # the lowest after the short refinement, continued to convergence
-        top = min(ok, key=lambda i: fits[i]["loss"])
+        top = min(ok, key=lambda i: rank(fits[i]))
         first = fits[top]
         if not first["converged"]:
             more = fit_steps(
@@ -556,13 +588,15 @@ def multistart(
                 max_iter=max_iter, warm_start=0,
             )  # fmt: skip
             more["iterations"] += first["iterations"]
-            if not more["loss"] > first["loss"]:
+            if not more["loss"] > first["loss"] and not unstable(more):
                 fits[top] = more
     for i, fit in fits.items():
         r = records[i]
         r.update(
             refined=True,
-            failed=failed(fit["loss"], zero),
+            unstable=i in shaky,
+            validation_mse=checked_mse(fit) if validation is not None else None,
+            failed=failed(fit["loss"], zero) or i in shaky,
             converged=fit["converged"],
             relative_gradient=fit["relative_gradient"],
             iterations=fit["iterations"],
@@ -580,6 +614,7 @@ def multistart(
         "refined_starts": len(fits),
         "refine_iterations": refine_iter,
         "failed_starts": len(records) - len(good),
+        "unstable_starts": len(shaky),
         "best_fit": None,
         "best": None,
         "median": None,
@@ -588,9 +623,9 @@ def multistart(
     }
     best = [i for i in fits if i in good]
     if best:
-        i = min(best, key=lambda i: fits[i]["loss"])
+        i = min(best, key=lambda i: rank(fits[i]))
         out["best_fit"] = {**fits[i], "start_index": i, "start_kind": records[i]["kind"]}
-        low = fits[i]["loss"]
+        low = float(finals.min())
         out["best"] = low
         out["median"] = float(np.median(finals))
         out["spread"] = float(finals.max() / low) if low > 0 else float("inf")
@@ -622,7 +657,9 @@ def family_optima(
         g = fam.geometry(geo)
         a0, c0 = projected[fam.name]["a_steps"], projected[fam.name]["c_steps"]
         starts = starts_for(g, tune.z0[:screen], a0, c0, ctx.rng(SALT + 1))
-        search = multistart(g, tune, tune.D, starts, screen_prompts=screen)
+        search = multistart(
+            g, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation
+        )
         best = search.pop("best_fit")
         factors = spectral_factors(g, held.z0) if spectral(g) else None
         mse = (
@@ -637,6 +674,7 @@ def family_optima(
                 "read": False,
                 **{k: search[k] for k in ("best", "median", "spread", "within_1pct")},
                 "failed_starts": search["failed_starts"],
+                "unstable_starts": search["unstable_starts"],
                 "a_steps": None if best is None else [float(x) for x in best["a_steps"]],
                 "c_steps": None if best is None else [float(x) for x in best["c_steps"]],
             }
@@ -673,7 +711,7 @@ def optimum_view(ctx: Context) -> ViewResult:
     }
     warnings: list[str] = []
     starts = starts_for(geo, tune.z0[:screen], a0, c0, ctx.rng(SALT))
-    search = multistart(geo, tune, tune.D, starts, screen_prompts=screen)
+    search = multistart(geo, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation)
     for r in search["starts"]:
         if r["refined"]:
             r["mse"] = eagle_mse(geo, held, r["a_steps"], r["c_steps"], factors=held_factors)
@@ -692,6 +730,13 @@ def optimum_view(ctx: Context) -> ViewResult:
     out.update(search)
     out["families"] = family_optima(ctx, tune, held, screen, best_mse)
     for fam in out["families"]:
+        if not fam["read"] and fam.get("best") is None:
+            warnings.append(
+                f"every start of the {fam['name']} fit blew up (non-finite, or above the zero "
+                f"predictor, on the {tune.z0.shape[0]} tuning prompts or, "
+                f"{fam.get('unstable_starts', 0)} of them, on fresh validation prompts): the "
+                "family has no stable optimum with fixed steps"
+            )
         if not fam["read"] and fam.get("best") is not None and fam["optimal_mse"] > 2 * fam["best"]:
             warnings.append(
                 f"the best {fam['name']} (tuning loss {fam['best']:.3g}) reaches held-out MSE "
