@@ -155,6 +155,14 @@ def _add_train(parser: Parser) -> None:
         "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
     )
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+    parser.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="train seeds --seed … --seed+K-1 together in one process, one checkpoint each: "
+        "-o with {seed} in it, or STEM_seedS.pt (1)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output")
     parser.add_argument(
@@ -221,8 +229,13 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.tasks import TaskConfig
     from eagle_probe.train import TrainConfig
 
+    if args.seeds > 1 and (args.resume or args.save_every is not None or not _lead_process()):
+        raise EagleProbeError(
+            "--seeds trains fresh runs in one process: it does not combine with --resume, "
+            "--save-every or torchrun; run those one seed at a time"
+        )
     out = files.as_path(args.out, "-o/--out")
-    outputs = _train_outputs(out)
+    outputs = _train_outputs(out) if args.seeds == 1 else []
     lead = _lead_process()
     resume = None
     if args.resume:
@@ -292,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
     budget.check(
         budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
     )
+    if args.seeds > 1:
+        return _run_seeds(args, out, model_cfg, task, train_cfg)
     from eagle_probe import (
         cli,
     )  # `_run_training` looked up on the package, where it can be replaced
@@ -378,3 +393,88 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
     )
     return EXIT_INTERRUPTED if metrics["interrupted"] else 0
+
+
+def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
+    """The checkpoint of each seed of `train --seeds`: `out` with {seed} filled in, or
+    STEM_seedS.SUFFIX when `out` has no {seed}."""
+    if "{seed}" in out.name:
+        paths = [out.with_name(out.name.replace("{seed}", str(s))) for s in seeds]
+    else:
+        paths = [out.with_name(f"{out.stem}_seed{s}{out.suffix}") for s in seeds]
+    if "{" in paths[0].name or "}" in paths[0].name:
+        raise EagleProbeError(f"-o {out}: only {{seed}} may be filled in, once per seed")
+    return paths
+
+
+def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
+    """`train --seeds K`: the K seeds in one process (`ensemble.train_ensemble`), each seed's
+    checkpoint and summary what `train --seed S` writes for it."""
+    from eagle_probe import checkpoint, files
+    from eagle_probe.cli.common import EXIT_USER, SEED_LIMIT
+    from eagle_probe.ensemble import train_ensemble
+    from eagle_probe.evaluate import evaluate
+
+    seeds = list(range(train_cfg.seed, train_cfg.seed + args.seeds))
+    if seeds[-1] >= SEED_LIMIT:
+        raise EagleProbeError(f"--seed {seeds[0]} --seeds {args.seeds} passes 2**32")
+    paths = seed_paths(out, seeds)
+    outputs = [p for path in paths for p in _train_outputs(path)]
+    claim = _claim(args, files.output_files(outputs, force=args.force))
+    argv = " ".join(sys.argv[1:]) if sys.argv else ""
+    provenance = {
+        "command": f"eagle-probe {argv}".strip(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "eagle_probe": __version__,
+    }
+
+    def write(k: int, model, metrics: dict[str, Any]) -> None:
+        if metrics.get("best_val_selected") is None:  # nothing before a finite validation
+            return
+        payload = checkpoint.jsonable(metrics | provenance)
+        claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
+
+    def on_sigterm(signum, frame) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        results = train_ensemble(
+            model_cfg, task, train_cfg, seeds, progress=not args.no_progress, on_validate=write
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
+    diverged, lines = [], []
+    for k, (model, metrics) in enumerate(results):
+        metrics["test"] = evaluate(model, task)
+        test = metrics["test"]
+        if metrics.get("best_val_selected") is None or not math.isfinite(test[decisive]):
+            diverged.append(seeds[k])
+            continue
+        write(k, model, metrics)
+        summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
+        claim.write_text(
+            paths[k].with_suffix(".json"),
+            json.dumps(checkpoint.jsonable(summary | provenance), indent=2) + "\n",
+        )
+        lines.append(
+            f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
+            f"({test['improvement']:.1f}x the zero predictor)"
+        )
+    interrupted = results[0][1]["interrupted"]
+    _publish(args)
+    print("\n".join(lines))
+    wall = results[0][1]["wall_seconds"]
+    status = "interrupted, best weights so far" if interrupted else "done"
+    print(f"{status}: {len(lines)} of {len(seeds)} seeds in {wall:.0f} s")
+    if diverged:
+        print(
+            f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
+            "written for them - lower --lr or --init-std",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    return EXIT_INTERRUPTED if interrupted else 0
