@@ -9,6 +9,7 @@ from eagle_probe.cli.common import (
     Parser,
     _claim,
     _finite_float,
+    _nonneg_int,
     _out_dir,
     _positive_int,
     _publish,
@@ -47,6 +48,42 @@ def _add_sweep(parser: Parser) -> None:
         "--out", default="sweep-out", help="directory for checkpoints and sweep.csv"
     )
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
+    parser.add_argument(
+        "--ensemble",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="train up to K consecutive seeds of a regime together in one process (1)",
+    )
+    cluster = parser.add_argument_group("cluster (a plan of runs, one line each)")
+    cluster.add_argument(
+        "--plan", default=None, metavar="FILE", help="write the sweep's runs to FILE (JSON lines)"
+    )
+    cluster.add_argument("--run", default=None, metavar="FILE", help="run one line of a plan")
+    cluster.add_argument(
+        "--index", type=_nonneg_int, default=None, metavar="I", help="the line --run runs"
+    )
+    cluster.add_argument(
+        "--slurm", default=None, metavar="FILE", help="with --plan: write an sbatch array script"
+    )
+    cluster.add_argument("--submit", action="store_true", help="with --slurm: sbatch FILE")
+    cluster.add_argument("--slurm-time", default="04:00:00", help="time per task (04:00:00)")
+    cluster.add_argument(
+        "--slurm-cpus", type=_positive_int, default=1, help="CPUs (threads) per task (1)"
+    )
+    cluster.add_argument("--slurm-mem", default="4G", help="memory per task (4G)")
+    cluster.add_argument("--slurm-partition", default=None, help="partition (the default one)")
+    cluster.add_argument(
+        "--slurm-max-parallel", type=_positive_int, default=None, help="tasks at once (no cap)"
+    )
+    cluster.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="a further #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)",
+    )
+    cluster.add_argument("--job-name", default="eagle-probe", help="Slurm job name")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.model import REGIMES
     from eagle_probe.sweep import run_sweep, spread
 
+    if args.run is not None or args.index is not None:
+        return _run_line(args)
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     for r in regimes:
         if r not in REGIMES:
@@ -107,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         "--eval-batch",
         str(args.eval_batch),
     ]
+    if args.plan is not None:
+        return _write_plan(args, regimes, seeds, extra)
+    if args.slurm is not None or args.submit or args.sbatch:
+        raise EagleProbeError("--slurm, --submit and --sbatch write a plan's script: add --plan")
     out = _out_dir(args.out, args.force)
     tmp = _claim(args, files.output_dir(out, force=args.force))
     table = run_sweep(
@@ -127,3 +170,111 @@ def run(args: argparse.Namespace) -> int:
         print(spread(table).to_string())
     print(f"wrote {out / 'sweep.csv'}")
     return 0
+
+
+def _train_parser() -> Parser:
+    """The options of `eagle-probe train` (without the parents every command shares)."""
+    from eagle_probe.cli.train import _add_train
+
+    parser = Parser(prog="eagle-probe train", add_help=False)
+    _add_train(parser)
+    return parser
+
+
+def _full_options(argv: list[str]) -> tuple[dict, list[str]]:
+    """Every `train` option with its value for the command `argv` (defaults included), and the
+    command line that states them all."""
+    parser = _train_parser()
+    options = vars(parser.parse_args(argv))
+    full = ["train"]
+    for action in parser._actions:
+        value = options[action.dest]
+        flag = next(o for o in action.option_strings if o.startswith("--"))
+        if action.nargs == 0:  # a switch
+            full += [flag] if value else []
+        elif value is not None:
+            full += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return options, full
+
+
+def _write_plan(args: argparse.Namespace, regimes: list[str], seeds: list[int], extra) -> int:
+    """`sweep … --plan FILE [--slurm FILE [--submit]]`: the runs written down, none trained."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from eagle_probe import files, plan
+    from eagle_probe.sweep import run_name
+
+    if (args.submit or args.sbatch) and not args.slurm:
+        raise EagleProbeError("--submit and --sbatch go with --slurm FILE")
+    if args.ensemble > 1 and "{seed}" not in args.name:
+        raise EagleProbeError("--ensemble needs {seed} in --name: each seed has its own file")
+    out = files.as_path(args.out, "--out").resolve()
+    lines = []
+    for regime in regimes:
+        for group in plan.group_seeds(seeds, args.ensemble):
+            stem = run_name(args.name, regime, group[0])
+            if len(group) > 1:
+                stem = args.name.replace("{regime}", regime)  # train --seeds fills {seed}
+            argv = ["--regime", regime, "--seed", str(group[0]), "--seeds", str(len(group))]
+            argv += ["--steps", str(args.steps), "--batch", str(args.batch)]
+            argv += ["--eval-every", str(max(1, args.steps // 8)), "--no-progress", "--force"]
+            argv += [*extra, "-o", str(out / f"{stem}.pt")]
+            options, full = _full_options(argv)
+            outputs = [out / f"{run_name(args.name, regime, s)}.pt" for s in group]
+            lines.append(plan.plan_line(len(lines), regime, group, outputs, options, full))
+    plan_path = files.as_path(args.plan, "--plan")
+    targets = [plan_path] + ([files.as_path(args.slurm, "--slurm")] if args.slurm else [])
+    claim = _claim(args, files.output_files(targets, force=args.force))
+    claim.write_text(plan_path, plan.plan_text(lines))
+    if args.slurm:
+        script = plan.slurm_script(
+            plan_path.resolve(),
+            len(lines),
+            python=sys.executable,
+            job_name=args.job_name,
+            time=args.slurm_time,
+            cpus=args.slurm_cpus,
+            mem=args.slurm_mem,
+            partition=args.slurm_partition,
+            max_parallel=args.slurm_max_parallel,
+            logs=out,
+            sbatch=args.sbatch,
+        )
+        claim.write_text(targets[1], script)
+        Path(targets[1]).chmod(0o755)
+    _publish(args)
+    print(f"wrote {plan_path}: {len(lines)} runs, outputs in {out}")
+    if args.slurm:
+        print(f"wrote {args.slurm}: sbatch array 0-{len(lines) - 1}")
+    if args.submit:
+        sbatch = shutil.which("sbatch")
+        if sbatch is None:
+            raise EagleProbeError(f"no sbatch on PATH; submit it yourself: sbatch {args.slurm}")
+        done = subprocess.run([sbatch, str(args.slurm)], capture_output=True, text=True)
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise EagleProbeError(f"sbatch {args.slurm} failed ({done.returncode}): {reason}")
+        print(done.stdout.strip() or f"submitted {args.slurm}")
+    return 0
+
+
+def _run_line(args: argparse.Namespace) -> int:
+    """`sweep --run FILE --index I`: line I of the plan, trained as its `train` command."""
+    from pathlib import Path
+
+    from eagle_probe import plan
+    from eagle_probe.cli import build_parser
+    from eagle_probe.cli.train import run as train
+
+    if args.run is None or args.index is None:
+        raise EagleProbeError("--run FILE and --index I go together")
+    line = plan.select(plan.read_plan(args.run), args.index, args.run)
+    for output in line["outputs"]:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+    targs = build_parser().parse_args([*line["argv"], "--max-memory", repr(args.max_memory)])
+    targs.outputs = args.outputs
+    targs.threads, targs.device = args.threads, args.device
+    return train(targs)
