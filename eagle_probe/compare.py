@@ -151,19 +151,18 @@ def run_family(geo: Geometry, z0: np.ndarray, a_steps, c_steps, extra: int = 0) 
     L = len(a_steps)
     eta, gamma = THEORY
     with np.errstate(over="ignore", invalid="ignore"):
-        for layer in range(L + extra):
-            if layer < L:
-                a, c = float(a_steps[layer]), float(c_steps[layer])
+        for step in range(L + extra):
+            at = min(step, L - 1)  # after the L layers: the last layer's sketch (sketched family)
+            if step < L:
+                a, c = float(a_steps[step]), float(c_steps[step])
             else:
-                at = min(layer, L - 1)  # the sketched family keeps its last layer's sketch
                 A = Z[:, : geo.d, : geo.n]
                 P = geo.query_operator(at)
                 K = geo.gram(A, at)  # (b, n, n)
                 Kc = P @ (A.swapaxes(-1, -2) @ A) @ P  # (b, n, n): A P Aᵀ's spectrum
                 a = eta / _top(K)[:, None, None]
                 c = gamma / _top(Kc)[:, None, None]
-                layer = at
-            Z = geo.eagle_step(Z, layer, a, c)
+            Z = geo.eagle_step(Z, at, a, c)
     return geo.readout_of(Z, z0)
 
 

@@ -3,6 +3,7 @@ known exactly, and its baselines against NumPy's least squares."""
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -214,3 +215,16 @@ def test_schema_doc_lists_every_compare_field(planted_compare):
     _, _, result = planted_compare["none"]
     data = dict(result.json, model={k: v for k, v in result.json["model"].items() if k != "task"})
     assert not documented_keys(data)  # the TaskConfig's own fields are docs/training.md's
+
+
+def test_the_algorithm_run_longer_converges_to_the_answer():
+    """The faithful layers followed by theory steps (η = 1/3, γ = 1) reach B A⁺ C on exactly
+    low-rank prompts at every scale of A, while the network's fixed depth does not."""
+    a, c = PLANTED_STEPS["spectral"]
+    model, task = planted_model(a, c, normalize="spectral")
+    cfg = CompareConfig(prompts=32, sensitivity_prompts=4, directions=2, more_steps=15)
+    result = compare(model, task, replace(cfg, sweeps=("scale",)))
+    for point in result.json["sweeps"]["scale"]["points"]:
+        assert point["relative_mse"]["more"] <= 1e-20, point["value"]
+        assert point["relative_mse"]["network"] >= 1e-6, point["value"]
+    assert result.json["steps"]["more"]["total_steps"] == 45
