@@ -287,6 +287,34 @@ display(plots.weight_heatmaps(m, 0))
 display(ex.weights[["layer", "head", "W_QK", "W_VP"]])
 mc, _ = extractions["constrained"]
 display(plots.sketch_spectra(sketch_spectrum(mc)))"""),
+    ("md", """\
+## The other two regimes, each read with its own family
+
+The paper's distributed EAGLE (each machine updates its A^μ, B^μ with its own Gram; only the C/D
+results cross machines) and its sketched EAGLE (W_QK's A-block ≈ α S Sᵀ for an n × r orthogonal S,
+W_VP's on the same sketch) are scored as families of their own. The communication view says what
+crosses machines in distributed.pt (shares of each head's ‖W_VP‖² reading or writing other machines'
+A/B columns, and the MSE with that channel zeroed); the sketch view reads constrained.pt's
+per-head sketches and whether the heads together span all n."""),
+    ("code", """\
+md, td, _ = checkpoint.load("trained_models/distributed.pt")
+dist = extract(md, td, probe_batch_size=128, control=False, test_batch=512,
+               views=("eagle", "projection", "communication"))
+comm = dist.views["communication"].json
+print(comm["sentence"])
+display(pd.DataFrame(dist.views["eagle"].json["families"])[
+    ["name", "prediction_gap", "one_step_residual"]].round(4))
+display(dist.views["communication"].tables["communication"][
+    ["layer", "head", "cross_a_share", "cross_a_any_share", "cross_cd_share"]].round(3))
+display(plots.extraction_communication(dist)["communication"])"""),
+    ("code", """\
+sk = extract(*checkpoint.load("trained_models/constrained.pt")[:2], probe_batch_size=128,
+             control=False, test_batch=256, views=("eagle", "sketch")).views["sketch"]
+print(sk.json["sentence"])
+sketch_heads = pd.DataFrame([{"layer": lay["layer"], "span": lay["span"], **h}
+                             for lay in sk.json["layers"] for h in lay["heads"]])
+display(sketch_heads[["layer", "head", "rank", "projector_gap", "vp_rescaled_difference",
+                      "span"]].round(3))"""),
     ("md", "## η_l and γ_l per layer (paper: η ≈ 1, γ ≈ 1.9)"),
     ("code", """\
 eg = pd.concat([e.layers[["layer", "eta", "gamma", "a_step", "c_step"]].assign(model=n)
@@ -348,6 +376,20 @@ claims = [
      f"diversity {diversity.diversity.round(3).tolist()} → rounds {diversity.rounds.tolist()}",
      "confirmed" if diversity.sort_values("diversity").rounds.iloc[0]
      > diversity.sort_values("diversity").rounds.iloc[-1] else "refuted"),
+    ("Distributed models transmit only the (C, D) columns",
+     f"distributed.pt: A columns sent in layers "
+     f"{[lay['layer'] for lay in comm['layers'] if lay['a_columns_sent']]}; zeroing the A channel "
+     f"(reads and writes): MSE ×{comm['cross_a_any_ablation']:.3g}",
+     "refuted for distributed.pt" if comm["a_columns_sent"] else "confirmed"),
+    ("Constrained: W_QK A-block ≈ α S Sᵀ of rank r, W_VP's on the same sketch (difference 0.28)",
+     f"rank {sorted(set(sketch_heads['rank']))}, projector gap "
+     f"{sketch_heads.projector_gap.min():.2f}–{sketch_heads.projector_gap.max():.2f}, W_VP "
+     f"difference {sketch_heads.vp_rescaled_difference.min():.2f}–"
+     f"{sketch_heads.vp_rescaled_difference.max():.2f}, heads span "
+     f"{sorted(set(sketch_heads.span))} of 18",
+     "rank r confirmed; W_VP off the sketch and the heads span all n: refuted for constrained.pt"
+     if sketch_heads.vp_rescaled_difference.min() > 0.28 and sketch_heads.span.min() == 18
+     else "check"),
 ]
 display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measurement", "verdict"]))"""),
     ("code", """\
@@ -366,6 +408,10 @@ lay = extractions["centralized"][1].layers
 assert ((0.5 < lay.eta.iloc[:3]) & (lay.eta.iloc[:3] < 1.5)).all(), "η ≈ 1 in layers 0-2"
 assert ((0.9 < lay.gamma) & (lay.gamma < 1.5)).all(), "γ between 0.9 and 1.5, below 1.9"
 assert k4.ratio >= 100 and (gd_rounds / eagle_rounds.values >= 10).all()
+assert comm["a_columns_sent"] and comm["cross_a_any_ablation"] > 10, "A crosses machines"
+assert [lay["a_columns_sent"] for lay in comm["layers"]] == [True, True, True, False]
+assert (sketch_heads["rank"] == 5).all() and (sketch_heads.span == 18).all(), "rank 5, span 18"
+assert sketch_heads.vp_rescaled_difference.min() > 0.28, "W_VP off the sketch"
 """),
 ]
 
