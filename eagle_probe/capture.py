@@ -273,8 +273,11 @@ def capture(
         for i in range(L):
             v[i + 1, sl] = _per_unit_query(slots[i], c, groups, d).cpu().numpy()
             v_heads[i, sl] = _per_unit_query(heads[i], c, groups, d).cpu().numpy()
-    x = -v.swapaxes(-1, -2)  # (L+1, b, d, d')
-    dx_heads = -v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
+    # the prediction is readout · D slot = readout · v C: x = ∓vᵀ by the readout's sign (a
+    # learned readout's magnitude stays out of the iterate)
+    sign = -1.0 if float(model.readout_scale) < 0 else 1.0
+    x = sign * v.swapaxes(-1, -2)  # (L+1, b, d, d')
+    dx_heads = sign * v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
 
     C0 = Z[0, :, :d, n:]  # (b, d, n') internal queries
     slots = Z[:, :, d:, n:]  # (L+1, b, d', n')

@@ -275,6 +275,11 @@ class Extraction:
             table["linearity_deviation"] = [p["linearity_deviation"] for p in poly]
         if "algorithm" in self.views and self.geometry.samples:
             table["alpha_0"] = self.views["algorithm"].tables["algorithm"].alpha_0.values
+            if "verdict" in self.views:  # the order-0 step of the fit each layer's name rests on
+                v = self.views["verdict"].json["layers"]
+                table["alpha_0"] = [lay["alpha_0"] for lay in v]
+                table["alpha_0_theory"] = [lay.get("alpha_0_theory", np.nan) for lay in v]
+                table["orders"] = [lay["orders"] for lay in v]
         if "verdict" in self.views:
             table["label"] = [v["label"] for v in self.views["verdict"].json["layers"]]
         table["structure"] = self.geometry.reading
@@ -314,7 +319,7 @@ class Extraction:
         return None if P is None else [p.tolist() for p in P]
 
     def table(self) -> pd.DataFrame:
-        """The per-layer table the CLI prints (units in the column names)."""
+        """The per-layer table the CLI prints (each column's unit: `report.UNITS`)."""
         return layer_table(self)
 
     def render(self, name: str = "model") -> str:
@@ -354,13 +359,9 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     t = ex.layers
     if "eagle" not in ex.views:  # sample layout: the algorithm view's columns, orders as text
         return t.assign(orders=[",".join(map(str, o)) for o in t.orders])
-    cols = {
-        "layer": t.layer,
-        "a (act.)": t.a_step,
-        "c (act.)": t.c_step,
-        "eta": t.eta,
-        "gamma": t.gamma,
-    }
+    cols = {"layer": t.layer, "a (act.)": t.a_step, "c (act.)": t.c_step}
+    if not ex.geometry.samples:  # EAGLE's normalised steps; the sample layout's GD++ has none
+        cols["eta"], cols["gamma"] = t.eta, t.gamma
     if "a_weights" in t:
         cols["a (wts)"] = t.a_weights
         cols["c (wts)"] = t.c_weights
@@ -374,6 +375,8 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
         cols["R2 design"] = t.r2
     if "alpha_0" in t:  # sample layout: the order-0 step and the design form's orders
         cols["alpha_0"] = t.alpha_0
+        if "alpha_0_theory" in t and np.isfinite(t.alpha_0_theory.to_numpy(float)).any():
+            cols["theory"] = t.alpha_0_theory  # −1/(n + d + 1), the best one step from zero
         cols["orders"] = [",".join(map(str, o)) if o is not None else "all" for o in t.orders]
     if "label" in t:
         cols["verdict"] = t.label

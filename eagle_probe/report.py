@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,11 +116,44 @@ def _weights(ex: Extraction) -> list[str]:
 TEXT = {"projection": _projection, "optimum": _optimum, "terms": _terms, "weights": _weights}
 
 
+WIDTH = 100  # no printed line is longer
+
+
+def wrap(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Every line at most `width` characters: a longer one continues on lines indented two more
+    spaces than its own (tables are laid out to the width before)."""
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent=indent + "  ",
+            break_long_words=True,
+            break_on_hyphens=False,
+        )
+    return out
+
+
+def headline_lines(ex: Extraction) -> list[str]:
+    """The verdict in one line (label, family, confidence), then the numbers it rests on."""
+    v = ex.verdict
+    if not v or "confidence" not in v:
+        return []
+    named = f"{v['label']} ({v['family']})" if v.get("family") not in (None, v["label"]) else ""
+    named = named or v["label"]
+    return [f"verdict: {named}, confidence {v['confidence']}", "  " + "; ".join(v["reasons"])]
+
+
 def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
-    lines = [
-        f"{name}: {info['regime']}{layout}, {info['layers']} layers x {info['heads']} head(s), "
+    layers = f"{info['layers']} layer{'' if info['layers'] == 1 else 's'}"
+    lines = headline_lines(ex) + [
+        f"{name}: {info['regime']}{layout}, {layers} x {info['heads']} head(s), "
         "probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
@@ -130,20 +164,21 @@ def render_text(ex: Extraction, name: str = "model") -> str:
         "",
     ]
     table = ex.table()
-    with pd.option_context("display.width", 250, "display.max_columns", 40):
-        lines.append(
-            table.to_string(index=False, na_rep="", formatters={c: _g for c in table.columns})
+    with pd.option_context("display.width", WIDTH, "display.max_columns", 40):
+        text = table.to_string(
+            index=False, na_rep="", formatters={c: _g for c in table.columns}, line_width=WIDTH
         )
+        lines += text.replace(" \\\n", "\n").splitlines()
     lines.append("")
     for view, fn in TEXT.items():
         if view in ex.views:
             lines += fn(ex)
             lines.append("")
     if "verdict" in ex.views:
-        lines.append("verdict: " + ex.views["verdict"].json["model"]["text"])
+        lines.append("verdict in full: " + ex.views["verdict"].json["model"]["text"])
     for w in ex.warnings:
         lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    return "\n".join(wrap(lines))
 
 
 # --- the HTML page -----------------------------------------------------------------------------

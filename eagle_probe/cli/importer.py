@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = model.cfg
     what = (
-        f"{cfg.tokens} layout, {cfg.n_layers} layers x {cfg.heads} head(s), d = {cfg.d}, "
+        f"{cfg.tokens} layout, {cfg.n_layers} layer{'' if cfg.n_layers == 1 else 's'} x "
+        f"{cfg.heads} head{'' if cfg.heads == 1 else 's'}, d = {cfg.d}, "
         f"d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}, readout "
         f"{args.readout:+d}"
     )

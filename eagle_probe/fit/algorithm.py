@@ -167,8 +167,8 @@ def algorithm_view(ctx: Context) -> ViewResult:
         f"the update of x (best R² "
         f"{max(f['scalar']['r2'], f['polynomial']['r2'], f['matrix']['r2']):.4f} < {R2_MIN})"
         for f in fits
-        if f["label"] == "unrecognised"
-    ]
+        if f["label"] == "unrecognised" and ctx.geometry.samples
+    ]  # warned about where these families are the question: the sample layout's verdict
     return ViewResult(
         "algorithm",
         {

@@ -240,6 +240,22 @@ def essential_orders(
     return keep if len(keep) < K + 1 or K < 3 else None
 
 
+FIT_DEGREE = 16  # highest degree of the per-layer design-form fits (`fit_layers`)
+
+
+def _beyond_degree(layer: int, eagle: bool) -> str:
+    """Why a low R² need not contradict an EAGLE label: EAGLE's layer-l update of x is a
+    polynomial in G of order up to 3^l − 1 (BRIEF §3: m_{l+1} = m_l (1 − a λ m_l²)), above the
+    fit's degree from layer 3 on."""
+    top = 3**layer - 1
+    if not eagle or top <= FIT_DEGREE:
+        return ""
+    return (
+        f" (EAGLE's step at this layer has orders up to {top}, above the fit's degree "
+        f"{FIT_DEGREE}: the fit, not the layer, falls short of EAGLE here)"
+    )
+
+
 @register("polynomial")
 def polynomial_view(ctx: Context) -> ViewResult:
     """Design-form filters per layer against EAGLE's implied filter."""
@@ -296,6 +312,7 @@ def polynomial_view(ctx: Context) -> ViewResult:
         curves.append({"fitted": f_fit, "eagle": f_eagle})
     warnings = [
         f"layer {lay['layer']}: the design form explains only R² = {lay['r2']:.2f} of the update"
+        + _beyond_degree(lay["layer"], eagle is not None)
         for lay in layers
         if lay["r2"] < 0.9
     ]

@@ -60,6 +60,11 @@ THRESHOLDS = {
 }
 
 
+def plural(count: int, word: str) -> str:
+    """ "1 layer", "4 layers"."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else str(x)
 
@@ -174,7 +179,8 @@ def term_kinds(terms_json: dict, family: families.Family | None = None) -> tuple
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     parts = [
-        f"{geo.regime} model, {geo.layers} layers × {geo.heads} head(s); held-out MSE {_fmt(net)} "
+        f"{geo.regime} model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
+        f"held-out MSE {_fmt(net)} "
         f"({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
     ]
     if net > ZERO_FRACTION * zero:
@@ -274,6 +280,65 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     return " ".join(parts)
 
 
+def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[str]]:
+    """How sure the label is ("high", "medium" or "low") and the numbers it rests on.
+
+    EAGLE is held with high confidence when every layer is an EAGLE step (gap ≤ EAGLE_GAP, the
+    control clearly worse) and projecting the weights onto the family costs at most
+    PROJECTION_COST; medium when the label holds through the projection or as EAGLE-like; low for
+    an EAGLE-like label whose projection costs more than PROJECTION_COST. "not EAGLE" is held with
+    high confidence when the model fails the zero predictor, a layer's gap exceeds LIKE_GAP or
+    the control fits as well; medium otherwise (every layer near the family, the projection not)."""
+    net, zero = ctx.network_mse, ctx.zero_mse
+    gaps = [lay["one_step_relative"] for lay in layers]
+    controls = [lay["control_relative"] for lay in layers if math.isfinite(lay["control_relative"])]
+    reasons = []
+    worst = max(gaps, default=math.nan)
+    if not (math.isfinite(net) and net <= ZERO_FRACTION * zero):
+        reasons.append(f"MSE {_fmt(net)} not clearly below the zero predictor's {_fmt(zero)}")
+    else:
+        reasons.append(f"every layer's one-step gap ≤ {worst:.2%}")
+        if controls:
+            reasons.append(f"untrained control's gap ≥ {min(controls):.0%}")
+    proj = ctx.results.get("projection")
+    cost = math.nan
+    if proj is not None and proj.json["network_mse"] > 0:
+        cost = proj.json["projected_mse"] / proj.json["network_mse"] - 1.0
+        reasons.append(f"projection {_cost(cost)}")
+    opt = ctx.results.get("optimum")
+    if opt is not None and opt.json["network_mse"] > 0 and opt.json["optimal_mse"] > 0:
+        reasons.append(
+            f"network {opt.json['network_mse'] / opt.json['optimal_mse']:.2g}× its family's optimum"
+        )
+    every = all(lay["label"] == "EAGLE" for lay in layers)
+    cheap = not math.isfinite(cost) or cost <= PROJECTION_COST
+    if label == "EAGLE":
+        level = "high" if every and cheap else "medium"
+    elif label == "EAGLE-like":
+        level = "medium" if cheap else "low"
+    else:
+        clear = (
+            not (math.isfinite(net) and net <= ZERO_FRACTION * zero)
+            or worst > LIKE_GAP
+            or any(lay["label"] == "not EAGLE" for lay in layers)
+            or communication_conflict(ctx) is not None
+        )
+        level = "high" if clear else "medium"
+    return level, reasons
+
+
+def headline(label: str, family: str | None, level: str, reasons: list[str]) -> str:
+    """One line: the label, its family, the confidence and its reasons."""
+    named = f"{label} ({family})" if family and family != label else label
+    return f"{named}, confidence {level}: " + "; ".join(reasons)
+
+
+READOUT_HINT = (
+    "if the source model reads its prediction as +y (not −y), re-import it with "
+    "`eagle-probe import --readout +1` (or `layouts.from_module(..., readout=1)`)"
+)
+
+
 def _coadapted(ctx: Context, layers: list[dict]) -> list[str]:
     """A whole-model projection that is cheap while single layers projected alone are not: the
     layers' departures cancel one another (co-adapted layers), which is not the family."""
@@ -328,6 +393,75 @@ def sample_label(labels: list[str]) -> str:
     return max(labels, key=SAMPLE_ORDER.index)
 
 
+FIT_OF_LABEL = {  # the algorithm view's fit each name rests on
+    "GD": "scalar",
+    "GD++": "polynomial",
+    "polynomial": "polynomial",
+    "preconditioned GD": "matrix",
+    "unrecognised": "scalar",
+}
+
+
+def label_alpha0(lay: dict) -> float:
+    """The order-0 step α_0 of the fit the layer's name rests on: the scalar fit's (GD), the
+    polynomial fit's order-0 coefficient (GD++, polynomial), −tr Γ / d (preconditioned GD)."""
+    fit = FIT_OF_LABEL[lay["label"]]
+    if fit == "scalar":
+        return float(lay["scalar"]["alpha_0"])
+    if fit == "polynomial":
+        poly = lay["polynomial"]
+        return float(poly["alpha"][poly["orders"].index(0)]) if 0 in poly["orders"] else math.nan
+    gamma = lay["matrix"]["gamma"]
+    return -float(sum(gamma[i][i] for i in range(len(gamma)))) / len(gamma)
+
+
+def one_step_theory(ctx: Context) -> float | None:
+    """The best single GD step from zero, α_0 = −1/(n + d + 1) (BRIEF §8, Zhang–Frei–Bartlett),
+    where the task makes one: one sample-layout layer, least squares with isotropic noiseless
+    samples (α = 1, no κ) and no prompt normalisation; None elsewhere."""
+    t, geo = ctx.task, ctx.geometry
+    if t is None or not geo.samples or geo.layers != 1 or geo.normalize != "none":
+        return None
+    if t.task != "least_squares" or t.alpha != 1.0 or t.kappa is not None or t.noise != 0.0:
+        return None
+    return -1.0 / (t.n + t.d + 1)
+
+
+def sample_confidence(
+    ctx: Context, layers: list[dict], label: str, theory: float | None
+) -> tuple[str, list[str]]:
+    """("high", "medium" or "low", reasons) for a sample-layout name: high when every layer's
+    fit reaches R² ≥ 0.999 (and α_0 is within 5% of the theory's one-step value where there is
+    one), medium when every fit reaches R2_MIN, low otherwise; "unrecognised" is held with high
+    confidence when the model fails the zero predictor."""
+    net, zero = ctx.network_mse, ctx.zero_mse
+    r2_min = ctx.results["algorithm"].json["thresholds"]["r2_min"]
+    fits = [lay["r2"][FIT_OF_LABEL[lay["label"]]] for lay in layers]
+    reasons = []
+    working = math.isfinite(net) and net <= ZERO_FRACTION * zero
+    if working:
+        reasons.append(f"MSE {_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor")
+    else:
+        reasons.append(f"MSE {_fmt(net)} not clearly below the zero predictor's {_fmt(zero)}")
+    if layers and label != "unrecognised":
+        reasons.append(f"every layer's fit R² ≥ {min(fits):.4f} (threshold {r2_min})")
+    near = True
+    if theory is not None and layers and math.isfinite(layers[0]["alpha_0"]):
+        a = layers[0]["alpha_0"]
+        near = abs(a / theory - 1.0) <= 0.05
+        off = a / theory - 1.0
+        reasons.append(f"α_0 = {a:.4g} against −1/(n + d + 1) = {theory:.4g} ({off:+.1%})")
+    if label == "unrecognised":
+        level = "high" if not working else "medium"
+    elif min(fits, default=0.0) >= 0.999 and near and working:
+        level = "high"
+    elif min(fits, default=0.0) >= r2_min:
+        level = "medium"
+    else:
+        level = "low"
+    return level, reasons
+
+
 def sample_verdict(ctx: Context) -> ViewResult:
     """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
@@ -351,8 +485,10 @@ def sample_verdict(ctx: Context) -> ViewResult:
             {
                 "layer": layer,
                 "label": lay["label"],
-                "alpha_0": lay["scalar"]["alpha_0"],
-                "orders": lay["polynomial"]["orders"],
+                "alpha_0": label_alpha0(lay),  # of the fit the label rests on
+                "alpha_0_fit": FIT_OF_LABEL[lay["label"]],
+                "alpha_0_scalar": lay["scalar"]["alpha_0"],
+                "orders": lay["polynomial"]["orders"] if lay["label"] != "GD" else [0],
                 "r2": {
                     "scalar": lay["scalar"]["r2"],
                     "polynomial": lay["polynomial"]["r2"],
@@ -375,7 +511,8 @@ def sample_verdict(ctx: Context) -> ViewResult:
             f"{_fmt(zero)}): its fits describe no working algorithm"
         )
     parts = [
-        f"sample-layout model, {geo.layers} layers × {geo.heads} head(s); held-out MSE "
+        f"sample-layout model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
+        "held-out MSE "
         f"{_fmt(net)} ({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
     ]
     for lay, a in zip(layers, algo, strict=True):
@@ -440,17 +577,41 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "Term discovery finds only terms of GD, GD++ and preconditioned GD (in the last "
                 "layer, on the D slot the prediction reads)."
             )
+    theory = one_step_theory(ctx)
+    for lay in layers:
+        lay["alpha_0_theory"] = theory if lay["layer"] == 0 and theory is not None else math.nan
+    ascent = [
+        lay["layer"]
+        for lay in layers
+        if lay["label"] in ("GD", "GD++", "preconditioned GD") and lay["alpha_0"] > 0
+    ]
+    if ascent or not (math.isfinite(net) and net <= zero):
+        why = (
+            f"layer {', '.join(map(str, ascent))} steps uphill (α_0 > 0, gradient ascent)"
+            if ascent
+            else "the model is worse than predicting zero"
+        )
+        warnings.append(f"{why}: {READOUT_HINT}")
     parts.append(f"Verdict: {label}.")
+    thresholds = {**ctx.results["algorithm"].json["thresholds"], "zero_fraction": ZERO_FRACTION}
+    family = label if label != "unrecognised" else None
+    level, reasons = sample_confidence(ctx, layers, label, theory)
     return ViewResult(
         "verdict",
         {
-            "thresholds": {
-                **ctx.results["algorithm"].json["thresholds"],
-                "zero_fraction": ZERO_FRACTION,
-            },
+            "thresholds": thresholds,
             "off_family_blocks": [],
             "layers": layers,
-            "model": {"label": label, "text": " ".join(parts)},
+            "model": {
+                "label": label,
+                "family": family,
+                "read_as": "GD++",
+                "confidence": level,
+                "reasons": reasons,
+                "thresholds": thresholds,
+                "headline": headline(label, family, level, reasons),
+                "text": " ".join(parts),
+            },
         },
         {},
         warnings,
@@ -500,6 +661,10 @@ def verdict_view(ctx: Context) -> ViewResult:
             f"({BLOCK_MEANING[b['product'], b['block']]}), outside EAGLE's shape: zeroing it "
             f"everywhere multiplies the MSE by {_fmt(b['ratio'])}"
         )
+    if not (math.isfinite(net) and net <= zero):
+        warnings.append(f"the model is worse than predicting zero: {READOUT_HINT}")
+    family = families.of_geometry(ctx.geometry).name if label != "not EAGLE" else None
+    level, reasons = confidence(ctx, layers, label)
     return ViewResult(
         "verdict",
         {
@@ -509,8 +674,12 @@ def verdict_view(ctx: Context) -> ViewResult:
             "model": {
                 "label": label,
                 # the family the label claims (None when none is claimed), and the one read
-                "family": families.of_geometry(ctx.geometry).name if label != "not EAGLE" else None,
+                "family": family,
                 "read_as": families.of_geometry(ctx.geometry).name,
+                "confidence": level,
+                "reasons": reasons,
+                "thresholds": THRESHOLDS,
+                "headline": headline(label, family, level, reasons),
                 "text": model_text(ctx, layers, label),
             },
         },
