@@ -11,3 +11,7 @@ class EagleProbeError(ValueError):
 
 class CheckpointError(EagleProbeError):
     """A checkpoint file that is missing, unreadable, foreign or inconsistent."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM): handled like an interrupt, reported as SIGTERM."""

@@ -7,9 +7,13 @@ the results are collected into one pandas table with a row per (regime, seed, la
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
+import string
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated
 
 
 @dataclass(frozen=True)
@@ -32,19 +36,33 @@ TRAIN_OPTIONS = ["--schedule", "warmup_cosine", "--eval-batch", "2048"]  # when 
 
 
 def run_name(template: str, regime: str, seed: int) -> str:
-    """The file stem of one run: `template` with {regime} and {seed} filled in."""
+    """The file stem of one run: `template` with {regime} and {seed} filled in (plain fields:
+    no attribute, index, conversion or format spec)."""
     try:
-        name = template.format(regime=regime, seed=seed)
-    except (KeyError, IndexError, ValueError) as exc:
+        fields = [f for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+        plain = all(
+            f in ("regime", "seed") and not spec and conv is None
+            for _, f, spec, conv in string.Formatter().parse(template)
+            if f is not None
+        )
+    except ValueError as exc:
+        raise EagleProbeError(f"--name {template!r} is not a valid template ({exc})") from None
+    if not plain:
         raise EagleProbeError(
-            f"--name {template!r} may use only {{regime}} and {{seed}} ({exc})"
-        ) from None
+            f"--name {template!r} may use only {{regime}} and {{seed}}, as plain fields without "
+            f"a format spec, conversion or attribute (found {', '.join(fields) or 'none'})"
+        )
+    name = template.format(regime=regime, seed=seed)
     if not name or "/" in name or "\\" in name or name.startswith("."):
         raise EagleProbeError(f"--name {template!r} does not give a plain file name")
     return name
 
 
-def _command(run: Run, steps: int, batch: int, extra: list[str]) -> list[str]:
+def _command(
+    run: Run, steps: int, batch: int, extra: list[str], seeds: int = 1, out: Path | None = None
+) -> list[str]:
+    """The `train` command of `run`; `seeds` > 1: of seeds run.seed … +seeds-1 together,
+    written to `out` (a path with {seed} in it)."""
     return [
         sys.executable,
         "-m",
@@ -64,10 +82,32 @@ def _command(run: Run, steps: int, batch: int, extra: list[str]) -> list[str]:
         "1",
         "--no-progress",
         "--force",
+        *(["--seeds", str(seeds)] if seeds > 1 else []),
         *extra,
         "-o",
-        str(run.path),
+        str(out if out is not None else run.path),
     ]
+
+
+def _pdeathsig():
+    """A function for `preexec_fn` that makes a child die (SIGTERM) when the sweep dies, even by
+    SIGKILL (Linux prctl PR_SET_PDEATHSIG); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def die_with_parent() -> None:  # in the child, between fork and exec
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call above
+            os._exit(1)
+
+    return die_with_parent
 
 
 def run_sweep(
@@ -82,6 +122,8 @@ def run_sweep(
     name: str = NAME,
     published: Path | None = None,
     log=print,
+    max_bytes: float | None = None,
+    ensemble: int = 1,
 ) -> pd.DataFrame:
     """Train every (regime, seed), `parallel` at a time, then extract; returns the table.
 
@@ -89,81 +131,158 @@ def run_sweep(
     `name` the checkpoint stem template. Each row carries the test mean, median and worst prompt
     MSE and both fidelity readings (one step and end to end) of its layer. `published`: the
     directory `out` will be moved to (the CLI writes into a temporary one); each checkpoint's
-    recorded command then names the file where it ends up."""
-    from eagle_probe import checkpoint
-    from eagle_probe.extract import extract
+    recorded command then names the file where it ends up. `ensemble`: up to this many consecutive
+    seeds of a regime train together in one process (`train --seeds`). `max_bytes`: the memory
+    budget of the
+    sweep, shared by the `parallel` training processes (each gets its share as --max-memory).
 
+    Runs that fail are rows with status "failed: …"; when every run fails nothing is written and
+    the error names them. SIGTERM is handled like an interrupt: running children are stopped and
+    waited for, no further run starts, and `Terminated` is raised; children die with the sweep."""
     out.mkdir(parents=True, exist_ok=True)
     runs = [Run(r, s, out / f"{run_name(name, r, s)}.pt") for r in regimes for s in seeds]
     if len({run.path for run in runs}) < len(runs):
         raise EagleProbeError(f"--name {name!r} gives two runs the same file name")
     parallel = parallel or max(1, os.cpu_count() or 1)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
+    options = list(TRAIN_OPTIONS if extra is None else extra)
+    if max_bytes is not None:  # the children run at once: each gets its share of the budget
+        options += ["--max-memory", repr(max_bytes / min(parallel, len(runs)) / 2**30)]
+    live: set[subprocess.Popen] = set()
+    lock, stopping = threading.Lock(), threading.Event()
+    preexec = _pdeathsig()
 
-    def train(run: Run) -> tuple[Run, int, float, str]:
+    from eagle_probe.plan import group_seeds
+
+    groups = [
+        [Run(r, s, out / f"{run_name(name, r, s)}.pt") for s in group]
+        for r in regimes
+        for group in group_seeds(seeds, ensemble)
+    ]
+
+    def train(group: list[Run]) -> list[tuple[Run, int, float, str]]:
+        run, count = group[0], len(group)
+        shared = out / f"{name.replace('{regime}', run.regime)}.pt" if count > 1 else None
         start = time.perf_counter()
-        proc = subprocess.run(
-            _command(run, steps, batch, TRAIN_OPTIONS if extra is None else extra),
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        tail = (proc.stderr.strip().splitlines() or [""])[-1]
-        return run, proc.returncode, time.perf_counter() - start, tail
-
-    rows = []
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        for run, code, seconds, tail in pool.map(train, runs):
-            log(f"{run.regime} seed {run.seed}: exit {code} in {seconds:.0f} s")
-            if code != 0:
-                rows.append(
-                    {
-                        "regime": run.regime,
-                        "seed": run.seed,
-                        "layer": None,
-                        "status": f"failed: {tail}",
-                    }
-                )
-                continue
-            model, task, metrics = checkpoint.load(run.path)
-            if published is not None and isinstance(metrics.get("command"), str):
-                _record_path(run.path, published / run.path.name, model, task, metrics)
-            ex = extract(
-                model,
-                task,
-                probe_batch_size=128,
-                seed=run.seed,
-                control=False,
-                test_batch=1024,
-                views=("eagle", "fidelity", "polynomial"),  # the columns the sweep table reads
+        with lock:
+            if stopping.is_set():
+                return [(r, -1, 0.0, "not started: the sweep was stopped") for r in group]
+            proc = subprocess.Popen(
+                _command(run, steps, batch, options, count, shared),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                preexec_fn=preexec,  # noqa: PLW1509 - prctl only, no locks taken
             )
-            test = metrics.get("test", {})
-            for layer in ex.layers.itertuples():
-                rows.append(
-                    {
-                        "regime": run.regime,
-                        "seed": run.seed,
-                        "model": run.path.name,
-                        "layer": layer.layer,
-                        "status": "ok",
-                        "train_seconds": seconds,
-                        "improvement": test.get("improvement"),
-                        "mse": test.get("mse"),
-                        "median_mse": test.get("median_mse"),
-                        "worst_mse": test.get("worst_mse"),
-                        "zero_mse": test.get("zero_mse"),
-                        "eta": layer.eta,
-                        "gamma": layer.gamma,
-                        "fidelity": layer.fidelity,
-                        "fidelity_one_step": layer.fidelity_one_step,
-                        "r2": layer.r2,
-                    }
-                )
-    if not rows:
-        raise EagleProbeError("the sweep produced no runs")
+            live.add(proc)
+        try:
+            _, err = proc.communicate()
+        finally:
+            with lock:
+                live.discard(proc)
+        tail = (err.strip().splitlines() or [""])[-1]
+        seconds = time.perf_counter() - start
+        return [(r, proc.returncode, seconds, tail) for r in group]
+
+    def on_sigterm(signum, frame):
+        raise Terminated
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
+
+    def stop() -> None:  # no run starts from now on; the running ones stop (and are waited for)
+        with lock:
+            stopping.set()
+            for proc in live:
+                proc.terminate()
+
+    try:
+        rows = _train_and_extract(groups, train, stop, parallel, published, log)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    failed = [row for row in rows if row["status"] != "ok"]
+    if len({(r["regime"], r["seed"]) for r in failed}) == len(runs):
+        raise EagleProbeError(
+            f"every run of the sweep failed ({len(runs)}); nothing written - "
+            + "; ".join(f"{r['regime']} seed {r['seed']}: {r['status']}" for r in failed[:3])
+        )
     table = pd.DataFrame(rows)
     table.to_csv(out / "sweep.csv", index=False)
     return table
+
+
+def failures(table: pd.DataFrame) -> list[str]:
+    """One line per failed run of a sweep table: "regime seed N: failed: reason"."""
+    failed = table[table.status != "ok"]
+    return [f"{r.regime} seed {r.seed}: {r.status}" for r in failed.itertuples()]
+
+
+def _train_and_extract(runs, train, stop, parallel: int, published, log) -> list[dict]:
+    """Rows of the sweep table; on any exception (an interrupt, SIGTERM, a failed extraction)
+    `stop()` runs before the pool waits for its threads."""
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        try:
+            done = itertools.chain.from_iterable(pool.map(train, runs))  # runs: groups of runs
+            return _rows(done, published, log)
+        except BaseException:
+            stop()
+            raise
+
+
+def _rows(results, published: Path | None, log) -> list[dict]:
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import extract
+
+    rows = []
+    for run, code, seconds, tail in results:
+        log(f"{run.regime} seed {run.seed}: exit {code} in {seconds:.0f} s")
+        if code != 0:
+            rows.append(
+                {
+                    "regime": run.regime,
+                    "seed": run.seed,
+                    "layer": None,
+                    "status": f"failed: {tail}",
+                }
+            )
+            continue
+        model, task, metrics = checkpoint.load(run.path)
+        if published is not None and isinstance(metrics.get("command"), str):
+            _record_path(run.path, published / run.path.name, model, task, metrics)
+        ex = extract(
+            model,
+            task,
+            probe_batch_size=128,
+            seed=run.seed,
+            control=False,
+            test_batch=1024,
+            views=("eagle", "fidelity", "polynomial"),  # the columns the sweep table reads
+        )
+        test = metrics.get("test", {})
+        for layer in ex.layers.itertuples():
+            rows.append(
+                {
+                    "regime": run.regime,
+                    "seed": run.seed,
+                    "model": run.path.name,
+                    "layer": layer.layer,
+                    "status": "ok",
+                    "train_seconds": seconds,
+                    "improvement": test.get("improvement"),
+                    "mse": test.get("mse"),
+                    "median_mse": test.get("median_mse"),
+                    "worst_mse": test.get("worst_mse"),
+                    "zero_mse": test.get("zero_mse"),
+                    "eta": layer.eta,
+                    "gamma": layer.gamma,
+                    "fidelity": layer.fidelity,
+                    "fidelity_one_step": layer.fidelity_one_step,
+                    "r2": layer.r2,
+                }
+            )
+    return rows
 
 
 def _record_path(path: Path, final: Path, model, task, metrics: dict) -> None:

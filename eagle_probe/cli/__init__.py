@@ -28,6 +28,7 @@ from eagle_probe import __version__
 from eagle_probe.cli.common import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     EXIT_USER,
     Parser,
     UsageError,
@@ -35,7 +36,7 @@ from eagle_probe.cli.common import (
     _gib,
     _positive_int,
 )
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated
 
 # command name -> module in this package, in the order `--help` lists them
 COMMANDS: dict[str, str] = {
@@ -117,9 +118,22 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _replacing_streams() -> None:
+    """Print what the terminal's encoding cannot show as replacement characters (an ASCII
+    locale must not fail a command after its work is done)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError, AttributeError):
+                stream.reconfigure(errors="replace")
+
+
+_ALLOCATION = ("can't allocate memory", "not enough memory", "out of memory")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = False
+    _replacing_streams()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -160,12 +174,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         print(f"eagle-probe: error: {exc.strerror or _one_line(exc)}{where}", file=sys.stderr)
         return EXIT_USER
+    except Terminated:
+        print("eagle-probe: terminated (SIGTERM); nothing written", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("eagle-probe: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the CLI is the one place that turns bugs into a line
         if debug:
             raise
+        if isinstance(exc, RuntimeError) and any(w in str(exc) for w in _ALLOCATION):
+            print(
+                "eagle-probe: error: out of memory (an allocation failed); pass smaller sizes, or "
+                "a lower --max-memory so the budget check refuses them first",
+                file=sys.stderr,
+            )
+            return EXIT_USER
         print(
             f"eagle-probe: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
             "for the traceback)",

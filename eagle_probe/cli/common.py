@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from eagle_probe.errors import EagleProbeError
 
-EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 1, 130
+EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 
 
 class UsageError(EagleProbeError):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from eagle_probe.cli.common import (
+    EXIT_USER,
     SEED_LIMIT,
     Parser,
+    _budget,
     _claim,
     _finite_float,
     _nonneg_int,
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import files
     from eagle_probe.budget import MAX_RUNS
     from eagle_probe.model import REGIMES
-    from eagle_probe.sweep import run_sweep, spread
+    from eagle_probe.sweep import failures, run_sweep, spread
 
     if args.run is not None or args.index is not None:
         return _run_line(args)
@@ -146,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         "--eval-batch",
         str(args.eval_batch),
     ]
+    if args.ensemble > 1 and "{seed}" not in args.name:
+        raise EagleProbeError("--ensemble needs {seed} in --name: each seed has its own file")
     if args.plan is not None:
         return _write_plan(args, regimes, seeds, extra)
     if args.slurm is not None or args.submit or args.sbatch:
@@ -161,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         extra=extra + (["--threads", str(args.threads)] if args.threads else []),
         name=args.name,
+        ensemble=args.ensemble,
         published=out,
+        max_bytes=_budget(args),
     )
     _publish(args)
     import pandas as pd
@@ -169,6 +176,15 @@ def run(args: argparse.Namespace) -> int:
     with pd.option_context("display.width", 200, "display.precision", 3):
         print(spread(table).to_string())
     print(f"wrote {out / 'sweep.csv'}")
+    failed = failures(table)
+    if failed:  # the others are published; the exit code says the sweep is incomplete
+        runs = len(seeds) * len(regimes)
+        print(
+            f"eagle-probe: error: {len(failed)} of {runs} runs failed ({'; '.join(failed[:3])}"
+            f"{'; …' if len(failed) > 3 else ''}); the others are in {out / 'sweep.csv'}",
+            file=sys.stderr,
+        )
+        return EXIT_USER
     return 0
 
 
@@ -209,8 +225,6 @@ def _write_plan(args: argparse.Namespace, regimes: list[str], seeds: list[int], 
 
     if (args.submit or args.sbatch) and not args.slurm:
         raise EagleProbeError("--submit and --sbatch go with --slurm FILE")
-    if args.ensemble > 1 and "{seed}" not in args.name:
-        raise EagleProbeError("--ensemble needs {seed} in --name: each seed has its own file")
     out = files.as_path(args.out, "--out").resolve()
     lines = []
     for regime in regimes:

@@ -374,7 +374,12 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     metrics["test"] = evaluate(model, task)
     # the number the kept weights were selected by must be finite on the test prompts too
     decisive = "mse" if train_cfg.select == "mean" else "median_mse"
-    if not math.isfinite(metrics["test"][decisive]) or metrics.get("best_val_selected") is None:
+    if metrics.get("best_val_selected") is None:
+        raise EagleProbeError(
+            "training diverged (no validation had a finite loss, so no weights were kept); "
+            "nothing written - lower --lr or --init-std"
+        )
+    if not math.isfinite(metrics["test"][decisive]):
         raise EagleProbeError(
             f"training diverged (test {decisive.replace('_', ' ')} {metrics['test'][decisive]}); "
             "nothing written - lower --lr or --init-std"

@@ -17,6 +17,7 @@ import torch
 
 from eagle_probe import bench, checkpoint, layouts
 from eagle_probe.budget import GIB
+from eagle_probe.cli import main
 from eagle_probe.errors import CheckpointError, EagleProbeError
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig, make_generator
@@ -214,3 +215,135 @@ def test_a_checkpoint_whose_name_is_not_utf8_loads(tmp_path):
     _good(path)
     model, task, _ = checkpoint.load(path)
     assert task == SMALL_TASK and model.cfg == SMALL
+
+
+# --- 2, 3. sweeps: failures and signals --------------------------------------------------------
+
+SWEEP = ["sweep", "--regimes", "centralized", "--seeds", "1", "--steps", "2", "--batch", "8"]
+SWEEP += ["--eval-batch", "16", "--parallel", "1"]
+
+
+def _one_line_error(capsys, code, *words):
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+@pytest.mark.parametrize("bad", [["--batch", "1000000000"], ["--lr", "1e30"]], ids=["batch", "lr"])
+def test_a_sweep_whose_runs_all_fail_publishes_nothing(bad, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main([*SWEEP, *bad, "--out", "sb"])
+    _one_line_error(capsys, code, "every run of the sweep failed", "centralized seed 0")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_sweep_passes_its_memory_budget_to_its_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main([*SWEEP, "--max-memory", "0.000001", "--out", "sb"])
+    _one_line_error(capsys, code, "every run of the sweep failed", "budget")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_sweep_table_names_the_runs_that_failed(tmp_path):
+    from eagle_probe.sweep import failures, run_sweep
+
+    (tmp_path / "centralized_seed1.pt").mkdir()  # seed 1 cannot write its checkpoint
+    small = ["--n", "6", "--d", "6", "--layers", "1", "--eval-batch", "16", "--select", "mean"]
+    table = run_sweep(
+        ["centralized"],
+        [0, 1],
+        tmp_path,
+        steps=2,
+        batch=8,
+        parallel=2,
+        extra=small,
+        log=lambda _: None,
+    )
+    assert set(table[table.status == "ok"].seed) == {0}
+    (line,) = failures(table)
+    assert line.startswith("centralized seed 1: failed:") and "directory" in line
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{seed:>1000000000}", "{regime.__class__.__mro__}{seed}", "{seed!r}{regime}", "{0}{seed}"],
+)
+def test_sweep_names_take_only_the_plain_fields(template):
+    from eagle_probe.sweep import run_name
+
+    with pytest.raises(EagleProbeError, match="only {regime} and {seed}, as plain fields"):
+        run_name(template, "centralized", 0)
+    assert run_name("{regime}-{seed}", "centralized", 3) == "centralized-3"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat_line = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat_line.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start_long_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    argv = [sys.executable, "-m", "eagle_probe", *SWEEP[:6], "100000000", "--batch", "8"]
+    argv += ["--seeds", "2", "--parallel", "2", "--out", "sb"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        children = _children(proc.pid)
+        if len(children) == 2:
+            time.sleep(3)  # the children are past their imports
+            return proc, children
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("the sweep did not start its runs")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_sweep_like_an_interrupt(tmp_path):
+    import signal
+    import time
+
+    proc, children = _start_long_sweep(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    lines = err.decode().strip().splitlines()
+    assert lines == ["eagle-probe: terminated (SIGTERM); nothing written"], lines
+    time.sleep(0.5)
+    assert not any(_alive(c) for c in children)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_runs_of_a_killed_sweep_die_with_it(tmp_path):
+    import signal
+    import time
+
+    proc, children = _start_long_sweep(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(c) for c in children)
