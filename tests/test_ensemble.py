@@ -137,3 +137,44 @@ def test_ensemble_callbacks_and_errors():
         train_ensemble(cfg, TASK, RUN, [-1], progress=False)
     with pytest.raises(ValueError, match="do not match"):
         train_ensemble(cfg, replace(TASK, n=8, d=8), RUN, [0], progress=False)
+
+
+TINY = ["--regime", "centralized", "--n", "6", "--d", "6", "--n-prime", "1", "--d-prime", "1"]
+TINY += ["--layers", "2", "--steps", "4", "--batch", "16", "--eval-every", "2"]
+TINY += ["--eval-batch", "32", "--no-progress"]
+
+
+def test_cli_train_seeds_writes_one_checkpoint_per_seed(tmp_path, capsys):
+    from eagle_probe import checkpoint
+    from eagle_probe.cli import main
+
+    out = tmp_path / "c_{seed}_run.pt"
+    assert main(["train", *TINY, "--seed", "5", "--seeds", "2", "-o", str(out)]) == 0
+    assert "2 of 2 seeds" in capsys.readouterr().out
+    for seed in (5, 6):
+        path = tmp_path / f"c_{seed}_run.pt"
+        model, task, metrics = checkpoint.load(path)
+        assert metrics["train_config"]["seed"] == seed and metrics["ensemble"]["seeds"] == [5, 6]
+        assert metrics["test"]["mse"] > 0 and path.with_suffix(".json").is_file()
+    plain = tmp_path / "plain.pt"
+    assert main(["train", *TINY, "--seeds", "2", "-o", str(plain)]) == 0
+    assert (tmp_path / "plain_seed0.pt").is_file() and (tmp_path / "plain_seed1.pt").is_file()
+    assert not plain.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--resume"], "does not combine with --resume"),
+        (["--save-every", "2"], "does not combine with --resume, --save-every"),
+        (["--seed", "4294967295"], "passes 2**32"),
+    ],
+)
+def test_cli_train_seeds_user_errors(extra, match, tmp_path, capsys):
+    from eagle_probe.cli import main
+
+    argv = ["train", *TINY, "--seeds", "2", *extra, "-o", str(tmp_path / "m.pt")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
