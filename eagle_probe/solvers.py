@@ -292,6 +292,22 @@ SOLVERS: dict[str, Solver] = {
 }
 
 
+def solve_eagle_torch(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+    """`solve_eagle` in torch on A's device, for one problem A (m, n) or a batch (p, m, n), in
+    float32 or float64, with the same info contract (`eagle_probe.torch_eagle`)."""
+    from eagle_probe.torch_eagle import solve_eagle_torch as solve
+
+    return solve(A, b, x0, rtol=rtol, atol=atol, maxiter=maxiter, callback=callback)
+
+
+def lstsq_torch(A, b, *, driver: str | None = None):
+    """torch.linalg.lstsq on A's device, batched like `solve_eagle_torch`: (x, driver used);
+    the driver defaults to gelsd on the CPU and gels (the only one) on CUDA."""
+    from eagle_probe.torch_eagle import lstsq_torch as solve
+
+    return solve(A, b, driver=driver)
+
+
 def flops_per_iteration(name: str, m: int, n: int) -> float:
     """Counted FLOPs of one iteration (one solve for lstsq) on a dense m × n problem."""
     matvec = 2.0 * m * n

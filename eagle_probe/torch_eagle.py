@@ -1,0 +1,295 @@
+"""EAGLE least squares in torch, batched over a leading axis, on any torch device.
+
+    solve_eagle_torch(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None)
+        -> (x, info)
+
+is `eagle_probe.solvers.solve_eagle` (Algorithm 1 on the prompt [[A, r0], [I_n, 0]], η = 1/3,
+γ = 1) for A (m, n) or a batch A (p, m, n), b (m,) or (p, m), in float32 or float64, on the device
+of A. x = x0 + A⁺(b − A x0) with numpy's A⁺ (cutoff max(m, n)·eps·σ_1).
+
+info, per problem (an int, or an int64 tensor (p,) for a batch), as in the NumPy solver: 0 only
+with a certificate of the answer, > 0 iterations used without one, < 0 -1 breakdown, -2
+non-finite numbers, -3 x not representable. The certificate is the NumPy solver's full-rank one,
+batched: at a candidate stop (a step ‖x_k − x_{k−1}‖ ≤ rtol ‖x_k − x0‖, or a step ≤ 1e-4 that no
+longer halves) G = Ã M_l is recomputed, K = GᵀG must satisfy ‖I − K/μ‖_F ≤ 1/2 (μ = trace K / n:
+every singular value of A resolved and clustered), and with r = b − A x recomputed, the range
+error d = M_l K⁻¹ Gᵀ r of x (exactly A⁺r for any invertible M_l; K is well conditioned, so a
+Cholesky solve is accurate) is added up to three times; info 0 when ‖d‖ + ε_0 ≤ bound/4 · ‖x‖,
+bound = max(rtol, 100 · κ̂ · eps), where ε_0 is the rounding of r0 (as in NumPy) and
+κ̂ = σ̂_1 λ̂_max(M_l) / √(μ (1 − δ)) over-estimates σ_1/σ_n by at most √3 · 1.02 (G's singular values
+lie within [√(μ(1 − δ)), √(μ(1 + δ))] and σ_i(A) m_l(σ_i²) are those singular values), so the
+bound is never tighter than the noise floor allows. Problems the batched certificate cannot
+decide (numerical rank below n, m < n, a breakdown, the resolution limit or maxiter reached) are
+solved again, one by one, by the NumPy solver, whose answer and info they then carry.
+
+ρ = ‖A_l‖₂⁻² needs no eigen-solver after the first step: once K_l is divided by an upper bound
+of its largest eigenvalue (all eigenvalues t ∈ (0, 1]), one step maps t to t (1 − η t)², which
+for η ≤ 1/3 increases on [0, 1] (and stays below (1 − η)² up to t = 4): (1 − η)² bounds the next
+largest eigenvalue. The first bound is a power iteration with 2% headroom, as in NumPy.
+Cost per iteration and problem: three n × n (and m × n) products, K = A_lᵀA_l, A_l K and M_l K.
+Problems leave the batch when they are certified, so the batch shrinks as it converges.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from eagle_probe import solver_template as template
+
+ETA, GAMMA = template.THEORY_ETA, template.THEORY_GAMMA
+SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
+CLUSTER = template.CLUSTER
+CERT_FLOOR, CERT_MARGIN, REFINE = template.CERT_FLOOR, template.CERT_MARGIN, template.REFINE
+STALL_STEP = template.STALL_STEP
+
+
+def _as_tensor(name: str, value, device=None) -> torch.Tensor:
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if device is not None:
+        t = t.to(device)
+    if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+        raise ValueError(f"{name} must hold real numbers, got dtype {t.dtype}")
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float64)
+    if t.numel() == 0:
+        raise ValueError(f"{name} has an empty dimension: shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or Inf")
+    return t
+
+
+def _exponent(M: torch.Tensor) -> torch.Tensor:
+    """Per problem e with max|M| · 2⁻ᵉ in [0.5, 1) (0 for a zero M): (p,) int32."""
+    top = M.abs().flatten(1).amax(dim=1)
+    _, e = torch.frexp(top)
+    return torch.where(top > 0, e, torch.zeros_like(e))
+
+
+def _ldexp(M: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """M · 2ᵉ per problem (exact), e (p,)."""
+    return torch.ldexp(M, e.to(M.dtype).view(-1, *([1] * (M.dim() - 1))))
+
+
+def _norm(M: torch.Tensor) -> torch.Tensor:
+    """‖M‖_F per problem (p,)."""
+    return torch.linalg.vector_norm(M.flatten(1), dim=1)
+
+
+def _top_bound(K: torch.Tensor, squarings: int = SQUARINGS) -> torch.Tensor:
+    """An upper bound of λ_max of the symmetric PSD K (p, n, n): λ_max^(2^j) ≤ trace K^(2^j) =
+    ‖K^(2^(j−1))‖_F², so λ_max ≤ ‖K^(2^(j−1))‖_F^(1/2^(j−1)), at most n^(1/2^j) λ_max
+    (j = squarings; K is divided by its trace first, so nothing overflows)."""
+    trace = K.diagonal(dim1=-2, dim2=-1).sum(-1).clamp_min(torch.finfo(K.dtype).tiny)
+    P = K / trace.view(-1, 1, 1)
+    for _ in range(squarings - 1):
+        P = P @ P
+    return trace * _norm(P) ** (1.0 / 2 ** (squarings - 1))
+
+
+def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
+    """The batched full-rank certificate at a candidate stop, for q problems. Returns
+    (certified (q,), y (q, n, 1): the certified iterate where certified, else the refined one,
+    decided (q,): K clustered, so the NumPy solver's verdict is due where not certified)."""
+    q, m, n = At.shape
+    G = At @ M  # (q, m, n), fresh
+    K = G.mT @ G  # (q, n, n)
+    mu = K.diagonal(dim1=-2, dim2=-1).sum(-1) / n  # (q,)
+    eye = torch.eye(n, dtype=K.dtype, device=K.device)
+    delta = _norm(eye - K / mu.clamp_min(1e-300).view(-1, 1, 1))
+    clustered = (delta <= CLUSTER) & (mu > 0)
+    # κ̂ = σ̂_1 λ_max(M_l) / √(μ (1 − δ)); M_l = m_l(ÃᵀÃ) is symmetric positive definite here
+    spread = torch.sqrt(mu * (1.0 - delta.clamp(max=CLUSTER))).clamp_min(1e-300)
+    kappa = s1 * _top_bound(M) / spread
+    bound = torch.clamp(CERT_FLOOR * kappa * eps, min=rtol)
+    Kc = torch.where(clustered.view(-1, 1, 1), K, eye.expand_as(K))
+    chol, bad = torch.linalg.cholesky_ex(Kc)
+    clustered = clustered & (bad == 0) & (bound < 1.0)
+    out = y.clone()
+    certified = torch.zeros(q, dtype=torch.bool, device=K.device)
+    for _ in range(REFINE):
+        r = r0 - At @ y  # (q, m, 1): the true residual
+        d = M @ torch.cholesky_solve(G.mT @ r, chol)  # (q, n, 1): Ã⁺ r, the error of y
+        size = torch.linalg.vector_norm(y.squeeze(-1) + xs, dim=1).clamp_min(1e-300)
+        estimate = (_norm(d) + r0_err) / size
+        new = clustered & ~certified & (estimate * CERT_MARGIN <= bound)
+        out = torch.where(new.view(-1, 1, 1), y, out)
+        certified = certified | new
+        y = torch.where((clustered & ~certified).view(-1, 1, 1), y + d, y)
+    out = torch.where(certified.view(-1, 1, 1), out, y)
+    return certified, out, clustered
+
+
+def solve_eagle_torch(
+    A,
+    b,
+    x0=None,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 0.0,
+    maxiter: int | None = None,
+    callback: Callable[[torch.Tensor], None] | None = None,
+):
+    """EAGLE least squares for one problem A (m, n), b (m,) or a batch A (p, m, n), b (p, m), on
+    A's device in its dtype (float32 or float64; other real types become float64); see the
+    module text for the stopping rule and info. Returns (x, info): x (n,) or (p, n) on that
+    device; info an int or an int64 tensor (p,). callback(x_k) once per iteration with the
+    batch's current iterate (finished problems hold their answer). Inputs are never modified."""
+    rtol, atol, maxiter = template._check_options(rtol, atol, maxiter, None, None, callback)
+    A = _as_tensor("A", A)
+    single = A.dim() == 2
+    if A.dim() not in (2, 3):
+        raise ValueError(f"A must be (m, n) or (p, m, n), got shape {tuple(A.shape)}")
+    b = _as_tensor("b", b, A.device).to(A.dtype)
+    A = A.unsqueeze(0) if single else A
+    b = b.unsqueeze(0) if single else b
+    p, m, n = A.shape
+    if b.shape != (p, m):
+        raise ValueError(f"b has shape {tuple(b.shape)}, expected {(m,) if single else (p, m)}")
+    if x0 is None:
+        x0 = torch.zeros(p, n, dtype=A.dtype, device=A.device)
+    else:
+        x0 = _as_tensor("x0", x0, A.device).to(A.dtype)
+        x0 = x0.unsqueeze(0) if single else x0
+        if x0.shape != (p, n):
+            raise ValueError(f"x0 has shape {tuple(x0.shape)}, expected {(p, n)}")
+    x, info, iterations = _solve(A, b, x0, rtol, atol, maxiter, callback)
+    solve_eagle_torch.last_iterations = iterations
+    if single:
+        return x[0], int(info[0])
+    return x, info
+
+
+solve_eagle_torch.last_iterations = None
+
+
+def _solve(A, b, x0, rtol, atol, maxiter, callback):
+    p, m, n = A.shape
+    dtype, device = A.dtype, A.device
+    eps = float(torch.finfo(dtype).eps)
+    info = torch.full((p,), 1, dtype=torch.int64, device=device)
+    x = x0.clone()
+    done = torch.zeros(p, dtype=torch.bool, device=device)
+    # exact power-of-two scaling per problem (solver_template._lstsq)
+    ea = _exponent(A)
+    zero_a = ~(A.flatten(1) != 0).any(dim=1)
+    At = _ldexp(A, -ea)
+    k = _exponent(b)
+    has_x0 = (x0 != 0).any(dim=1)
+    k = torch.where(has_x0, torch.maximum(k, ea + _exponent(x0)), k)
+    r = _ldexp(b, -k).unsqueeze(-1) - At @ _ldexp(x0, ea - k).unsqueeze(-1)  # (p, m, 1)
+    kr = _exponent(r)
+    zero_r = ~(r.flatten(1) != 0).any(dim=1)
+    r = _ldexp(r, -kr)
+    k = k + kr
+    e_out = k - ea  # x = x0 + 2^e_out y
+    bt = _ldexp(b, -k)
+    xs = _ldexp(x0, ea - k)
+    exact = zero_a | zero_r
+    info[exact] = 0
+    done |= exact
+    lam0 = _top_bound(At.mT @ At)  # ‖Ã‖₂² from above
+    s1 = torch.sqrt(lam0)
+    r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
+    # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
+    idx = torch.nonzero(~done).squeeze(1)
+    Al = At[idx].clone()
+    M = torch.eye(n, dtype=dtype, device=device).expand(len(idx), n, n).contiguous()
+    C, y = r[idx].clone(), torch.zeros(len(idx), n, 1, dtype=dtype, device=device)
+    lam = lam0[idx]  # the first bound of λ_max(A_lᵀA_l)
+    prev = torch.full((len(idx),), math.inf, dtype=dtype, device=device)
+    growth, limit = 0.0, -math.log(max(m, n) * eps)
+    tol_abs = atol  # in the units of each problem below
+    it = 0
+    for it in range(1, maxiter + 1):
+        if not len(idx):
+            break
+        growth += -math.log(1.0 - ETA)
+        if growth > limit:  # only noise below the cutoff is left to resolve
+            it -= 1
+            break
+        # ρ-normalised step without rescaling A_l and M_l (the updates are linear in them):
+        # K̂ = A_lᵀA_l / λ, A_l ← A_l (I − η K̂), M_l ← M_l (I − η K̂), C ← C − γ A_l A_lᵀC / λ
+        inv = (1.0 / lam).view(-1, 1, 1)
+        K = (Al.mT @ Al) * inv  # (q, n, n), largest eigenvalue ≤ 1
+        AtC = (Al.mT @ C) * inv  # (q, n, 1)
+        step = GAMMA * (M @ AtC)  # (q, n, 1)
+        C = torch.baddbmm(C, Al, AtC, alpha=-GAMMA)
+        Al = torch.baddbmm(Al, Al, K, alpha=-ETA)
+        M = torch.baddbmm(M, M, K, alpha=-ETA)
+        y = y + step
+        lam = lam * (1.0 - ETA) ** 2  # the next bound (module text)
+        trace = K.diagonal(dim1=-2, dim2=-1).sum(-1)
+        step_norm = _norm(step)
+        finite = torch.isfinite(trace) & torch.isfinite(step_norm) & (trace > 0)
+        if callback is not None:
+            x_now = x.clone()
+            x_now[idx] = x0[idx] + _ldexp(y.squeeze(-1), e_out[idx])
+            callback(x_now)
+        rel = step_norm / _norm(y).clamp_min(1e-300)
+        candidate = (rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev))
+        prev = rel
+        if tol_abs > 0:
+            res = _ldexp(_norm(r[idx] - At[idx] @ y), k[idx])
+            hit = finite & (res <= tol_abs)
+            x[idx[hit]] = x0[idx[hit]] + _ldexp(y[hit].squeeze(-1), e_out[idx[hit]])
+            info[idx[hit]] = 0
+            candidate = candidate & ~hit
+            finite = finite & ~hit
+        else:
+            hit = torch.zeros_like(candidate)
+        check = candidate & finite
+        certified = torch.zeros_like(check)
+        undecidable = torch.zeros_like(check)
+        if bool(check.any()):
+            sel = torch.nonzero(check).squeeze(1)
+            g = idx[sel]
+            ok, y_sel, decided = _certify(
+                At[g], M[sel], y[sel], r[g], xs[g], r0_err[g], s1[g], rtol, eps
+            )
+            y[sel] = y_sel
+            certified[sel] = ok
+            undecidable[sel] = decided & ~ok  # clustered, yet no certificate: NumPy decides
+            good = g[ok]
+            x[good] = x0[good] + _ldexp(y_sel[ok].squeeze(-1), e_out[good])
+            info[good] = 0
+        leave = certified | hit | ~finite | undecidable  # the last two: the NumPy solver below
+        if bool(leave.any()):
+            keep = ~leave
+            idx, Al, M, C, y = idx[keep], Al[keep], M[keep], C[keep], y[keep]
+            lam, prev = lam[keep], prev[keep]
+    # what the batched certificate could not decide: the NumPy solver, one problem at a time
+    undecided = torch.nonzero(info != 0).squeeze(1).tolist()
+    if undecided:
+        from eagle_probe.solvers import solve_eagle
+
+        A64 = A.detach().to("cpu", torch.float64).numpy()
+        b64 = b.detach().to("cpu", torch.float64).numpy()
+        x064 = x0.detach().to("cpu", torch.float64).numpy()
+        for j in undecided:
+            xj, ij = solve_eagle(A64[j], b64[j], x064[j], rtol=rtol, atol=atol, maxiter=maxiter)
+            x[j] = torch.as_tensor(xj, dtype=dtype, device=device)
+            info[j] = ij
+    return x, info, it
+
+
+DRIVERS = {"cpu": ("gelsd", "gelsy", "gelss", "gels"), "cuda": ("gels",)}
+
+
+def lstsq_torch(A, b, *, driver: str | None = None) -> tuple[torch.Tensor, str]:
+    """torch.linalg.lstsq for A (m, n) or (p, m, n), b (m,) or (p, m) on A's device: (x, driver).
+    The driver defaults to gelsd (SVD, numpy's) on the CPU and gels (QR, full rank only, the
+    one CUDA has) elsewhere; an unknown one raises ValueError."""
+    A = _as_tensor("A", A)
+    b = _as_tensor("b", b, A.device).to(A.dtype)
+    kind = "cpu" if A.device.type == "cpu" else "cuda"
+    known = DRIVERS[kind]
+    driver = known[0] if driver is None else driver
+    if driver not in known:
+        raise ValueError(f"unknown driver {driver!r} on {A.device}; choose from {', '.join(known)}")
+    rcond = max(A.shape[-2:]) * float(torch.finfo(A.dtype).eps) if driver != "gels" else None
+    x = torch.linalg.lstsq(A, b.unsqueeze(-1), rcond=rcond, driver=driver).solution
+    return x.squeeze(-1), driver
