@@ -134,3 +134,26 @@ def test_bad_plans_and_indices(tmp_path):
         plan.select(plan.read_plan(path), 1, path)
     with pytest.raises(EagleProbeError, match="one word"):
         plan.slurm_script(path, 1, python="python", time="1 hour")
+
+
+@pytest.mark.slow
+def test_local_sweep_trains_seed_groups_in_one_process(tmp_path):
+    from eagle_probe.sweep import run_sweep
+
+    extra = ["--eval-batch", "32", "--lr", "0.01"]
+    table = run_sweep(
+        ["centralized"],
+        [0, 1, 2],
+        tmp_path,
+        steps=4,
+        batch=16,
+        extra=extra,
+        ensemble=2,
+        log=lambda m: None,
+    )
+    assert (table.status == "ok").all() and sorted(set(table.seed)) == [0, 1, 2]
+    commands = {
+        s: checkpoint.load(tmp_path / f"centralized_seed{s}.pt")[2]["command"] for s in (0, 1, 2)
+    }
+    assert "--seeds 2" in commands[0] and commands[0] == commands[1]
+    assert "--seeds" not in commands[2]
