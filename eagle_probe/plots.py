@@ -563,7 +563,7 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
     ax.set_xticks(range(L), [str(j) for j in range(L)])
     ax.set_xlabel("layer (0-based)")
     fig.colorbar(im, ax=ax, label="inclusion frequency (fraction of bags)")
-    ax.set_title("Discovered terms: inclusion frequency, coefficient printed", fontsize=10)
+    ax.set_title("Discovered terms: inclusion frequency, scalar coefficients printed", fontsize=10)
     return {"terms": fig}
 
 
@@ -828,6 +828,7 @@ def _step_axis(ax, steps: np.ndarray) -> None:
     positive step)."""
     positive = steps[steps > 0]
     ax.set_xscale("symlog", linthresh=float(positive.min()) if positive.size else 1.0)
+    ax.set_xlim(left=min(0.0, float(steps.min())), right=float(steps.max()) * 1.05 or 1.0)
     ax.set_xlabel("training step (log scale; step 0 at the left)")
 
 
@@ -908,15 +909,30 @@ def timeline_labels(result: dict) -> Figure:
     ax.set_ylabel("layer (0-based)")
     ax.set_xlabel("checkpoint (training step)")
     for e in result["emergence"]:
-        stay = e["eagle"]["stays_from"]
+        stay, like = e["eagle"]["stays_from"], e["eagle_like"]["stays_from"]
         if stay is not None:
             ax.plot(steps.index(stay), e["layer"], "k|", ms=14, mew=2)
+        if like is not None and like != stay:
+            ax.plot(steps.index(like), e["layer"], "k|", ms=14, mew=1, alpha=0.5)
     handles = [
         Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab)
         for lab, c in (("not EAGLE", "0.85"), ("EAGLE-like", "C1"), ("EAGLE", "C2"))
     ]
     handles.append(
         Line2D([], [], color="k", marker="|", ls="", ms=10, mew=2, label="EAGLE from here on")
+    )
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="k",
+            marker="|",
+            ls="",
+            ms=10,
+            mew=1,
+            alpha=0.5,
+            label="at least EAGLE-like from here on",
+        )
     )
     fig.legend(handles=handles, fontsize=7, loc="outside right center")
     ax.set_title("Each layer's label across training", fontsize=10)
