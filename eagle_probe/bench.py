@@ -614,6 +614,96 @@ def seed_summary(fidelity: pd.DataFrame) -> pd.DataFrame:
 # --- driver -------------------------------------------------------------------------------
 
 
+DEVICE_BATCH = (10_000, 20)  # batched problems and their size n (n × n) of `device_batch`
+DEVICE_LOOP = 500  # problems the NumPy baselines solve one by one (their time scaled to the batch)
+
+
+def device_batch(
+    device, rng: np.random.Generator, *, problems: int = DEVICE_BATCH[0], n: int = DEVICE_BATCH[1]
+) -> pd.DataFrame:
+    """Many small problems at once on a torch device: EAGLE in torch (float64 and float32) and
+    torch.linalg.lstsq (each driver the device has) on `problems` Gaussian n × n problems,
+    beside the NumPy EAGLE and LAPACK lstsq solving DEVICE_LOOP of them one by one (their
+    seconds scaled to the whole batch). Errors against float64 `torch.linalg.solve`; for the
+    torch EAGLE also the time of its matrix products alone (the batched-matmul rate measured
+    here times the products it performed: three n × n products per problem and iteration)."""
+    import torch
+
+    from eagle_probe.torch_eagle import DRIVERS, lstsq_torch, solve_eagle_torch
+
+    device = torch.device(device)
+    A64 = torch.from_numpy(rng.standard_normal((problems, n, n))).to(device)
+    b64 = torch.from_numpy(rng.standard_normal((problems, n))).to(device)
+    ref = torch.linalg.solve(A64, b64)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def timed(fn):
+        fn()  # warm-up (kernels, allocator)
+        sync()
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        return out, time.perf_counter() - t0
+
+    def error(x) -> float:
+        e = torch.linalg.vector_norm(x.to(torch.float64) - ref, dim=1)
+        return float((e / torch.linalg.vector_norm(ref, dim=1)).max())
+
+    rows = []
+    for dtype in (torch.float64, torch.float32):
+        A, b = A64.to(dtype), b64.to(dtype)
+        (x, info), seconds = timed(lambda A=A, b=b: solve_eagle_torch(A, b, rtol=1e-10))
+        work = solve_eagle_torch.last_work
+        _, mm = timed(lambda A=A: torch.bmm(A, A))
+        rows.append(
+            {
+                "method": f"eagle torch ({str(dtype).removeprefix('torch.')})",
+                "device": str(device),
+                "problems": problems,
+                "n": n,
+                "seconds": seconds,
+                "error": error(x),
+                "uncertified": int((info != 0).sum()),
+                "iterations": solve_eagle_torch.last_iterations,
+                "products_seconds": 3 * mm * work / problems,
+            }
+        )
+    for driver in DRIVERS["cpu" if device.type == "cpu" else "cuda"]:
+        (x, used), seconds = timed(lambda driver=driver: lstsq_torch(A64, b64, driver=driver))
+        rows.append(
+            {
+                "method": f"torch lstsq ({used})",
+                "device": str(device),
+                "problems": problems,
+                "n": n,
+                "seconds": seconds,
+                "error": error(x),
+            }
+        )
+    An, bn, refn = A64[:DEVICE_LOOP].cpu().numpy(), b64[:DEVICE_LOOP].cpu().numpy(), ref.cpu()
+    for name in ("eagle", "lstsq"):
+        method = solvers.solver(name)
+        t0 = time.perf_counter()
+        xs = [method(An[j], bn[j])[0] for j in range(len(An))]
+        seconds = (time.perf_counter() - t0) * problems / len(An)
+        x = torch.from_numpy(np.stack(xs))
+        e = torch.linalg.vector_norm(x - refn[: len(An)], dim=1)
+        rows.append(
+            {
+                "method": f"numpy {name} (one by one, scaled)",
+                "device": "cpu",
+                "problems": problems,
+                "n": n,
+                "seconds": seconds,
+                "error": float((e / torch.linalg.vector_norm(refn[: len(An)], dim=1)).max()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def run_bench(
     suite_name: str,
     out: Path,
@@ -622,7 +712,9 @@ def run_bench(
     models: Path | None = None,
     log=print,
     max_bytes: float = 4 * 2**30,
+    device=None,
 ) -> dict[str, pd.DataFrame]:
+    """Run suite `suite_name` into `out`; with a torch `device`, also `device_batch` there."""
     if suite_name not in SUITES:
         raise ValueError(f"unknown suite {suite_name!r}; choose from {', '.join(SUITES)}")
     suite = SUITES[suite_name]
@@ -647,6 +739,12 @@ def run_bench(
     if suite.real:
         log("real data")
         tables["real"], notes = real_data(suite, rng, max_bytes=max_bytes)
+    if device is not None:
+        log(
+            f"device: {DEVICE_BATCH[0]} batched {DEVICE_BATCH[1]} × {DEVICE_BATCH[1]} problems on "
+            f"{device}"
+        )
+        tables["device"] = device_batch(device, rng)
     for name, table in tables.items():
         table.to_csv(out / f"{name}.csv", index=False)
     figures = plots(tables)
@@ -758,6 +856,12 @@ SECTIONS = {
         "Sketched EAGLE against sketched SGD at equal FLOP budgets, per sketch size r.",
         ["constrained_equal_flops.png"],
     ),
+    "device": (
+        "Many small problems at once on the torch device of --device: EAGLE in torch (batched, "
+        "float64 and float32, certified to rtol 1e-10 or its precision) and torch.linalg.lstsq "
+        "(driver named) beside the NumPy solvers run one by one.",
+        [],
+    ),
     "real": (
         "Real matrices (SuiteSparse, shipped with the package), an RBF Nyström extrapolation and, "
         "when available, MovieLens-100K; the reference is numpy's lstsq.",
@@ -809,6 +913,11 @@ COLUMNS = {
     "wrong_success": "verdict: True marks a wrong success, info 0 with an error above "
     "max(1e-6, 1e3 · κ · eps) against the reference (κ on the numerical range)",
     "error_vs_truth": "error against the true held-out block (not against B A⁺ C)",
+    "device": "torch device of the row (cpu, cuda:0, …)",
+    "problems": "problems solved at once (batched)",
+    "uncertified": "problems whose info is not 0 (no certificate)",
+    "products_seconds": "seconds the torch EAGLE's matrix products alone take at the batched "
+    "matmul rate measured here (three n × n products per problem and iteration)",
 }
 VERDICTS = ("better_than_paper", "reached", "reached_1e-8", "wrong_success")
 

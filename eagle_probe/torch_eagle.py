@@ -156,14 +156,16 @@ def solve_eagle_torch(
         x0 = x0.unsqueeze(0) if single else x0
         if x0.shape != (p, n):
             raise ValueError(f"x0 has shape {tuple(x0.shape)}, expected {(p, n)}")
-    x, info, iterations = _solve(A, b, x0, rtol, atol, maxiter, callback)
+    x, info, iterations, work = _solve(A, b, x0, rtol, atol, maxiter, callback)
     solve_eagle_torch.last_iterations = iterations
+    solve_eagle_torch.last_work = work
     if single:
         return x[0], int(info[0])
     return x, info
 
 
-solve_eagle_torch.last_iterations = None
+solve_eagle_torch.last_iterations = None  # iterations of the last call (its slowest problem)
+solve_eagle_torch.last_work = None  # problem-iterations of the last call (Σ batch per iteration)
 
 
 def _solve(A, b, x0, rtol, atol, maxiter, callback):
@@ -203,10 +205,11 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     prev = torch.full((len(idx),), math.inf, dtype=dtype, device=device)
     growth, limit = 0.0, -math.log(max(m, n) * eps)
     tol_abs = atol  # in the units of each problem below
-    it = 0
+    it, work = 0, 0
     for it in range(1, maxiter + 1):
         if not len(idx):
             break
+        work += len(idx)
         growth += -math.log(1.0 - ETA)
         if growth > limit:  # only noise below the cutoff is left to resolve
             it -= 1
@@ -273,7 +276,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             xj, ij = solve_eagle(A64[j], b64[j], x064[j], rtol=rtol, atol=atol, maxiter=maxiter)
             x[j] = torch.as_tensor(xj, dtype=dtype, device=device)
             info[j] = ij
-    return x, info, it
+    return x, info, it, work
 
 
 DRIVERS = {"cpu": ("gelsd", "gelsy", "gelss", "gels"), "cuda": ("gels",)}

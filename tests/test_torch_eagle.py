@@ -168,3 +168,26 @@ def test_a_step_that_stalls_before_the_small_singular_value_is_resolved_is_not_c
     assert rel(x.numpy(), ref).max() <= 4 * 100 * 1e8 * 2.2e-16
     early = rel(seen[len(seen) // 3].numpy(), ref)
     assert early.min() > 0.5  # a third of the way, the iterate was still far off
+
+
+def test_the_device_benchmark_runs_every_method_and_reaches_1e_10_in_float64():
+    from eagle_probe.bench import device_batch
+
+    table = device_batch("cpu", np.random.default_rng(0), problems=200, n=8)
+    methods = list(table.method)
+    assert methods[:2] == ["eagle torch (float64)", "eagle torch (float32)"]
+    assert {"torch lstsq (gelsd)", "torch lstsq (gelsy)", "torch lstsq (gels)"} <= set(methods)
+    assert {"numpy eagle (one by one, scaled)", "numpy lstsq (one by one, scaled)"} <= set(methods)
+    eagle64 = table.iloc[0]
+    assert eagle64.uncertified == 0 and eagle64.error <= 1e-9 and eagle64.products_seconds > 0
+    assert table.iloc[1].error > 1e-9  # float32 is float32
+    assert (table.seconds > 0).all() and (table.device.isin(["cpu"])).all()
+
+
+def test_bench_runs_the_device_section_only_where_device_is_given():
+    from eagle_probe.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["bench"]).device is None
+    assert parser.parse_args(["bench", "--device", "cpu"]).device == "cpu"
+    assert parser.parse_args(["evaluate", "m.pt"]).device == "cpu"

@@ -52,6 +52,8 @@ COMMANDS: dict[str, str] = {
 }
 # the commands that take --threads and --device
 COMPUTING = {"train", "evaluate", "extract", "import", "sweep", "bench", "compare", "timeline"}
+# the computing commands whose --device has no default: bench runs its torch section only there
+NO_DEFAULT_DEVICE = {"bench"}
 # helpers of a command module reached through this package (so they can be replaced here)
 _HELPERS = {"_run_training": "train"}
 
@@ -66,6 +68,25 @@ def __getattr__(name: str) -> Callable:
     if name in _HELPERS:
         return getattr(_module(_HELPERS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _compute_parent(device: str | None) -> Parser:
+    """--threads and --device, the latter defaulting to `device` (None: not given)."""
+    compute = Parser(add_help=False)
+    compute.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="CPU threads for torch and NumPy (their default)",
+    )
+    compute.add_argument(
+        "--device",
+        default=device,
+        help="torch device of the forwards: cpu, cuda, cuda:1, mps (cpu)"
+        if device
+        else "torch device of the batched torch solvers: cpu, cuda, … (not run without it)",
+    )
+    return compute
 
 
 def build_parser() -> Parser:
@@ -85,22 +106,12 @@ def build_parser() -> Parser:
         help="memory budget checked before allocating (4 GiB)",
     )
     # Commands that compute also take the thread count and the torch device.
-    compute = Parser(add_help=False)
-    compute.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=None,
-        help="CPU threads for torch and NumPy (their default)",
-    )
-    compute.add_argument(
-        "--device",
-        default="cpu",
-        help="torch device of the forwards: cpu, cuda, cuda:1, mps (cpu)",
-    )
+    compute, optional = _compute_parent("cpu"), _compute_parent(None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         module = _module(name)
-        parents = [common, compute] if name in COMPUTING else [common]
+        device = optional if name in NO_DEFAULT_DEVICE else compute
+        parents = [common, device] if name in COMPUTING else [common]
         getattr(module, f"_add_{name}")(sub.add_parser(name, parents=parents, help=module.HELP))
     return parser
 

@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
     out = _out_dir(args.out, args.force)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     tmp = _claim(args, files.output_dir(out, force=args.force))
-    tables = run_bench(args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args))
+    tables = run_bench(
+        args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args), device=args.device
+    )
     _publish(args)
     if args.json:
         payload = {

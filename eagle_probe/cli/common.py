@@ -83,7 +83,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-DEVICE_COMMANDS = ("extract", "evaluate")  # the commands whose torch work follows --device
+DEVICE_COMMANDS = ("extract", "evaluate", "bench")  # the commands whose torch work follows --device
 
 
 def torch_device(text: str):
@@ -145,12 +145,12 @@ def _apply_compute(args: argparse.Namespace) -> None:
     """--threads and --device of a computing command, checked before any work."""
     if getattr(args, "threads", None):
         set_threads(args.threads)
-    if hasattr(args, "device"):
+    if getattr(args, "device", None) is not None:  # bench: None unless --device is given
         args.device = torch_device(args.device)
         if args.device.type != "cpu" and args.command not in DEVICE_COMMANDS:
             raise EagleProbeError(
                 f"{args.command} runs on the CPU; --device {args.device} applies to "
-                f"{' and '.join(DEVICE_COMMANDS)}"
+                f"{', '.join(DEVICE_COMMANDS[:-1])} and {DEVICE_COMMANDS[-1]}"
             )
 
 
