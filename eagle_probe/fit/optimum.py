@@ -483,6 +483,7 @@ def multistart(
     max_iter: int = MAX_ITER,
     gtol: float = GTOL,
     validation: HeldOut | None = None,
+    ceiling: float | None = None,
 ) -> dict:
     """The best of `fit_steps` from every start, by the staged search of the module constants:
     `best_fit` (the `fit_steps` dict of the chosen fit, below, with its `start_index` and
@@ -492,7 +493,8 @@ def multistart(
     stage. A failed start (`failed`: non-finite, or above the zero predictor, on `prompts` or,
     for a refined start, on the true D of the `validation` prompts) is never the best;
     `best_fit` and the statistics are None when every start failed. `unstable_starts` counts
-    the refined starts that failed on `validation` only. With `validation`, the refined fit
+    the refined starts that failed on `validation` only (above `ceiling` there, default the
+    zero predictor's validation MSE). With `validation`, the refined fit
     with the lowest validation MSE is the best (and continued to convergence), since tuned
     steps can overfit the tuning prompts' tail; without, the lowest loss on `prompts`.
 
@@ -515,7 +517,7 @@ def multistart(
 
     if validation is not None:
         v_factors = spectral_factors(geo, validation.z0) if spectral(geo) else None
-        v_zero = float(np.mean(validation.D**2))
+        v_zero = float(np.mean(validation.D**2)) if ceiling is None else ceiling
 
     checked: dict[int, float] = {}
 
@@ -579,6 +581,7 @@ def multistart(
         )  # fmt: skip
     shaky = {i for i in chosen if unstable(fits[i])}
     ok = [i for i in chosen if not failed(fits[i]["loss"], zero) and i not in shaky]
+    top = None
     if ok:  # the lowest after the short refinement, continued to convergence
         top = min(ok, key=lambda i: rank(fits[i]))
         first = fits[top]
@@ -588,8 +591,15 @@ def multistart(
                 max_iter=max_iter, warm_start=0,
             )  # fmt: skip
             more["iterations"] += first["iterations"]
-            if not more["loss"] > first["loss"] and not unstable(more):
-                fits[top] = more
+            if not more["loss"] > first["loss"]:
+                if unstable(more):  # converged steps that diverge on fresh prompts: keep these
+                    first["unstable_continuation"] = {
+                        "iterations": more["iterations"],
+                        "relative_gradient": more["relative_gradient"],
+                        "loss": more["loss"],
+                    }
+                else:
+                    fits[top] = more
     for i, fit in fits.items():
         r = records[i]
         r.update(
@@ -622,15 +632,56 @@ def multistart(
         "within_1pct": 0,
     }
     best = [i for i in fits if i in good]
-    if best:
-        i = min(best, key=lambda i: rank(fits[i]))
+    if best:  # the one continued to convergence, else the lowest of the others
+        i = top if ok and top in best else min(best, key=lambda i: rank(fits[i]))
         out["best_fit"] = {**fits[i], "start_index": i, "start_kind": records[i]["kind"]}
         low = float(finals.min())
         out["best"] = low
         out["median"] = float(np.median(finals))
         out["spread"] = float(finals.max() / low) if low > 0 else float("inf")
         out["within_1pct"] = int(np.sum(finals <= low * (1 + WITHIN)))
+    elif validation is not None and records:
+        # no refined fit stays stable on fresh prompts: of the starts' own steps and their
+        # screens, the one lowest on the validation prompts that is stable there (unconverged)
+        cands = []
+        for i, r in enumerate(records):
+            for a, c, tl in (
+                (r["a_start"], r["c_start"], r["initial_mse"]),
+                (screens[i]["a_steps"], screens[i]["c_steps"], None),
+            ):
+                tl = loss(a, c) if tl is None else tl
+                if not failed(tl, zero):
+                    cands.append((i, {"a_steps": list(a), "c_steps": list(c), "loss": tl}))
+        stable = [(i, f) for i, f in cands if not unstable(f)]
+        if stable:
+            i, f = min(stable, key=lambda t: rank(t[1]))
+            grad = fit_steps(
+                geo, prompts, target, f["a_steps"], f["c_steps"], max_iter=0, warm_start=0
+            )
+            out["best_fit"] = {
+                **grad, **f, "converged": False, "stable_fallback": True,
+                "start_index": i, "start_kind": records[i]["kind"],
+            }  # fmt: skip
+            out["best"] = float(finals.min()) if finals.size else f["loss"]
     return out
+
+
+# fitted steps blow up on the validation prompts when their MSE there is above the zero
+# predictor's and BLOWUP × the network's own (heavy-tailed prompts can put the network itself
+# above the zero predictor's mean, and a fit as good as the network has not blown up)
+BLOWUP = 10.0
+
+
+def validation_ceiling(ctx: Context) -> float | None:
+    """The validation MSE above which fitted steps count as blown up (`BLOWUP`), or None
+    without validation prompts."""
+    v = ctx.validation
+    if v is None:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        net = v.mse(ctx.geometry.predict(v.z0, ctx.qk, ctx.vp))
+    zero = float(np.mean(v.D**2))
+    return max(zero, BLOWUP * net) if math.isfinite(net) else zero
 
 
 def family_optima(
@@ -658,8 +709,9 @@ def family_optima(
         a0, c0 = projected[fam.name]["a_steps"], projected[fam.name]["c_steps"]
         starts = starts_for(g, tune.z0[:screen], a0, c0, ctx.rng(SALT + 1))
         search = multistart(
-            g, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation
-        )
+            g, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation,
+            ceiling=validation_ceiling(ctx),
+        )  # fmt: skip
         best = search.pop("best_fit")
         factors = spectral_factors(g, held.z0) if spectral(g) else None
         mse = (
@@ -711,7 +763,10 @@ def optimum_view(ctx: Context) -> ViewResult:
     }
     warnings: list[str] = []
     starts = starts_for(geo, tune.z0[:screen], a0, c0, ctx.rng(SALT))
-    search = multistart(geo, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation)
+    search = multistart(
+        geo, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation,
+        ceiling=validation_ceiling(ctx),
+    )  # fmt: skip
     for r in search["starts"]:
         if r["refined"]:
             r["mse"] = eagle_mse(geo, held, r["a_steps"], r["c_steps"], factors=held_factors)
@@ -760,7 +815,21 @@ def optimum_view(ctx: Context) -> ViewResult:
                 f"{fit['loss']:.3g}: steps tuned on {tune.z0.shape[0]} prompts fail on others "
                 "(typically rare prompts with a large ‖A‖ when prompts are not normalised)"
             )
-        if not fit["converged"]:
+        if fit.get("stable_fallback"):
+            warnings.append(
+                f"every refined {name} EAGLE fit blows up on fresh validation prompts (steps "
+                "tuned on these prompts fail on others): the optimum is the "
+                f"{fit['start_kind']} start's steps that stay stable there, not a converged fit"
+            )
+        elif not fit["converged"] and "unstable_continuation" in fit:
+            more = fit["unstable_continuation"]
+            warnings.append(
+                f"the {name} EAGLE fit is kept after {fit['iterations']} iterations: continued "
+                f"to convergence ({more['iterations']} iterations, tuning loss "
+                f"{more['loss']:.3g}) its steps blow up on fresh validation prompts (steps tuned "
+                "on these prompts fail on others)"
+            )
+        elif not fit["converged"]:
             warnings.append(
                 f"the {name} EAGLE fit stopped before converging (relative gradient "
                 f"{fit['relative_gradient']:.2g} after {fit['iterations']} iterations)"

@@ -13,6 +13,7 @@ from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
 A_STEPS, C_STEPS = [0.9, 0.6, 0.4], [1.1, 0.8, 0.5]
+BLOWUP_OK = 2.0  # a stable optimum of raw prompts stays within this of the network held out
 
 
 def planted(a=A_STEPS, c=C_STEPS, *, heads=1, normalize="spectral", dtype="float64", n=8, d=6):
@@ -75,11 +76,16 @@ def test_distilled_optimum_recovers_the_planted_steps(planted_extraction):
     assert d["converged"]
     np.testing.assert_allclose(d["a_steps"][:-1], a[:-1], rtol=1e-6)  # a_{L-1} never reaches D
     np.testing.assert_allclose(d["c_steps"], c, rtol=1e-6)
-    assert o["optimal"]["converged"]
     if ex.info["normalize"] != "none":
+        assert o["optimal"]["converged"]
         assert o["optimal_mse"] <= o["network_mse"] * 1.01
-    elif o["optimal_mse"] > 2 * o["optimal"]["loss"]:
-        assert any("fail on others" in w for w in ex.warnings)
+    else:
+        # raw prompts: steps tuned on the tuning prompts can diverge on a fresh large-‖A‖ one;
+        # then the optimum is the best start that stays stable on the validation prompts
+        assert o["optimal"]["converged"] or o["optimal"]["stable_fallback"]
+        if not o["optimal"]["converged"] or o["optimal_mse"] > 2 * o["optimal"]["loss"]:
+            assert any("fail on others" in w for w in ex.warnings)
+        assert o["optimal_mse"] <= o["network_mse"] * BLOWUP_OK
 
 
 def test_attribution_equals_eagle_without_the_ablated_step(planted_extraction):
