@@ -314,7 +314,32 @@ def _terms_caption(ex: Extraction) -> str:
         text += "; @local sums over machines with each machine's own Gram A^μ A^μᵀ"
     if any("@sketch" in t for terms in fams.values() for t in terms):
         text += "; @sketch puts the layer's sketch projector P on the A blocks"
-    return text + "."
+    return text + "." + _terms_here(ex)
+
+
+def _terms_here(ex: Extraction) -> str:
+    """What this model's terms figure shows: the family's terms with scalar or matrix
+    coefficients, and the terms beyond it, by layer."""
+    if ex.geometry.samples:
+        return ""
+    from eagle_probe.fit import families
+    from eagle_probe.fit.verdict import term_kinds
+
+    fam = families.of_geometry(ex.geometry)
+    extra, matrix = term_kinds(ex.views["terms"].json, fam)
+
+    def where(items: list) -> str:
+        shown = [f"{name} (layer {', '.join(map(str, ls))})" for name, ls in items[:4]]
+        return ", ".join(shown) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
+
+    parts = []
+    if matrix:
+        parts.append(f"{fam.name}'s terms are selected with matrix coefficients: {where(matrix)}")
+    if extra:
+        parts.append(f"terms {fam.name} does not have: {where(extra)}")
+    if not parts:
+        return f" Here {fam.name}'s terms and nothing else are selected."
+    return " Here " + "; ".join(parts) + "."
 
 
 SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout's own readings

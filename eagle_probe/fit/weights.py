@@ -34,6 +34,21 @@ def _describe_block(block: np.ndarray) -> tuple[str, float | None]:
     return "dense", None
 
 
+def _near_identity(block: np.ndarray) -> str | None:
+    """A square block that sparsification leaves dense but that is a scalar times I plus small
+    off-diagonal entries: 'q I_k + x% off-diag' (x = ‖off-diagonal‖_F / ‖block‖_F), else None.
+    Its level stays unset: the simplified model keeps such a block sparsified, not scalar."""
+    k = block.shape[0]
+    if block.shape[1] != k or k < 2 or not np.any(block):
+        return None
+    diag = np.diag(block)
+    level = float(diag.mean())
+    off = float(np.linalg.norm(block - np.diag(diag))) / float(np.linalg.norm(block))
+    if np.std(diag) <= 0.1 * abs(level) and off <= 0.5:
+        return f"{level:.3g} I_{k} + {off:.0%} off-diag"
+    return None
+
+
 EXACT = 1e-6  # relative tolerance of the exact shapes below (float32 plants hold them to ~1e-7)
 
 
@@ -71,6 +86,9 @@ def describe(W: np.ndarray, n: int) -> dict:
     raw = {"nn": W[:n, :n], "nq": W[:n, n:], "qn": W[n:, :n], "qq": W[n:, n:]}
     blocks = {"nn": S[:n, :n], "nq": S[:n, n:], "qn": S[n:, :n], "qq": S[n:, n:]}
     kinds = {k: _exact_block(raw[k]) or _describe_block(v) for k, v in blocks.items()}
+    for k, (kind, level) in kinds.items():
+        if kind == "dense":
+            kinds[k] = (_near_identity(raw[k]) or kind, level)
     if not np.any(raw["nq"]) and not np.any(raw["qn"]):
         kinds["nq"] = kinds["qn"] = ("0", 0.0)
     if kinds["nq"][0] == "0" and kinds["qn"][0] == "0":
