@@ -69,7 +69,8 @@ def _optimum(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     lines = [
-        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} layers, steps by Levenberg-Marquardt, "
+        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} "
+        f"layer{'' if len(o['optimal']['a_steps']) == 1 else 's'}, steps by Levenberg-Marquardt, "
         f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
         f"starts, median {_g(o.get('median', float('nan')))}, spread ×{_g(o.get('spread', 1.0))}; "
         "distilled: from the weight-read steps):",
@@ -153,7 +154,8 @@ def render_text(ex: Extraction, name: str = "model") -> str:
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
     layers = f"{info['layers']} layer{'' if info['layers'] == 1 else 's'}"
     lines = headline_lines(ex) + [
-        f"{name}: {info['regime']}{layout}, {layers} x {info['heads']} head(s), "
+        f"{name}: {info['regime']}{layout}, {layers} x {info['heads']} "
+        f"head{'' if info['heads'] == 1 else 's'}, "
         "probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",

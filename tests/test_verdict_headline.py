@@ -1,0 +1,82 @@
+"""The verdict in ten seconds: one headline line (label, family, confidence and its reasons), lines
+of at most 100 characters, the sample layout's α_0 from the fit its label used beside the theory's
+one-step value, warnings only about the families in question, and the readout-sign hint."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_probe import layouts
+from eagle_probe.extract import extract
+from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
+from eagle_probe.tasks import TaskConfig
+
+N, D = 20, 5
+ISOTROPIC = TaskConfig(task="least_squares", n=N, d=D, n_prime=1, d_prime=1, alpha=1.0)
+
+
+def _gd(eta: float):
+    """One planted GD layer: x_1 = (η / n) A Bᵀ, α_0 = −η / n."""
+    qk, vp = layouts.gd_products(D, 1, [eta])
+    return layouts.model_from_products(layouts.sample_config(n=N, d=D, layers=1), qk, vp)
+
+
+@pytest.fixture(scope="module")
+def best_step():
+    """The best single step from zero, η / n = 1 / (n + d + 1)."""
+    model = _gd(N / (N + D + 1))
+    return extract(model, ISOTROPIC, probe_batch_size=64, test_batch=256, tuning_batch=64)
+
+
+def test_sample_verdict_carries_label_family_confidence_reasons_thresholds(best_step):
+    v = best_step.verdict
+    assert v["label"] == "GD" and v["family"] == "GD" and v["confidence"] == "high"
+    assert v["thresholds"]["r2_min"] == 0.99
+    assert any("−1/(n + d + 1) = -0.03846 (+0.0%)" in r for r in v["reasons"]), v["reasons"]
+    assert v["headline"].startswith("GD, confidence high: ")
+
+
+def test_sample_table_shows_the_labels_fit_and_the_theory(best_step):
+    table = best_step.table()
+    assert "eta" not in table and "gamma" not in table  # EAGLE's columns are not this layout's
+    assert table["alpha_0"].iloc[0] == pytest.approx(-1 / (N + D + 1), rel=1e-9)
+    assert table["theory"].iloc[0] == pytest.approx(-1 / (N + D + 1), rel=1e-12)
+    assert table["orders"].iloc[0] == "0"
+
+
+def test_report_opens_with_the_headline_and_keeps_to_100_characters(best_step):
+    lines = best_step.render("a/rather/long/path/to/the/model/checkpoint.pt").splitlines()
+    assert lines[0] == "verdict: GD, confidence high"
+    assert "−1/(n + d + 1)" in " ".join(lines[1:3])
+    assert max(map(len, lines)) <= 100
+    text = " ".join(line.strip() for line in lines)
+    assert "1 layer x 1 head," in text and "1 layers" not in text
+
+
+def test_gradient_ascent_gets_the_readout_hint():
+    ex = extract(
+        _gd(-N / (N + D + 1)),
+        ISOTROPIC,
+        probe_batch_size=64,
+        test_batch=256,
+        tuning_batch=64,
+        control=False,
+    )
+    assert any("--readout +1" in w for w in ex.warnings), ex.warnings
+    assert ex.verdict["label"] == "unrecognised"  # worse than predicting zero
+
+
+def test_an_eagle_model_gets_no_gradient_descent_warnings_and_a_headline():
+    cfg = ModelConfig(n=8, d=6, n_layers=2, normalize="none", dtype="float64")
+    model = LinearTransformer(cfg)
+    model.load_state_dict(eagle_weights(cfg, [0.02, 0.015], [0.03, 0.02]))
+    task = TaskConfig(n=8, d=6, rank=4)
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=64)
+    v = ex.verdict
+    assert (v["label"], v["family"], v["confidence"]) == ("EAGLE", "eagle", "high")
+    assert v["reasons"][0].startswith("every layer's one-step gap ≤ ")
+    lines = ex.render().splitlines()
+    assert lines[0] == "verdict: EAGLE (eagle), confidence high"
+    assert max(map(len, lines)) <= 100
+    assert not [w for w in ex.warnings if "gradient-descent step" in w]
+    assert not [w for w in ex.warnings if "--readout" in w]
