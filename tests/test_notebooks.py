@@ -7,7 +7,13 @@ import pytest
 from conftest import ROOT
 from nbclient import NotebookClient
 
-NOTEBOOKS = ["head_specialization", "solver_vs_network", "reproduce_paper", "lsa_models"]
+NOTEBOOKS = [
+    "head_specialization",
+    "solver_vs_network",
+    "reproduce_paper",
+    "lsa_models",
+    "emergence",
+]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
