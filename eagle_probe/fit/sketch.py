@@ -13,7 +13,9 @@ random orthogonal S. Per head, W the n × n A-block of W_QK:
   projector; a non-symmetric W, or an uneven spectrum, departs);
 - `vp_rescaled_difference`: min over s = ±1 of ‖W / ‖W‖_F − s V / ‖V‖_F‖_F with V the A-block of
   W_VP (the paper's 0.28; 0 when W_VP's A-block is a multiple of the same projector);
-- `vp_in_sketch_share`: ‖P V P‖²_F / ‖V‖²_F, how much of W_VP's A-block lives on the head's sketch.
+- `vp_in_sketch_share`: ‖P V P‖²_F / ‖V‖²_F, how much of W_VP's A-block lives on the head's sketch;
+- `norm_share`: ‖W‖_F over the largest ‖W‖_F among the layer's heads (a head far below 1 adds
+  little to the layer's scores, so its gap matters little).
 
 Per layer, `span`: the rank of Σ_h P_h (the heads' ranges together, same cut). Where it is n, the
 layer can form the full Gram A Aᵀ and the sketched family degenerates to the centralized one: the
@@ -30,6 +32,7 @@ from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.families import RANGE_RTOL, head_range, random_sketches
 
 SALT = 0x5CE7C4  # this view's random reference sketches (`Context.rng`)
+WEAK_HEAD = 0.2  # the sentence lists heads below this `norm_share` apart
 
 
 def numerical_rank(s: np.ndarray, rtol: float = RANGE_RTOL) -> int:
@@ -102,9 +105,18 @@ def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) 
     vp = ""
     if diffs:
         vp = f", W_VP's rescaled A-block differs from it by {_range(diffs)} (paper 0.28)"
+    strong = [h["projector_gap"] for h in heads if h.get("norm_share", 1.0) >= WEAK_HEAD]
+    weak = [h["projector_gap"] for h in heads if h.get("norm_share", 1.0) < WEAK_HEAD]
+    aside = ""
+    if weak and strong:
+        gap = _range(strong)
+        aside = (
+            f" ({len(weak)} weak head(s), ‖W‖ below {WEAK_HEAD:.0%} of their layer's largest: "
+            f"{_range(weak)})"
+        )
     head = (
         f"Each head's W_QK A-block has rank {rank} and sits {gap} (relative) from a scaled "
-        f"projector α S Sᵀ{vp}"
+        f"projector α S Sᵀ{aside}{vp}"
     )
     if full:
         scored = (
@@ -145,6 +157,12 @@ def sketch_view(ctx: Context) -> ViewResult:
             ranks[layer, head] = info["rank"]
             heads.append({"head": head, **info})
             rows.append({"layer": layer, **heads[-1]})
+        top = max(float(np.linalg.norm(ctx.qk[layer, k, :n, :n])) for k in range(h))
+        for entry in heads:
+            W = ctx.qk[layer, entry["head"], :n, :n]
+            entry["norm_share"] = float(np.linalg.norm(W)) / top if top > 0 else 0.0
+        for row in rows[-h:]:
+            row["norm_share"] = heads[row["head"]]["norm_share"]
         layers.append({"layer": layer, "span": layer_span(ctx.qk[layer], n), "heads": heads})
     full = bool(layers) and all(lay["span"] == n for lay in layers)
     # the views run eagle-sketched with the geometry's projectors: I where Σ_h W_QK^h has rank n
