@@ -146,3 +146,12 @@ def test_schema_doc_lists_every_timeline_field(run_dir):
         }
     ]
     assert not documented_keys(data)
+
+
+def test_cli_sweep_save_every_does_not_combine_with_ensemble(tmp_path, capsys):
+    argv = ["sweep", "--regimes", "centralized", "--seeds", "2", "--ensemble", "2"]
+    argv += ["--save-every", "10", "--out", str(tmp_path / "sw")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--save-every" in err[0] and "--ensemble" in err[0]
+    assert not (tmp_path / "sw").exists()

@@ -52,6 +52,13 @@ def _add_sweep(parser: Parser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
     parser.add_argument(
+        "--save-every",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="each run keeps a checkpoint every K steps in NAME.steps/ (train --save-every)",
+    )
+    parser.add_argument(
         "--ensemble",
         type=_positive_int,
         default=1,
@@ -149,6 +156,12 @@ def run(args: argparse.Namespace) -> int:
         "--eval-batch",
         str(args.eval_batch),
     ]
+    if args.save_every is not None:
+        if args.ensemble > 1:
+            raise EagleProbeError(
+                "--save-every keeps one run's checkpoints: it does not combine with --ensemble"
+            )
+        extra += ["--save-every", str(args.save_every)]
     if args.ensemble > 1 and "{seed}" not in args.name:
         raise EagleProbeError("--ensemble needs {seed} in --name: each seed has its own file")
     if args.plan is not None:
