@@ -168,6 +168,7 @@ def test_cli_train_seeds_writes_one_checkpoint_per_seed(tmp_path, capsys):
         (["--resume"], "does not combine with --resume"),
         (["--save-every", "2"], "does not combine with --resume, --save-every"),
         (["--seed", "4294967295"], "passes 2**32"),
+        (["--seeds", "256", "--eval-batch", "1000", "--max-memory", "0.1"], "--seeds 256 needs"),
     ],
 )
 def test_cli_train_seeds_user_errors(extra, match, tmp_path, capsys):

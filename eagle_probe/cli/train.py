@@ -415,7 +415,7 @@ def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
 def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
     """`train --seeds K`: the K seeds in one process (`ensemble.train_ensemble`), each seed's
     checkpoint and summary what `train --seed S` writes for it."""
-    from eagle_probe import checkpoint, files
+    from eagle_probe import budget, checkpoint, files
     from eagle_probe.cli.common import EXIT_USER, SEED_LIMIT
     from eagle_probe.ensemble import train_ensemble
     from eagle_probe.evaluate import evaluate
@@ -423,6 +423,13 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
     seeds = list(range(train_cfg.seed, train_cfg.seed + args.seeds))
     if seeds[-1] >= SEED_LIMIT:
         raise EagleProbeError(f"--seed {seeds[0]} --seeds {args.seeds} passes 2**32")
+    # per seed: weights, gradients and Adam's two moments, its batch and its held-out prompts
+    # (float64 blocks); once: a validation pass over 4096 prompts
+    prompt = 2 * model_cfg.n_tokens * model_cfg.width * 8
+    per_seed = 4 * budget.model_bytes(model_cfg)
+    per_seed += (train_cfg.batch + train_cfg.eval_batch) * prompt
+    need = args.seeds * per_seed + budget.forward_bytes(model_cfg, 4096)
+    budget.check(need, f"--seeds {args.seeds}", _budget(args))
     paths = seed_paths(out, seeds)
     outputs = [p for path in paths for p in _train_outputs(path)]
     claim = _claim(args, files.output_files(outputs, force=args.force))
