@@ -207,3 +207,25 @@ def test_from_module_refuses_a_different_forward_and_names_the_other_sign(lsa):
 
     with pytest.raises(EagleProbeError, match="differs from the module"):
         layouts.from_module(Unscaled(lsa), n=N)
+
+
+def test_a_plus_readout_model_extracts_as_descent(tmp_path):
+    from eagle_probe.extract import extract
+
+    plus = LSA(D, 1, readout=1).double().eval()
+    eta = N / (N + D + 1)  # ŷ = +y_q = (η / N) Σ_i (x_qᵀ x_i) y_i: the best step from zero
+    layer = plus.layers[0]
+    with torch.no_grad():
+        for W in (layer.W_Q, layer.W_K, layer.W_V, layer.W_P):
+            W.weight.zero_()
+        layer.W_Q.weight[range(D), range(D)] = 1.0
+        layer.W_K.weight[range(D), range(D)] = 1.0
+        layer.W_V.weight[D, D] = 1.0
+        layer.W_P.weight[D, D] = eta
+    model = layouts.from_module(plus, n=N, readout=1)
+    assert model.cfg.readout == "direct"
+    _, task = layouts.import_arrays("samples", _state(plus), n=N, readout=1)
+    ex = extract(model, task, probe_batch_size=32, test_batch=128, tuning_batch=32, control=False)
+    lay = ex.views["verdict"].json["layers"][0]
+    assert lay["label"] == "GD" and lay["alpha_0"] == pytest.approx(-1 / (N + D + 1), rel=1e-9)
+    assert not [w for w in ex.warnings if "--readout" in w]
