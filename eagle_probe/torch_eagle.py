@@ -45,6 +45,8 @@ SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
 CLUSTER = template.CLUSTER
 CERT_FLOOR, CERT_MARGIN, REFINE = template.CERT_FLOOR, template.CERT_MARGIN, template.REFINE
 STALL_STEP = template.STALL_STEP
+RATIO = GAMMA / ETA  # Z's C column is C_l times this (see `_solve`)
+COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
 
 
 def _as_tensor(name: str, value, device=None) -> torch.Tensor:
@@ -76,7 +78,7 @@ def _ldexp(M: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
 
 def _norm(M: torch.Tensor) -> torch.Tensor:
     """‖M‖_F per problem (p,)."""
-    return torch.linalg.vector_norm(M.flatten(1), dim=1)
+    return torch.linalg.vector_norm(M, dim=tuple(range(1, M.dim())))
 
 
 def _top_bound(K: torch.Tensor, squarings: int = SQUARINGS) -> torch.Tensor:
@@ -198,72 +200,76 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
     # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
     idx = torch.nonzero(~done).squeeze(1)
-    Al = At[idx].clone()
-    M = torch.eye(n, dtype=dtype, device=device).expand(len(idx), n, n).contiguous()
-    C, y = r[idx].clone(), torch.zeros(len(idx), n, 1, dtype=dtype, device=device)
-    lam = lam0[idx]  # the first bound of λ_max(A_lᵀA_l)
+    # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
+    # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
+    s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
+    # Z = [A_l | (γ/η) C_l] (q, m, n + 1) and V = [M_l | −y] (q, n, n + 1): one step is
+    # A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
+    # all from A_l T and M_l T with T = [W | −γ A_lᵀC_l / λ]: three batched products in all
+    Z = torch.cat([At[idx] / s0, RATIO * r[idx]], dim=2)
+    eye = torch.eye(n, dtype=dtype, device=device)
+    V = torch.cat([eye / s0, torch.zeros(len(idx), n, 1, dtype=dtype, device=device)], dim=2)
+    top = torch.eye(n, n + 1, dtype=dtype, device=device)  # T's first n rows, before the update
+    lam = 1.0
+    alive = torch.ones(len(idx), dtype=torch.bool, device=device)  # not yet finished
     prev = torch.full((len(idx),), math.inf, dtype=dtype, device=device)
     growth, limit = 0.0, -math.log(max(m, n) * eps)
-    tol_abs = atol  # in the units of each problem below
     it, work = 0, 0
     for it in range(1, maxiter + 1):
-        if not len(idx):
+        count = int(alive.sum())
+        if not count:
             break
+        if count < COMPACT * len(idx):  # drop the finished problems from the batch
+            idx, Z, V, prev = (t[alive] for t in (idx, Z, V, prev))
+            alive = alive[alive]
         work += len(idx)
         growth += -math.log(1.0 - ETA)
         if growth > limit:  # only noise below the cutoff is left to resolve
             it -= 1
             break
-        # ρ-normalised step without rescaling A_l and M_l (the updates are linear in them):
-        # K̂ = A_lᵀA_l / λ, A_l ← A_l (I − η K̂), M_l ← M_l (I − η K̂), C ← C − γ A_l A_lᵀC / λ
-        inv = (1.0 / lam).view(-1, 1, 1)
-        K = (Al.mT @ Al) * inv  # (q, n, n), largest eigenvalue ≤ 1
-        AtC = (Al.mT @ C) * inv  # (q, n, 1)
-        step = GAMMA * (M @ AtC)  # (q, n, 1)
-        C = torch.baddbmm(C, Al, AtC, alpha=-GAMMA)
-        Al = torch.baddbmm(Al, Al, K, alpha=-ETA)
-        M = torch.baddbmm(M, M, K, alpha=-ETA)
-        y = y + step
-        lam = lam * (1.0 - ETA) ** 2  # the next bound (module text)
-        trace = K.diagonal(dim1=-2, dim2=-1).sum(-1)
+        Al = Z[..., :n]
+        # T = top − (η/λ) A_lᵀ [A_l | (γ/η) C_l]: Z holds C_l times γ/η, so one scalar suffices
+        T = torch.baddbmm(top.expand(len(idx), n, n + 1), Al.mT, Z, alpha=-ETA / lam)
+        newZ, newV = Al @ T, V[..., :n] @ T
+        newZ[..., n:] = Z[..., n:] + RATIO * newZ[..., n:]
+        step = newV[..., n:]  # −γ M_l A_lᵀC_l / λ: the step of −y
         step_norm = _norm(step)
+        newV[..., n:] += V[..., n:]
+        Z, V = newZ, newV
+        M, y = V[..., :n], -V[..., n:]
+        trace = (n - T[..., :n].diagonal(dim1=-2, dim2=-1).sum(-1)) * (lam / ETA)  # tr A_lᵀA_l
+        lam = lam * (1.0 - ETA) ** 2  # the next bound
         finite = torch.isfinite(trace) & torch.isfinite(step_norm) & (trace > 0)
         if callback is not None:
             x_now = x.clone()
-            x_now[idx] = x0[idx] + _ldexp(y.squeeze(-1), e_out[idx])
+            x_now[idx[alive]] = x0[idx[alive]] + _ldexp(y[alive].squeeze(-1), e_out[idx[alive]])
             callback(x_now)
         rel = step_norm / _norm(y).clamp_min(1e-300)
-        candidate = (rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev))
+        candidate = alive & ((rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev)))
         prev = rel
-        if tol_abs > 0:
+        finite = finite | ~alive  # a finished problem's numbers no longer matter
+        hit = torch.zeros_like(candidate)
+        if atol > 0:
             res = _ldexp(_norm(r[idx] - At[idx] @ y), k[idx])
-            hit = finite & (res <= tol_abs)
+            hit = alive & finite & (res <= atol)
             x[idx[hit]] = x0[idx[hit]] + _ldexp(y[hit].squeeze(-1), e_out[idx[hit]])
             info[idx[hit]] = 0
             candidate = candidate & ~hit
-            finite = finite & ~hit
-        else:
-            hit = torch.zeros_like(candidate)
         check = candidate & finite
-        certified = torch.zeros_like(check)
-        undecidable = torch.zeros_like(check)
+        leave = hit | ~finite  # non-finite ones: the NumPy solver below
         if bool(check.any()):
             sel = torch.nonzero(check).squeeze(1)
             g = idx[sel]
             ok, y_sel, decided = _certify(
                 At[g], M[sel], y[sel], r[g], xs[g], r0_err[g], s1[g], rtol, eps
             )
-            y[sel] = y_sel
-            certified[sel] = ok
-            undecidable[sel] = decided & ~ok  # clustered, yet no certificate: NumPy decides
+            V[sel, :, n:] = -y_sel
+            # clustered, yet no certificate: the NumPy solver decides
+            leave[sel] = ok | decided
             good = g[ok]
             x[good] = x0[good] + _ldexp(y_sel[ok].squeeze(-1), e_out[good])
             info[good] = 0
-        leave = certified | hit | ~finite | undecidable  # the last two: the NumPy solver below
-        if bool(leave.any()):
-            keep = ~leave
-            idx, Al, M, C, y = idx[keep], Al[keep], M[keep], C[keep], y[keep]
-            lam, prev = lam[keep], prev[keep]
+        alive = alive & ~leave
     # what the batched certificate could not decide: the NumPy solver, one problem at a time
     undecided = torch.nonzero(info != 0).squeeze(1).tolist()
     if undecided:
