@@ -16,17 +16,19 @@ every singular value of A resolved and clustered), and with r = b − A x recomp
 error d = M_l K⁻¹ Gᵀ r of x (exactly A⁺r for any invertible M_l; K is well conditioned, so a
 Cholesky solve is accurate) is added up to three times; info 0 when ‖d‖ + ε_0 ≤ bound/4 · ‖x‖,
 bound = max(rtol, 100 · κ̂ · eps), where ε_0 is the rounding of r0 (as in NumPy) and
-κ̂ = σ̂_1 λ̂_max(M_l) / √(μ (1 − δ)) over-estimates σ_1/σ_n by at most √3 · 1.02 (G's singular values
-lie within [√(μ(1 − δ)), √(μ(1 + δ))] and σ_i(A) m_l(σ_i²) are those singular values), so the
-bound is never tighter than the noise floor allows. Problems the batched certificate cannot
-decide (numerical rank below n, m < n, a breakdown, the resolution limit or maxiter reached) are
-solved again, one by one, by the NumPy solver, whose answer and info they then carry.
+κ̂ = σ̂_1 λ̂_max(M_l) / √(μ (1 − δ)) over-estimates σ_1/σ_n (σ̂_1 and λ̂_max are upper bounds, see
+`_top_bound`; G's singular values σ_i(A) m_l(σ_i²) lie within [√(μ(1 − δ)), √(μ(1 + δ))]) by at
+most √3 · n^(3/32), so the bound is never tighter than the noise floor allows. Problems the
+batched certificate cannot decide (numerical rank below n, m < n, a breakdown, the resolution
+limit or maxiter reached) are solved again, one by one, by the NumPy solver, whose answer and
+info they then carry.
 
 ρ = ‖A_l‖₂⁻² needs no eigen-solver after the first step: once K_l is divided by an upper bound
 of its largest eigenvalue (all eigenvalues t ∈ (0, 1]), one step maps t to t (1 − η t)², which
 for η ≤ 1/3 increases on [0, 1] (and stays below (1 − η)² up to t = 4): (1 − η)² bounds the next
-largest eigenvalue. The first bound is a power iteration with 2% headroom, as in NumPy.
-Cost per iteration and problem: three n × n (and m × n) products, K = A_lᵀA_l, A_l K and M_l K.
+largest eigenvalue, so λ_l = λ_0 (1 − η)^(2l); λ_0 is the upper bound ‖K^8‖_F^(1/8) of
+`_top_bound`. Cost per iteration and problem: three products of n (or m) × n by n × (n + 1):
+A_lᵀ[A_l | C_l], A_l T and M_l T (see `_solve`).
 Problems leave the batch when they are certified, so the batch shrinks as it converges.
 """
 
