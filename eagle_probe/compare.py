@@ -70,7 +70,7 @@ PRODUCTS_PER_ITERATION = 2  # of one CGLS or GD iteration
 THEORY = (1.0 / 3.0, 1.0)  # (η, γ) of the extra steps and of the map's exact EAGLE
 # a sweep point "follows" its algorithm while its gap is at most this many times the training
 # point's (or below FOLLOW_FLOOR, round-off)
-FOLLOW_FACTOR = 10.0
+FOLLOW_FACTOR = 3.0
 FOLLOW_FLOOR = 1e-9
 FD_STEP = 1e-5  # central-difference step, relative to the perturbed block's Frobenius norm
 
