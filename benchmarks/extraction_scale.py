@@ -1,6 +1,7 @@
 """Benchmark: extraction of planted EAGLE models at research sizes, each in its own process.
 
 Usage: python benchmarks/extraction_scale.py [--sizes 64,128,256] [--threads N] [--shipped]
+       python benchmarks/extraction_scale.py --sizes 512   (n = d = 512, 12 layers, 4 heads)
 
 Per size, `eagle-probe plant` writes a centralized model whose layers run known EAGLE steps
 (normalize none; steps of order 0.1–0.8 / median ‖A‖₂² of the task so the iteration is stable),
@@ -28,8 +29,8 @@ import torch
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = {64: (8, 2), 128: (8, 2), 256: (12, 4)}  # n = d: (layers, heads)
-TARGETS = {64: (20, 1.5), 128: (60, 3.0), 256: (300, 6.0)}  # seconds, GB (peak RSS)
+SIZES = {64: (8, 2), 128: (8, 2), 256: (12, 4), 512: (12, 4)}  # n = d: (layers, heads)
+TARGETS = {64: (15, 1.5), 128: (30, 3.0), 256: (100, 6.0), 512: (600, 8.0)}  # s, GB (peak RSS)
 
 
 def planted_steps(n: int, layers: int, seed: int = 0) -> tuple[list[float], list[float]]:
