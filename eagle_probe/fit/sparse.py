@@ -32,19 +32,18 @@ class NormalProblem:
     _gram: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _rhs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
+    def block(self, g: int, h: int) -> np.ndarray:
+        """Φ_gᵀ Φ_h (cached; the transpose of Φ_hᵀ Φ_g where that is cached)."""
+        if (g, h) not in self._gram:
+            if (h, g) in self._gram:
+                self._gram[(g, h)] = self._gram[(h, g)].T
+            else:
+                self._gram[(g, h)] = np.asarray(self.gram_block(g, h), dtype=np.float64)
+        return self._gram[(g, h)]
+
     def gram(self, groups: Sequence[int]) -> np.ndarray:
         """The normal matrix of the columns of `groups`, in order."""
-        rows = []
-        for g in groups:
-            row = []
-            for h in groups:
-                if (g, h) not in self._gram:
-                    if (h, g) in self._gram:
-                        self._gram[(g, h)] = self._gram[(h, g)].T
-                    else:
-                        self._gram[(g, h)] = np.asarray(self.gram_block(g, h), dtype=np.float64)
-                row.append(self._gram[(g, h)])
-            rows.append(np.concatenate(row, axis=1))
+        rows = [np.concatenate([self.block(g, h) for h in groups], axis=1) for g in groups]
         return np.concatenate(rows, axis=0)
 
     def rhs(self, groups: Sequence[int]) -> np.ndarray:
@@ -91,7 +90,7 @@ class NormalProblem:
         b = self.rhs([g])
         if support:
             theta = np.concatenate([np.asarray(c).reshape(-1) for c in coefs])
-            b = b - self.gram([g] + list(support))[: self.sizes[g], self.sizes[g] :] @ theta
+            b = b - np.concatenate([self.block(g, h) for h in support], axis=1) @ theta
         return float(max(self.own(g)(b) @ b, 0.0)) / max(self.yy, 1e-300)
 
     def gain(self, support: Sequence[int], coefs: Sequence[np.ndarray], g: int) -> float:
@@ -108,7 +107,7 @@ class NormalProblem:
         if support:
             b_S = self.rhs(support)
             theta = np.concatenate([np.asarray(c).reshape(-1) for c in coefs])
-            G_gS = self.gram([g] + support)[: self.sizes[g], self.sizes[g] :]
+            G_gS = np.concatenate([self.block(g, h) for h in support], axis=1)
             Y = solve(G_gS)
             M = self.gram(support) - G_gS.T @ Y
             r = b_S - G_gS.T @ x_g
