@@ -179,3 +179,40 @@ def test_cli_train_seeds_user_errors(extra, match, tmp_path, capsys):
     err = capsys.readouterr().err
     assert match in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sigterm_stops_all_seeds_with_their_best_weights_written(tmp_path):
+    import math
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from eagle_probe import checkpoint
+
+    out = tmp_path / "run_{seed}.pt"
+    argv = [*TINY, "--steps", "100000", "--eval-every", "20", "--seeds", "2", "-o", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eagle_probe", "train", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    first, second = tmp_path / "run_0.pt", tmp_path / "run_1.pt"
+    deadline = time.time() + 90
+    while not second.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert second.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    for seed, path in ((0, first), (1, second)):
+        _, _, metrics = checkpoint.load(path)
+        assert metrics["interrupted"] is True and 0 < metrics["steps_done"] < 100000
+        assert metrics["train_config"]["seed"] == seed and math.isfinite(metrics["test"]["mse"])
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["run_0.json", "run_0.pt", "run_1.json", "run_1.pt"]
