@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import PLANTED_STEPS, planted_model
 
+from eagle_probe import checkpoint
 from eagle_probe.compare import (
     CompareConfig,
     _point_prompts,
@@ -228,3 +229,13 @@ def test_the_algorithm_run_longer_converges_to_the_answer():
         assert point["relative_mse"]["more"] <= 1e-20, point["value"]
         assert point["relative_mse"]["network"] >= 1e-6, point["value"]
     assert result.json["steps"]["more"]["total_steps"] == 45
+
+
+def test_sample_layout_models_are_refused():
+    from conftest import TRAINED
+
+    from eagle_probe.errors import EagleProbeError
+
+    model, task, _ = checkpoint.load(TRAINED / "lsa_1layer.pt")
+    with pytest.raises(EagleProbeError, match="sample-layout"):
+        compare(model, task, SMALL)
