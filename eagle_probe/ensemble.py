@@ -1,23 +1,25 @@
 """Seeds in one process: K runs of one training configuration trained together.
 
 Every parameter of the K models is stacked on a leading seed axis and the K batches go through
-one batched forward (`stacked_prediction`), so the Python and autograd overhead of a step is paid
-once for K seeds. Each seed keeps everything a separate `train.train` run with that seed has: its
-initialisation, its training and validation prompts (the same seeded streams, see
-`train._seeds`), its own Adam state (Adam is elementwise, so one update of the stacked tensors is
-K independent optimisers; each seed counts its own steps, as a skipped spike step is not a step),
-its own gradient-norm clip, spike log, validation, selection and kept weights. In float64 each
-seed's result equals the separate run's to rounding (tests/test_ensemble.py).
+batched forwards (`stacked_prediction`, all seeds at once, a slice of every seed's batch a pass),
+so the Python and autograd overhead of a step is paid once for K seeds. Each seed keeps
+everything a separate `train.train` run with that seed has: its initialisation, its training and
+validation prompts (the same seeded streams, see `train._seeds`), its own Adam state (Adam is
+elementwise, so one update of the stacked tensors is K independent optimisers; each seed counts
+its own steps, as a skipped spike step is not a step), its own gradient-norm clip, spike log,
+validation, selection and kept weights. In float64 each seed's result equals the separate run's
+to rounding (tests/test_ensemble.py).
 
 The batched forward computes the layer of `model.py`,
 
     Z ← Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h,
 
-with the products W_QK = W_Q W_Kᵀ and W_VP = W_V W_Pᵀ formed once per step. When M is a column
+with the products W_QK = W_Q W_Kᵀ and W_VP = W_V W_Pᵀ formed once per forward. When M is a column
 mask (every token attends to the same key tokens: the visible mask, the sample layout) the
 masked scores never need forming: (Z W_QK Zᵀ ⊙ M) Z = Z W_QK G with the Gram matrix
 G = Z_keysᵀ Z_keys (E, E), shared by the heads. The spectral prompt scale ‖A‖₂ is read from the
 largest eigenvalue of the smaller Gram matrix of A / ‖A‖_F (cheaper than an SVD, no overflow).
+Measured speed-ups against sequential runs are in docs/training.md ("Seeds in one process").
 """
 
 from __future__ import annotations
