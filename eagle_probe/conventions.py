@@ -246,10 +246,11 @@ def plan_import(arrays: dict[str, np.ndarray], *, heads: int | None = None) -> I
         slot = by_layer.get(layer, {})
         missing = [w for w in ("W_Q", "W_K", "W_V", "W_P") if w not in slot]
         if missing:
-            found = ", ".join(e.key for e in slot.values()) or "nothing"
+            found = ", ".join(f"{e.key} -> {t}" for t, e in slot.items()) or "nothing"
+            names = [w if w != "W_P" else "W_P (or W_O)" for w in missing]
             raise EagleProbeError(
-                f"layer {layer}: missing {' and '.join(missing)} (W_P or W_O); found {found}"
-                f" among {len(arrays)} keys ({_names(list(arrays))})"
+                f"layer {layer}: missing {' and '.join(names)}; found {found}; the file's "
+                f"{len(arrays)} keys: {_names(list(arrays), 8)}"
             )
         for target, e in slot.items():
             W, how = _to_heads(e.key, np.asarray(arrays[e.key]), h, e.role, e.kind)

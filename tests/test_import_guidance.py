@@ -155,7 +155,9 @@ def test_nonzero_biases_embeddings_and_mlps_are_refused_in_one_line(tmp_path, ca
 
 def test_missing_and_unknown_keys_are_named_with_what_was_found():
     state = {f"layers.0.{w}.weight": np.eye(6) for w in ("W_Q", "W_V", "W_P")}
-    with pytest.raises(EagleProbeError, match=r"layer 0: missing W_K .* found layers.0.W_Q"):
+    with pytest.raises(
+        EagleProbeError, match=r"layer 0: missing W_K; found layers.0.W_Q.weight -> W_Q"
+    ):
         conventions.plan_import(state)
     with pytest.raises(EagleProbeError, match="unrecognised keys gate.alpha"):
         conventions.plan_import({**state, "layers.0.W_K.weight": np.eye(6), "gate.alpha": 1.0})
