@@ -239,3 +239,18 @@ def test_sample_layout_models_are_refused():
     model, task, _ = checkpoint.load(TRAINED / "lsa_1layer.pt")
     with pytest.raises(EagleProbeError, match="sample-layout"):
         compare(model, task, SMALL)
+
+
+def test_interpolation_is_flat_for_a_planted_model_in_another_gauge():
+    """W_QK × 5, W_VP / 5: the same network; its straight path to the family is flat only in the
+    network's gauge (without it the midpoint's layers step 1.8× too far)."""
+    from eagle_probe.layouts import model_from_products, state_products
+
+    a, c = PLANTED_STEPS["spectral"]
+    model, task = planted_model(a, c, normalize="spectral")
+    qk, vp = state_products(model)
+    scaled = model_from_products(model.cfg, 5.0 * qk, vp / 5.0)
+    cfg = CompareConfig(prompts=32, sensitivity_prompts=4, directions=2, sweeps=("scale",))
+    result = compare(scaled, task, cfg)
+    assert result.json["interpolation"]["mse_relative_range"] <= 1e-10
+    assert max(result.json["interpolation"]["gap"]) <= 1e-10
