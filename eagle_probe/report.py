@@ -450,7 +450,8 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     css = LABEL_CLASS.get(label, "")
     below = f", {net['zero_mse'] / net['mse']:.1f}× below it" if net["mse"] > 0 else ""
     meta = (
-        f"{info['regime']} regime, {info['layers']} layers × {info['heads']} head(s), "
+        f"{info['regime']} regime, {info['layers']} layer{'' if info['layers'] == 1 else 's'} "
+        f"× {info['heads']} head{'' if info['heads'] == 1 else 's'}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
         f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
         f"seed {info['seed']}. Held-out MSE {_g(net['mse'])} (zero predictor "
@@ -466,9 +467,12 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
         f'<p class="meta">{e(meta)}</p>',
     ]
     if verdict:
+        head = ""
+        if "headline" in verdict:  # label, family, confidence and the numbers it rests on
+            head = f'<p class="headline"><strong>{e(verdict["headline"])}</strong></p>'
         parts.append(
-            f'<section class="verdict {e(css)}" id="verdict"><p><span class="label">Verdict: '
-            f"{e(label)}.</span> {e(verdict.get('text', ''))}</p></section>"
+            f'<section class="verdict {e(css)}" id="verdict">{head}<p><span class="label">'
+            f"Verdict: {e(label)}.</span> {e(verdict.get('text', ''))}</p></section>"
         )
     else:
         parts.append('<section class="verdict" id="verdict"><p>No verdict view ran.</p></section>')

@@ -80,3 +80,13 @@ def test_an_eagle_model_gets_no_gradient_descent_warnings_and_a_headline():
     assert max(map(len, lines)) <= 100
     assert not [w for w in ex.warnings if "gradient-descent step" in w]
     assert not [w for w in ex.warnings if "--readout" in w]
+
+
+def test_the_page_opens_its_verdict_with_the_headline(best_step):
+    import html
+
+    from eagle_probe.report import render_html
+
+    page = render_html(best_step, "m.pt", {})
+    assert f'<p class="headline"><strong>{html.escape(best_step.verdict["headline"])}' in page
+    assert "1 layer × 1 head," in page
