@@ -257,8 +257,25 @@ def _weights_caption(ex: Extraction) -> str:
     return (
         "EAGLE's shape is a scalar times the identity in each square block and zeros across the "
         "dashed A|C boundary: off-diagonal colour inside a block, or colour across the boundary, "
-        "is structure EAGLE does not have."
+        "is structure EAGLE does not have." + _weights_here(ex)
     )
+
+
+def _weights_here(ex: Extraction) -> str:
+    """This model's heads whose sparsified products are not of EAGLE's plain shape."""
+    if "weights" not in ex.views:
+        return ""
+    heads = ex.views["weights"].json["heads"]
+    odd = [
+        f"layer {h['layer']} head {h['head']} {name} = {h[name]}"
+        for h in heads
+        for name in ("W_QK", "W_VP")
+        if "dense" in h[name] or "off-diag" in h[name] or h[name].startswith("[[")
+    ]
+    if not odd:
+        return f" Here every head's W_QK and W_VP has that shape ({len(heads)} heads)."
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return " Here: " + "; ".join(odd[:3]) + more + "."
 
 
 CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its prefix) -> caption
