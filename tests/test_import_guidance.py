@@ -231,3 +231,20 @@ def test_a_plus_readout_model_extracts_as_descent(tmp_path):
     lay = ex.views["verdict"].json["layers"][0]
     assert lay["label"] == "GD" and lay["alpha_0"] == pytest.approx(-1 / (N + D + 1), rel=1e-9)
     assert not [w for w in ex.warnings if "--readout" in w]
+
+
+def test_from_module_in_the_feature_layout():
+    from eagle_probe.model import LinearTransformer, ModelConfig
+
+    cfg = ModelConfig(
+        n=6, d=4, n_prime=2, d_prime=2, n_layers=2, n_heads=2, normalize="none", dtype="float64"
+    )
+    source = LinearTransformer(cfg, generator=torch.Generator().manual_seed(0)).eval()
+    model = layouts.from_module(source, n=6, n_prime=2, d=4, d_prime=2, tokens="features")
+    assert (model.cfg.tokens, model.cfg.heads, model.cfg.dtype) == ("features", 2, "float64")
+    z0 = torch.randn(5, 6, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(z0), source(z0), rtol=1e-12, atol=1e-15)
+    plan = conventions.plan_import(_state(source))
+    assert plan.convention.startswith("eagle-probe")
+    assert "blocks.0.attn.mask" in plan.left_out and "readout_scale" in plan.left_out
