@@ -287,17 +287,24 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
     control clearly worse) and projecting the weights onto the family costs at most
     PROJECTION_COST; medium when the label holds through the projection or as EAGLE-like; low for
     an EAGLE-like label whose projection costs more than PROJECTION_COST. "not EAGLE" is held with
-    high confidence when the model fails the zero predictor, a layer's gap exceeds LIKE_GAP or
-    the control fits as well; medium otherwise (every layer near the family, the projection not)."""
+    high confidence when the model fails the zero predictor, a layer is not EAGLE-like, the
+    network sends A columns the family never sends, or the projection breaks the model (above
+    BREAKS); medium otherwise (every layer near the family, the projection not)."""
     net, zero = ctx.network_mse, ctx.zero_mse
     gaps = [lay["one_step_relative"] for lay in layers]
     controls = [lay["control_relative"] for lay in layers if math.isfinite(lay["control_relative"])]
     reasons = []
     worst = max(gaps, default=math.nan)
+    conflict = communication_conflict(ctx)
     if not (math.isfinite(net) and net <= ZERO_FRACTION * zero):
         reasons.append(f"MSE {_fmt(net)} not clearly below the zero predictor's {_fmt(zero)}")
     else:
-        reasons.append(f"every layer's one-step gap ≤ {worst:.2%}")
+        if conflict is not None and label == "not EAGLE":
+            reasons.append(conflict)
+        if label == "not EAGLE":
+            reasons.append(f"largest one-step gap {worst:.2%} (EAGLE-like ≤ {LIKE_GAP:.0%})")
+        else:
+            reasons.append(f"every layer's one-step gap ≤ {worst:.2%}")
         if controls:
             reasons.append(f"untrained control's gap ≥ {min(controls):.0%}")
     proj = ctx.results.get("projection")
@@ -321,7 +328,8 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
             not (math.isfinite(net) and net <= ZERO_FRACTION * zero)
             or worst > LIKE_GAP
             or any(lay["label"] == "not EAGLE" for lay in layers)
-            or communication_conflict(ctx) is not None
+            or conflict is not None
+            or (not math.isnan(cost) and not cost <= BREAKS)  # the projection breaks it
         )
         level = "high" if clear else "medium"
     return level, reasons
