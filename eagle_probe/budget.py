@@ -50,6 +50,16 @@ def check_model(cfg, budget: float = DEFAULT_BYTES, what: str = "the model") -> 
     check(model_bytes(cfg), what, budget)
 
 
+def plant_bytes(cfg) -> int:
+    """Planting a model: the model built for its geometry, for the factored state and as the
+    result, and the checkpoint's copy; in float64 the products W_QK, W_VP (L, h, E, E), one
+    layer's factors (4 of h × E × k) and each head's SVD (about 8 E × k arrays). For one layer and
+    head at n = 3000: 1.52 GB measured peak, 1.7 GB estimated."""
+    h, E, L = cfg.heads, cfg.width, cfg.n_layers
+    k = max(E, cfg.qk, cfg.vp)
+    return 4 * model_bytes(cfg) + 8 * (2 * L * h * E * E + 6 * h * E * k + 8 * E * k)
+
+
 def forward_bytes(cfg, batch: int, *, training: bool = False) -> int:
     """A forward pass on `batch` prompts with every hook's activation kept (as capture and
     autograd do) in the model's dtype, twice that when training (gradients), plus the float64

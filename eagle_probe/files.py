@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import math
 import os
 import shutil
@@ -82,7 +83,8 @@ def atomic_write_bytes(path: str | os.PathLike, write: Callable[[IO[bytes]], Any
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    prefix = f".{_staging_stem(path.name)}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else _default_mode())
         with os.fdopen(fd, "wb") as handle:
@@ -180,8 +182,34 @@ def check_dir(path: str | os.PathLike, *, force: bool = False, what: str = "--ou
             raise OutputError(f"{what} {path} cannot be read: {exc.strerror}") from None
         if not empty and not force:
             raise OutputError(f"{what} {path} already exists and is not empty; pass --force")
+        _check_entries(path)
     _parent(path)
     return path
+
+
+def _check_entries(path: Path) -> None:
+    """Refuse, before any work, a directory whose entries --force could not replace: anything
+    but regular files and directories (symbolic links included) at its top level."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError as exc:
+        raise OutputError(f"{path} cannot be read: {exc.strerror}") from None
+    for entry in entries:
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise OutputError(
+                f"{path / entry.name} is {_kind(mode)}; --force replaces regular files only, so "
+                "remove it or write elsewhere"
+            )
+
+
+def _staging_stem(name: str) -> str:
+    """`name`, or for a long one its head and a digest: the staging names stay under the file
+    system's 255-byte limit for any output name that fits it."""
+    encoded = os.fsencode(name)
+    if len(encoded) <= 160:
+        return name
+    return name[:40] + "~" + hashlib.sha256(encoded).hexdigest()[:16]  # <= 40 × 4 + 17 bytes
 
 
 class _Staging:
@@ -189,14 +217,13 @@ class _Staging:
 
     def __init__(self, target: Path) -> None:
         parent = _parent(target)
-        self._sweep(parent, target.name)
+        stem = _staging_stem(target.name)
+        self._sweep(parent, stem)
         try:
-            fresh = Path(tempfile.mkdtemp(prefix=f".{target.name}{NEW}", dir=parent))
+            fresh = Path(tempfile.mkdtemp(prefix=f".{stem}{NEW}", dir=parent))
             self._fd = os.open(fresh, os.O_RDONLY)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held through the rename
-            self.path = fresh.with_name(
-                f".{target.name}{PARTIAL}{fresh.name[len(target.name) + 1 + len(NEW) :]}"
-            )
+            self.path = fresh.with_name(f".{stem}{PARTIAL}{fresh.name[len(stem) + 1 + len(NEW) :]}")
             os.rename(fresh, self.path)
         except OSError as exc:
             raise OutputError(
@@ -371,13 +398,16 @@ def _merge_dir(src: Path, dst: Path) -> None:
 
 
 @contextlib.contextmanager
-def output_dir(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+def output_dir(
+    path: str | os.PathLike, *, force: bool = False, stale: Sequence[str] = ()
+) -> Iterator[Path]:
     """Claim the directory `path`: yields a fresh temporary directory beside it to write into,
     renamed into place when the block ends without an exception (removed otherwise).
 
     Without `force`, `path` must be absent or empty, and the rename fails if another run filled
     it meanwhile. With `force`, an existing directory receives the new files (regular files of
-    the same name are replaced; nothing else is).
+    the same name are replaced; nothing else is), and the regular files named in `stale` that
+    this run did not write are removed (outputs of an earlier run that would contradict it).
     """
     target = check_dir(path, force=force)
     staging = _Staging(target)
@@ -385,7 +415,12 @@ def output_dir(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path
         yield staging.path
         st = _lstat(target)
         if st is not None and stat.S_ISDIR(st.st_mode) and force and any(target.iterdir()):
+            written = {entry.name for entry in staging.path.iterdir()}
             _merge_dir(staging.path, target)
+            for name in set(stale) - written:
+                old = _lstat(target / name)
+                if old is not None and stat.S_ISREG(old.st_mode):
+                    os.unlink(target / name)
         else:
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise OutputError(f"output {target} became {_kind(st.st_mode)} while this ran")

@@ -187,7 +187,7 @@ def plant(
     qk, vp = fam.products(geo, a_steps, c_steps, projectors)
     model = LinearTransformer(cfg)
     model.load_state_dict(narrow_products_to_state(cfg, qk, vp))
-    return model.eval()
+    return _finite_in_dtype(model.eval(), "plant with --dtype float64, or smaller steps")
 
 
 def model_from_products(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> LinearTransformer:
@@ -456,7 +456,9 @@ def _check_import_budget(cfg: ModelConfig, max_bytes: float) -> None:
     )
 
 
-def _finite_in_dtype(model: LinearTransformer) -> LinearTransformer:
+def _finite_in_dtype(
+    model: LinearTransformer, advice: str = "import with --dtype float64, or rescale the weights"
+) -> LinearTransformer:
     """`model` unless a weight or a product W_QK, W_VP overflows its dtype (which `evaluate`
     would refuse later)."""
     with torch.no_grad():
@@ -466,7 +468,7 @@ def _finite_in_dtype(model: LinearTransformer) -> LinearTransformer:
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise EagleProbeError(
                 f"{key} is not finite in {model.cfg.dtype} (entries beyond its range, or NaN); "
-                "import with --dtype float64, or rescale the weights"
+                f"{advice}"
             )
     return model
 

@@ -62,12 +62,17 @@ BREAKDOWN, NONFINITE, UNREPRESENTABLE = -1, -2, -3
 
 
 def _check_matrix(name, M, ndim=2):
+    if isinstance(M, np.ma.MaskedArray):
+        raise ValueError(
+            f"{name} is a masked array; its mask would be ignored: pass np.ma.filled({name}, v) "
+            "or the rows and columns you mean"
+        )
     M = np.asarray(M)
     if M.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {M.shape}")
     if M.size == 0:
         raise ValueError(f"{name} has an empty dimension: shape {M.shape}")
-    if not np.issubdtype(M.dtype, np.number) or np.iscomplexobj(M):
+    if M.dtype.kind not in "biuf":  # timedelta64 counts as an integer to numpy; not here
         raise ValueError(f"{name} must hold real numbers, got dtype {M.dtype}")
     if not np.all(np.isfinite(M)):
         raise ValueError(f"{name} contains NaN or Inf")
@@ -75,6 +80,13 @@ def _check_matrix(name, M, ndim=2):
     if not np.all(np.isfinite(M)):
         raise ValueError(f"{name} does not fit in float64 (it overflows)")
     return M
+
+
+def _check_count(name, value, n):
+    """An integer (Python or NumPy) in [1, n]."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= value <= n:
+        raise ValueError(f"{name} must be an integer in [1, {n}], got {value!r}")
+    return int(value)
 
 
 def _check_blocks(A, B, C):
@@ -765,6 +777,8 @@ def lstsq(
         raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
     rtol, atol, maxiter = _check_options(rtol, atol, maxiter, eta, gamma, callback)
     m, n = A.shape
+    if x0 is not None and vector and np.shape(x0) != (n,):
+        raise ValueError(f"x0 has shape {np.shape(x0)}; a vector b needs an x0 of shape {(n,)}")
     x0 = (
         np.zeros((n, b.shape[1]))
         if x0 is None
@@ -927,8 +941,7 @@ def complete_distributed(
     A, B, C = _check_blocks(A, B, C)
     rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma, callback)
     n = A.shape[1]
-    if isinstance(machines, bool) or not isinstance(machines, int) or not 1 <= machines <= n:
-        raise ValueError(f"machines must be an integer in [1, {n}], got {machines!r}")
+    machines = _check_count("machines", machines, n)
     parts = _split_columns(n, machines)
     D = np.zeros((B.shape[0], C.shape[1]))
     per_round = (A.shape[0] + B.shape[0]) * C.shape[1]
@@ -1002,8 +1015,11 @@ def complete_sketched(
     A, B, C = _check_blocks(A, B, C)
     rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma, callback)
     n = A.shape[1]
-    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= n:
-        raise ValueError(f"sketch size r must be an integer in [1, {n}], got {r!r}")
+    r = _check_count("sketch size r", r, n)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(
+            f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), got {rng!r}"
+        )
     D = np.zeros((B.shape[0], C.shape[1]))
     counter = _Counter()
     info, it = maxiter, 0

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -34,7 +35,7 @@ from eagle_probe.cli.common import (
     UsageError,
     _apply_compute,
     _gib,
-    _positive_int,
+    _threads,
 )
 from eagle_probe.errors import EagleProbeError, Terminated
 
@@ -75,7 +76,7 @@ def _compute_parent(device: str | None) -> Parser:
     compute = Parser(add_help=False)
     compute.add_argument(
         "--threads",
-        type=_positive_int,
+        type=_threads,
         default=None,
         help="CPU threads for torch and NumPy (their default)",
     )
@@ -138,6 +139,25 @@ def _replacing_streams() -> None:
                 stream.reconfigure(errors="replace")
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(debug: bool):
+    """Warnings raised during a command, printed after it as one line each (once per message);
+    a command that fails prints only its error line. `--debug` leaves warnings as they are."""
+    if debug:
+        yield
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per place, so a loop's warning is kept once
+        yield
+    seen: set[str] = set()
+    for item in caught:
+        text = _one_line(item.message) if isinstance(item.message, Warning) else str(item.message)
+        line = f"eagle-probe: warning: {text} ({item.category.__name__})"
+        if line not in seen:
+            seen.add(line)
+            print(line, file=sys.stderr)
+
+
 _ALLOCATION = ("can't allocate memory", "not enough memory", "out of memory")
 
 
@@ -156,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = getattr(sys.modules[__name__], f"cmd_{args.command}")
         with contextlib.ExitStack() as outputs:  # the command's output claims, see common._claim
             args.outputs = outputs
-            code = run(args)
+            with _warnings_as_lines(debug):
+                code = run(args)
             if code not in (0, EXIT_INTERRUPTED):
                 raise _Failed(code)  # leaving the block with an exception discards the claims
         return code

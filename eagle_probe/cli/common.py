@@ -33,6 +33,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+MAX_THREADS = 1024  # more CPU threads than this is a typo (OpenMP aborts on a million)
+
+
+def _threads(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    return value
+
+
 def _nonneg_int(text: str) -> int:
     try:
         value = int(text)
@@ -152,6 +162,22 @@ def _apply_compute(args: argparse.Namespace) -> None:
                 f"{args.command} runs on the CPU; --device {args.device} applies to "
                 f"{', '.join(DEVICE_COMMANDS[:-1])} and {DEVICE_COMMANDS[-1]}"
             )
+
+
+PROBE_PROMPTS = 8  # prompts a model is run on before `plant` writes it or `extract` fits it
+
+
+def _finite_outputs(model, task, what: str, advice: str) -> None:
+    """Raise unless `model`'s error on a few prompts of `task` is finite (its outputs do not
+    overflow), before any work builds on them."""
+    from eagle_probe.evaluate import evaluate
+
+    probe = evaluate(model, task, batch=PROBE_PROMPTS, seed=0)
+    if not all(math.isfinite(probe[k]) for k in ("mse", "worst_mse")):
+        raise EagleProbeError(
+            f"{what}: the model's error on {PROBE_PROMPTS} prompts is not finite in "
+            f"{model.cfg.dtype} (worst prompt MSE {probe['worst_mse']}); {advice}"
+        )
 
 
 def _budget(args: argparse.Namespace) -> float:

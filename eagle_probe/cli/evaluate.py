@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from eagle_probe.cli.common import (
     Parser,
@@ -11,6 +12,7 @@ from eagle_probe.cli.common import (
     _positive_int,
     _seed,
 )
+from eagle_probe.errors import EagleProbeError
 
 HELP = "test MSE of a checkpoint on fresh prompts"
 
@@ -29,6 +31,12 @@ def run(args: argparse.Namespace) -> int:
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
     result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
+    bad = [k for k in ("mse", "zero_mse", "worst_mse") if not math.isfinite(result[k])]
+    if bad:
+        raise EagleProbeError(
+            f"{args.model}: the {bad[0].replace('_', ' ')} on {result['prompts']} prompts is "
+            f"{result[bad[0]]}, not a finite number: the model's outputs overflow"
+        )
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
     if args.json:
         print(json.dumps(checkpoint.jsonable(result)))

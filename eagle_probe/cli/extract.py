@@ -9,6 +9,7 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
+    _finite_outputs,
     _out_dir,
     _positive_int,
     _publish,
@@ -68,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
         f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
         _budget(args),
     )
-    tmp = _claim(args, files.output_dir(out, force=args.force)) if out is not None else None
+    _finite_outputs(model, task, str(args.model), "there is no algorithm to extract")
+    claim = None if out is None else files.output_dir(out, force=args.force, stale=("solver.py",))
+    tmp = _claim(args, claim) if claim is not None else None
     result = extract(
         model,
         task,
@@ -79,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         progress=None if args.no_progress else reporter(),
     )
-    print(result.render(str(args.model)))
-    if out is not None:
+    lines = [result.render(str(args.model))]  # printed once the outputs are written
+    if out is None:
+        print(lines[0])
+    else:
         payload = result.to_json()
         payload["model"]["checkpoint"] = str(args.model)
         payload["model"]["sha256"] = checkpoint.sha256(args.model)
@@ -94,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
             (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
             write_report(result, tmp, str(args.model))
             _publish(args)
-            print(f"wrote {out / 'extraction.json'} and {out / 'report.html'}")
+            print("\n".join([*lines, f"wrote {out / 'extraction.json'} and {out / 'report.html'}"]))
             return 0
         write_solver(tmp / "solver.py", payload, result.projectors)
         gap = faithful_gap(
             tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n
         )
         payload["export"] = {"faithful_gap": gap, "prompts": min(256, len(result.held_out.z0))}
-        print(
+        lines.append(
             f"exported solver, faithful mode, against the network on "
             f"{payload['export']['prompts']} held-out prompts: relative gap {gap:.3g}"
         )
@@ -111,9 +116,12 @@ def run(args: argparse.Namespace) -> int:
                 "its constant EAGLE steps do not reproduce the network"
             )
             payload["warnings"].append(warning)
-            print(f"warning: {warning}")
+            lines.append(f"warning: {warning}")
         (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
         write_report(result, tmp, str(args.model))
         _publish(args)
-        print(f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}")
+        lines.append(
+            f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}"
+        )
+        print("\n".join(lines))
     return 0

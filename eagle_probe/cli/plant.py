@@ -6,9 +6,11 @@ import argparse
 import math
 
 from eagle_probe.cli.common import (
+    PROBE_PROMPTS,
     Parser,
     _budget,
     _claim,
+    _finite_outputs,
     _nonneg_int,
     _positive_int,
     _publish,
@@ -102,8 +104,14 @@ def run(args: argparse.Namespace) -> int:
         n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
     )
     budget.check_model(cfg, _budget(args))
+    budget.check(
+        max(budget.plant_bytes(cfg), budget.forward_bytes(cfg, PROBE_PROMPTS)),
+        f"planting {len(a_steps)} layer(s) of width {cfg.width} (n = {cfg.n})",
+        _budget(args),
+    )
     claim = _claim(args, files.output_files([out], force=args.force))
     model = plant(cfg, a_steps, c_steps, sketch_seed=args.sketch_seed)
+    _finite_outputs(model, task, "the planted steps overflow", "plant smaller steps")
     from eagle_probe.fit.families import FOR_REGIME
 
     family = FOR_REGIME[cfg.regime][0]

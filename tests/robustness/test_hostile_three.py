@@ -347,3 +347,142 @@ def test_the_runs_of_a_killed_sweep_die_with_it(tmp_path):
     while any(_alive(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(c) for c in children)
+
+
+# --- 6-8. one-line errors, non-finite results, outputs before printing --------------------------
+
+PLANT = ["plant", "--n", "6", "--d", "5", "--a-steps", "0.1", "--c-steps", "0.2"]
+
+
+def test_plant_holds_its_factorisations_to_the_budget(tmp_path, capsys):
+    code = main([*PLANT[:1], "--n", "1500", *PLANT[5:], "--max-memory", "0.2", "-o", "p.pt"])
+    _one_line_error(capsys, code, "planting", "budget of 0.2 GiB", "--max-memory")
+    assert not (tmp_path / "p.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "dtype, word", [("float32", "not finite in float32"), ("float64", "planted steps overflow")]
+)
+def test_a_plant_whose_numbers_are_not_finite_is_refused(dtype, word, tmp_path, capsys):
+    out = tmp_path / "p.pt"
+    argv = [*PLANT[:5], "--a-steps", "1e308", "--c-steps", "1e308", "--dtype", dtype]
+    _one_line_error(capsys, main([*argv, "-o", str(out)]), word)
+    assert os.listdir(tmp_path) == []
+
+
+def test_evaluate_refuses_a_model_whose_outputs_overflow(tmp_path, capsys):
+    path = tmp_path / "p.pt"
+    assert main([*PLANT, "--dtype", "float64", "-o", str(path)]) == 0
+    payload = torch.load(path, weights_only=True)
+    for key, value in payload["state_dict"].items():
+        if key.endswith(("W_Q", "W_V")):
+            payload["state_dict"][key] = value * 1e150  # finite weights, outputs beyond float64
+    torch.save(payload, path)
+    capsys.readouterr()
+    _one_line_error(capsys, main(["evaluate", str(path), "--batch", "64"]), "not a finite number")
+
+
+def test_extract_of_a_model_whose_outputs_overflow_is_one_line(tmp_path, capsys):
+    path = tmp_path / "p.pt"
+    assert main([*PLANT, "--dtype", "float64", "-o", str(path)]) == 0
+    payload = torch.load(path, weights_only=True)
+    for key, value in payload["state_dict"].items():
+        if key.endswith(("W_Q", "W_V")):
+            payload["state_dict"][key] = value * 1e150
+    torch.save(payload, path)
+    capsys.readouterr()
+    code = main(
+        ["extract", str(path), "--no-control", "--no-progress", "--out", str(tmp_path / "x")]
+    )
+    _one_line_error(capsys, code, "not finite", "no algorithm to extract")
+    assert os.listdir(tmp_path) == ["p.pt"]
+
+
+def test_a_failed_torch_allocation_is_an_out_of_memory_line(tmp_path, capsys):
+    path = _good(tmp_path / "m.pt")
+    argv = ["evaluate", str(path), "--batch", str(10**11), "--max-memory", "1e9"]
+    _one_line_error(capsys, main(argv), "out of memory", "--max-memory")
+
+
+@pytest.mark.parametrize("count", ["1000000", "2147483648"])
+def test_an_absurd_thread_count_is_a_usage_error(count, tmp_path):
+    path = _good(tmp_path / "m.pt")
+    argv = [sys.executable, "-m", "eagle_probe", "evaluate", str(path), "--threads", count]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "at most" in out.stderr
+
+
+@pytest.mark.slow
+def test_an_ascii_terminal_gets_the_outputs_and_replacement_characters(tmp_path):
+    path = _good(tmp_path / "m.pt")
+    env = os.environ | {"PYTHONIOENCODING": "ascii"}
+    extract = ["extract", str(path), "--out", str(tmp_path / "x"), "--probe-batch", "16"]
+    extract += ["--no-control", "--no-progress"]
+    for argv in (["evaluate", str(path), "--batch", "64"], extract):
+        out = subprocess.run(
+            [sys.executable, "-m", "eagle_probe", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "?" in out.stdout  # ‖A‖₂ and the like, replaced
+    assert (tmp_path / "x" / "extraction.json").is_file() and (
+        tmp_path / "x" / "solver.py"
+    ).is_file()
+
+
+# --- 9. minor ------------------------------------------------------------------------------------
+
+
+def test_force_drops_an_earlier_run_s_stale_outputs(tmp_path):
+    from eagle_probe import files
+
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "solver.py").write_text("old")
+    (out / "keep.txt").write_text("mine")
+    with files.output_dir(out, force=True, stale=("solver.py",)) as tmp:
+        (tmp / "extraction.json").write_text("{}")
+    assert sorted(os.listdir(out)) == ["extraction.json", "keep.txt"]
+
+
+def test_force_refuses_a_link_in_the_output_directory_before_the_work(tmp_path):
+    from eagle_probe import files
+
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "summary.md").symlink_to(tmp_path / "elsewhere.md")
+    with pytest.raises(EagleProbeError, match="summary.md is a symbolic link"):
+        files.check_dir(out, force=True)
+
+
+@pytest.mark.parametrize("length", [234, 251])
+def test_output_names_up_to_the_file_system_limit_are_written(length, tmp_path, capsys):
+    out = tmp_path / ("m" * length + ".pt")
+    assert main([*PLANT, "-o", str(out)]) == 0, capsys.readouterr().err
+    assert checkpoint.load(out)[0].cfg.n == 6
+    assert os.listdir(tmp_path) == [out.name]
+
+
+def test_the_solver_refuses_inputs_it_would_misread():
+    from eagle_probe import solver_template as eagle
+
+    rng = np.random.default_rng(0)
+    A, b = rng.standard_normal((8, 6)), rng.standard_normal(8)
+    B, C = rng.standard_normal((2, 6)), rng.standard_normal((8, 2))
+    with pytest.raises(ValueError, match="real numbers"):
+        eagle.lstsq(np.ones((8, 6), dtype="m8[s]"), b)
+    with pytest.raises(ValueError, match="masked array"):
+        eagle.lstsq(np.ma.masked_array(A, mask=A > 1), b)
+    for x0 in (np.zeros((1, 6)), np.zeros((3, 2)), np.zeros((6, 1))):
+        with pytest.raises(ValueError, match=r"x0 has shape .* needs an x0 of shape \(6,\)"):
+            eagle.lstsq(A, b, x0=x0)
+    with pytest.raises(ValueError, match="numpy.random.Generator"):
+        eagle.complete_sketched(A, B, C, 3, rng=np.random.RandomState(0))
+    Dm, _ = eagle.complete_distributed(A, B, C, np.int64(2))
+    Dr, _ = eagle.complete_sketched(A, B, C, np.int64(6), rng=np.random.default_rng(0))
+    assert np.allclose(Dm, eagle.complete_distributed(A, B, C, 2)[0])
+    assert Dr.shape == (2, 2) and np.all(np.isfinite(Dr))
