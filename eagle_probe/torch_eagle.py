@@ -27,8 +27,8 @@ info they then carry.
 of its largest eigenvalue (all eigenvalues t ∈ (0, 1]), one step maps t to t (1 − η t)², which
 for η ≤ 1/3 increases on [0, 1] (and stays below (1 − η)² up to t = 4): (1 − η)² bounds the next
 largest eigenvalue, so λ_l = λ_0 (1 − η)^(2l); λ_0 is the upper bound ‖K^8‖_F^(1/8) of
-`_top_bound`. Cost per iteration and problem: three products of n (or m) × n by n × (n + 1):
-A_lᵀ[A_l | C_l], A_l T and M_l T (see `_solve`).
+`_top_bound`. Cost per iteration and problem: three products of about n × n by n × n,
+[A_l | C_l]ᵀ[A_l | C_l], [A_l | C_l] T and [M_l | y] T (see `_solve`).
 Problems leave the batch when they are certified, so the batch shrinks as it converges.
 """
 
@@ -47,7 +47,7 @@ SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
 CLUSTER = template.CLUSTER
 CERT_FLOOR, CERT_MARGIN, REFINE = template.CERT_FLOOR, template.CERT_MARGIN, template.REFINE
 STALL_STEP = template.STALL_STEP
-RATIO = GAMMA / ETA  # Z's C column is C_l times this (see `_solve`)
+RATIO = GAMMA / ETA  # κ: Z's C column is C_l times this, V's last column −y (see `_solve`)
 COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
 
 
@@ -205,13 +205,14 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
     # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
     s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
-    # Z = [A_l | (γ/η) C_l] (q, m, n + 1) and V = [M_l | −y] (q, n, n + 1): one step is
+    # Z = [A_l | κ C_l] (q, m, n + 1) and V = [M_l | −κ y] (q, n, n + 1), κ = γ/η: one step,
     # A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
-    # all from A_l T and M_l T with T = [W | −γ A_lᵀC_l / λ]: three batched products in all
+    # is Z ← Z T and V ← V T with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built from
+    # P = Zᵀ Z: three batched products of contiguous operands a step
     Z = torch.cat([At[idx] / s0, RATIO * r[idx]], dim=2)
     eye = torch.eye(n, dtype=dtype, device=device)
     V = torch.cat([eye / s0, torch.zeros(len(idx), n, 1, dtype=dtype, device=device)], dim=2)
-    top = torch.eye(n, n + 1, dtype=dtype, device=device)  # T's first n rows, before the update
+    unit = torch.eye(n + 1, dtype=dtype, device=device)
     lam = 1.0
     alive = torch.ones(len(idx), dtype=torch.bool, device=device)  # not yet finished
     prev = torch.full((len(idx),), math.inf, dtype=dtype, device=device)
@@ -229,17 +230,16 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         if growth > limit:  # only noise below the cutoff is left to resolve
             it -= 1
             break
-        Al = Z[..., :n]
-        # T = top − (η/λ) A_lᵀ [A_l | (γ/η) C_l]: Z holds C_l times γ/η, so one scalar suffices
-        T = torch.baddbmm(top.expand(len(idx), n, n + 1), Al.mT, Z, alpha=-ETA / lam)
-        newZ, newV = Al @ T, V[..., :n] @ T
-        newZ[..., n:] = Z[..., n:] + RATIO * newZ[..., n:]
-        step = newV[..., n:]  # −γ M_l A_lᵀC_l / λ: the step of −y
-        step_norm = _norm(step)
-        newV[..., n:] += V[..., n:]
-        Z, V = newZ, newV
-        M, y = V[..., :n], -V[..., n:]
-        trace = (n - T[..., :n].diagonal(dim1=-2, dim2=-1).sum(-1)) * (lam / ETA)  # tr A_lᵀA_l
+        P = Z.mT @ Z  # [[A_lᵀA_l, κ A_lᵀC_l], [κ C_lᵀA_l, κ² C_lᵀC_l]]
+        T = torch.add(unit, P, alpha=-ETA / lam)
+        T[:, :n, n] *= RATIO  # −γ κ A_lᵀC_l / λ
+        T[:, n, :n] = 0.0
+        T[:, n, n] = 1.0
+        newV = V @ T
+        step_norm = _norm(newV[..., n:] - V[..., n:]) / RATIO  # ‖γ M_l A_lᵀC_l / λ‖
+        Z, V = Z @ T, newV
+        M, y = V[..., :n], V[..., n:] / -RATIO
+        trace = P[:, :n, :n].diagonal(dim1=-2, dim2=-1).sum(-1)  # tr A_lᵀA_l
         lam = lam * (1.0 - ETA) ** 2  # the next bound
         finite = torch.isfinite(trace) & torch.isfinite(step_norm) & (trace > 0)
         if callback is not None:
@@ -265,7 +265,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             ok, y_sel, decided = _certify(
                 At[g], M[sel], y[sel], r[g], xs[g], r0_err[g], s1[g], rtol, eps
             )
-            V[sel, :, n:] = -y_sel
+            V[sel, :, n:] = -RATIO * y_sel
             # clustered, yet no certificate: the NumPy solver decides
             leave[sel] = ok | decided
             good = g[ok]
