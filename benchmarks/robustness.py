@@ -9,15 +9,26 @@ Prints
      solvers;
   2. iterations and relative error of `lstsq` and `complete` on 200 × 200 problems of rank 120;
   3. the peak resident memory of a fresh process loading a < 10 KB checkpoint whose config
-     declares n = 20,000 (and the interpreter alone, for comparison).
+     declares n = 20,000 (and the interpreter alone, for comparison);
+  4. hostile command-line cases (`--hostile-only` runs just these): each runs `python -m
+     eagle_probe …` in a fresh process on small crafted inputs (weights declaring gigabytes,
+     special files, overflowing steps, absurd sizes, a failing or signalled sweep); a case holds
+     when its exit code is the expected one (2: one line on stderr, no traceback, the expected
+     words, no output left behind), it ends within its time limit and its peak resident memory
+     stays under 1 GiB. Prints one line per case and the counts (cases, held).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -151,8 +162,419 @@ def hostile_memory() -> None:
             )
 
 
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: list[str]  # after `python -m eagle_probe`, run in the case directory
+    code: int = 2  # expected exit code
+    words: tuple[str, ...] = ()  # expected in stderr
+    left: tuple[str, ...] = ()  # outputs that must not exist afterwards
+    env: tuple[tuple[str, str], ...] = ()
+    term_after: float | None = None  # send SIGTERM after this many seconds
+
+
+def _make_inputs(root: Path) -> None:
+    """Crafted inputs, each under 10 KB."""
+    import numpy as np
+    import torch
+
+    from eagle_probe import checkpoint
+    from eagle_probe.layouts import plant
+    from eagle_probe.model import LinearTransformer, ModelConfig
+    from eagle_probe.tasks import TaskConfig, make_generator
+
+    warnings.simplefilter("ignore")
+    torch.save(torch.zeros(1, 1, 1, 1, 1).expand(1, 1, 2, 8000, 8000), root / "expanded.pt")
+    np.savez_compressed(root / "zeros.npz", allparam=np.zeros((1, 1, 2, 3000, 3000)))
+    np.savez(root / "small.npz", allparam=np.zeros((1, 1, 2, 4, 4)))
+    np.savez(root / "big_values.npz", allparam=np.full((1, 1, 2, 4, 4), 1e308))
+    np.savez(root / "longdouble.npz", allparam=np.full((1, 1, 2, 3, 3), np.longdouble("1e400")))
+    shape = (1, 1, 2, 3, 3)
+    tensors = {
+        "sparse": torch.randn(3, 3).to_sparse(),
+        "meta": torch.empty(shape, device="meta"),
+        "conjugate": torch.randn(shape, dtype=torch.complex64).conj(),
+        "nested": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]),
+        "qint8": torch.quantize_per_tensor(torch.randn(shape), 0.1, 0, torch.qint8),
+    }
+    for kind, tensor in tensors.items():
+        torch.save({"allparam": tensor}, root / f"{kind}.pt")
+    cfg, task = ModelConfig(n=6, d=5, n_layers=1), TaskConfig(n=6, d=5, rank=3)
+    model = LinearTransformer(cfg, generator=make_generator(0))
+    checkpoint.save(root / "m.pt", model, task)
+    checkpoint.save(Path(os.fsdecode(os.fsencode(root) + b"/m\xff.pt")), model, task)
+    state = {k: v.to(torch.float64).numpy() for k, v in model.state_dict().items()}
+    np.savez(
+        root / "string_mask.npz", **(state | {"blocks.0.attn.mask": np.array([["1"] * 7] * 7)})
+    )
+    np.savez(root / "scalar_mask.npz", **(state | {"blocks.0.attn.mask": np.array(1.0)}))
+    np.savez(
+        root / "wq_1e45.npz", **(state | {"blocks.0.attn.W_Q": state["blocks.0.attn.W_Q"] * 1e45})
+    )
+    payload = torch.load(root / "m.pt", weights_only=True)
+    for rank, name in ((1000, "rank1000.pt"), (100_000, "rank1e5.pt")):
+        payload["task_config"]["rank"] = rank
+        torch.save(payload, root / name)
+    planted = plant(ModelConfig(n=6, d=5, n_layers=1, dtype="float64"), [0.1], [0.2])
+    overflow = {  # finite weights whose outputs overflow float64
+        k: v * 1e150 if k.endswith(("W_Q", "W_V")) else v for k, v in planted.state_dict().items()
+    }
+    planted.load_state_dict(overflow)
+    checkpoint.save(root / "overflow.pt", planted, task)
+    for name, text in {
+        "wide": "%%MatrixMarket matrix coordinate real general\n1 5000 1\n1 1 1.0\n",
+        "int_overflow": "%%MatrixMarket matrix coordinate integer general\n2 2 1\n"
+        "1 1 99999999999999999999999\n",
+    }.items():
+        (root / name).mkdir()
+        (root / name / f"{name}.mtx").write_text(text)
+    (root / "fifo").mkdir()
+    os.mkfifo(root / "fifo" / "m.mtx")
+    (root / "devzero").mkdir()
+    (root / "devzero" / "z.mtx").symlink_to("/dev/zero")
+    (root / "a_file").write_text("not a directory")
+    os.mkfifo(root / "w.pt")
+    (root / "weights_dir.pt").mkdir()
+    (root / "b_force").mkdir()
+    (root / "b_force" / "summary.md").symlink_to(root / "elsewhere.md")
+
+
+PLANT = ["plant", "--a-steps", "0.1", "--c-steps", "0.2"]
+SWEEP = ["sweep", "--regimes", "centralized", "--seeds", "1", "--steps", "2", "--batch", "8"]
+SWEEP += ["--eval-batch", "16", "--parallel", "1", "--out", "sb"]
+IMPORT = ["import", "--layout", "ahn", "--n", "5", "-o", "imp.pt"]
+FEATURE = ["import", "--layout", "eagle-probe", "--n", "6", "--n-prime", "2", "--dtype", "float32"]
+FEATURE += ["-o", "imp.pt"]
+REAL = ["bench", "--suite", "real", "--out", "b"]
+
+
+def _cases() -> list[Case]:
+    budget = ("budget", "--max-memory")
+    cases = [
+        Case(
+            "import: expanded tensor, --max-memory 0.5",
+            [*IMPORT, "expanded.pt", "--max-memory", "0.5"],
+            words=budget,
+            left=("imp.pt",),
+        ),
+        Case(
+            "import: compressed .npz, --max-memory 0.1",
+            [*IMPORT, "zeros.npz", "--max-memory", "0.1"],
+            words=budget,
+            left=("imp.pt",),
+        ),
+        Case(
+            "import: --n 30000",
+            [*IMPORT[:4], "30000", *IMPORT[5:], "small.npz"],
+            words=budget,
+            left=("imp.pt",),
+        ),
+        Case("import: --n 1e12", [*IMPORT[:4], "1e12", *IMPORT[5:], "small.npz"], left=("imp.pt",)),
+        Case(
+            "evaluate: task rank 1000",
+            ["evaluate", "rank1000.pt", "--max-memory", "1"],
+            words=("rank",),
+        ),
+        Case("evaluate: task rank 1e5", ["evaluate", "rank1e5.pt"], words=("rank",)),
+        Case(
+            "train: --task-rank 1000",
+            [
+                "train",
+                "--regime",
+                "centralized",
+                "--task-rank",
+                "1000",
+                "--steps",
+                "2",
+                "-o",
+                "t.pt",
+            ],
+            words=("rank",),
+            left=("t.pt",),
+        ),
+        Case(
+            "bench: 1 x 5000 matrix, --max-memory 0.05",
+            [*REAL, "--max-memory", "0.05"],
+            words=budget,
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "wide"),),
+        ),
+        Case(
+            "sweep: --max-memory 0.001",
+            [*SWEEP, "--max-memory", "0.001"],
+            words=("budget",),
+            left=("sb",),
+        ),
+        Case(
+            "sweep: --parallel 4 --max-memory 0.3",
+            [*SWEEP[:-4], "--seeds", "4", "--parallel", "4", "--max-memory", "0.3", "--out", "sb"],
+            words=("budget",),
+            left=("sb",),
+        ),
+        Case(
+            "sweep: --name {seed:>1000000000}",
+            [*SWEEP, "--name", "{seed:>1000000000}"],
+            words=("plain fields",),
+            left=("sb",),
+        ),
+        Case(
+            "sweep: --name {regime.__class__.__mro__}{seed}",
+            [*SWEEP, "--name", "{regime.__class__.__mro__}{seed}"],
+            words=("plain fields",),
+            left=("sb",),
+        ),
+        Case(
+            "plant: --n 6000 --max-memory 0.55",
+            [*PLANT, "--n", "6000", "--max-memory", "0.55", "-o", "p.pt"],
+            words=budget,
+            left=("p.pt",),
+        ),
+        Case(
+            "sweep: all runs fail (--batch 1e9)",
+            [*SWEEP[:-2], "--batch", "1000000000", "--out", "sb"],
+            words=("every run",),
+            left=("sb",),
+        ),
+        Case(
+            "sweep: all runs fail (--lr 1e30)",
+            [*SWEEP, "--lr", "1e30"],
+            words=("every run",),
+            left=("sb",),
+        ),
+        Case(
+            "sweep: SIGTERM",
+            [*SWEEP[:6], "100000000", *SWEEP[7:]],
+            code=143,
+            words=("SIGTERM",),
+            left=("sb",),
+            term_after=15.0,
+        ),
+        Case(
+            "bench: FIFO named m.mtx",
+            REAL,
+            words=("not a regular file",),
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "fifo"),),
+        ),
+        Case(
+            "bench: link to /dev/zero",
+            REAL,
+            words=("not a regular file",),
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "devzero"),),
+        ),
+        Case(
+            "bench: missing data directory",
+            REAL,
+            words=("does not exist",),
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "nowhere"),),
+        ),
+        Case(
+            "bench: data directory is a file",
+            REAL,
+            words=("not a directory",),
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "a_file"),),
+        ),
+        Case(
+            "bench: integer entry beyond int64",
+            REAL,
+            words=("int_overflow.mtx",),
+            left=("b",),
+            env=(("EAGLE_PROBE_SUITESPARSE", "int_overflow"),),
+        ),
+        Case(
+            "bench --force: link in --out",
+            ["bench", "--out", "b_force", "--force"],
+            words=("symbolic link",),
+        ),
+        Case(
+            "import: allparam 1e308 in float32",
+            [*IMPORT, "big_values.npz", "--dtype", "float32"],
+            words=("not finite in float32",),
+            left=("imp.pt",),
+        ),
+        Case(
+            "import: W_Q x 1e45 in float32",
+            [*FEATURE, "wq_1e45.npz"],
+            words=("not finite in float32",),
+            left=("imp.pt",),
+        ),
+        Case(
+            "import: string mask", [*FEATURE, "string_mask.npz"], words=("mask",), left=("imp.pt",)
+        ),
+        Case("import: 0-d mask", [*FEATURE, "scalar_mask.npz"], words=("mask",), left=("imp.pt",)),
+        Case(
+            "import: longdouble beyond float64",
+            [*IMPORT, "longdouble.npz"],
+            words=("NaN or Inf",),
+            left=("imp.pt",),
+        ),
+    ]
+    for kind in ("sparse", "meta", "conjugate", "nested", "qint8"):
+        cases.append(
+            Case(
+                f"import: {kind} tensor",
+                [*IMPORT, f"{kind}.pt"],
+                words=("weight allparam",),
+                left=("imp.pt",),
+            )
+        )
+    cases += [
+        Case(
+            "evaluate: --batch 1e11 --max-memory 1e9",
+            ["evaluate", "m.pt", "--batch", str(10**11), "--max-memory", "1e9"],
+            words=("out of memory",),
+        ),
+        Case(
+            "plant: --a-steps 1e308 (float32)",
+            [*PLANT[:2], "1e308", *PLANT[3:], "-o", "p.pt"],
+            words=("not finite",),
+            left=("p.pt",),
+        ),
+        Case(
+            "plant: steps 1e308 (float64)",
+            [
+                "plant",
+                "--a-steps",
+                "1e308",
+                "--c-steps",
+                "1e308",
+                "--dtype",
+                "float64",
+                "-o",
+                "p.pt",
+            ],
+            words=("overflow",),
+            left=("p.pt",),
+        ),
+        Case(
+            "evaluate: outputs overflow",
+            ["evaluate", "overflow.pt"],
+            words=("not a finite number",),
+        ),
+        Case(
+            "extract: outputs overflow",
+            ["extract", "overflow.pt", "--out", "x", "--no-progress"],
+            words=("not finite",),
+            left=("x",),
+        ),
+        Case("--threads 1000000", ["evaluate", "m.pt", "--threads", "1000000"], words=("at most",)),
+        Case(
+            "--threads 2147483648",
+            ["evaluate", "m.pt", "--threads", "2147483648"],
+            words=("at most",),
+        ),
+        Case(
+            "import: a directory",
+            [*IMPORT, "weights_dir.pt"],
+            words=("is a directory",),
+            left=("imp.pt",),
+        ),
+        Case("import: a FIFO", [*IMPORT, "w.pt"], words=("not a regular file",), left=("imp.pt",)),
+        Case(
+            "import: /dev/zero",
+            [*IMPORT, "/dev/zero"],
+            words=("not a regular file",),
+            left=("imp.pt",),
+        ),
+        Case(
+            "evaluate: non-UTF-8 file name",
+            ["evaluate", os.fsdecode(b"m\xff.pt"), "--batch", "64"],
+            code=0,
+        ),
+        Case(
+            "evaluate: PYTHONIOENCODING=ascii",
+            ["evaluate", "m.pt", "--batch", "64"],
+            code=0,
+            env=(("PYTHONIOENCODING", "ascii"),),
+        ),
+        Case(
+            "plant: 240-character output name",
+            [*PLANT, "--n", "6", "--d", "5", "-o", "p" * 237 + ".pt"],
+            code=0,
+        ),
+    ]
+    return cases
+
+
+def _run_case(case: Case, root: Path, limit: float = 180.0) -> tuple[bool, str, float, float]:
+    """(held, reason, peak RSS in GiB, seconds) of one case in a fresh process."""
+    env = os.environ | {"OMP_NUM_THREADS": "1"} | dict(case.env)
+    for key, value in case.env:
+        if key == "EAGLE_PROBE_SUITESPARSE":
+            env[key] = str(root / value)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eagle_probe", *case.argv],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    termed = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        elapsed = time.monotonic() - start
+        if case.term_after is not None and not termed and elapsed > case.term_after:
+            proc.send_signal(signal.SIGTERM)
+            termed = True
+        if elapsed > limit:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            return False, f"still running after {limit:.0f} s", usage.ru_maxrss / 2**20, elapsed
+        time.sleep(0.05)
+    seconds = time.monotonic() - start
+    code = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace").strip()
+    proc.stderr.close()
+    peak = usage.ru_maxrss / 2**20  # KiB -> GiB
+    lines = err.splitlines()
+    reasons = []
+    if code != case.code:
+        reasons.append(f"exit {code}, expected {case.code}")
+    if case.code != 0 and (len(lines) != 1 or "Traceback" in err):
+        reasons.append(f"{len(lines)} lines on stderr")
+    reasons += [f"no {w!r} in stderr" for w in case.words if w not in err]
+    reasons += [f"{name} left behind" for name in case.left if (root / name).exists()]
+    if peak > 1.0:
+        reasons.append(f"peak {peak:.2f} GiB")
+    shown = lines[-1][:110] if lines else ""
+    return not reasons, "; ".join(reasons) or shown, peak, seconds
+
+
+def hostile_cases() -> tuple[int, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _make_inputs(root)
+        cases = _cases()
+        held = 0
+        worst = 0.0
+        print("hostile cases: held?, peak RSS, seconds, case: last stderr line or what failed")
+        for case in cases:
+            ok, reason, peak, seconds = _run_case(case, root)
+            held += ok
+            worst = max(worst, peak)
+            mark = "held" if ok else "FAIL"
+            print(f"  {mark} {peak:5.2f} GiB {seconds:5.1f} s  {case.name}: {reason}")
+            for name in case.left:  # a failed case's debris must not decide the next one
+                path = root / name
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+        print(f"hostile cases: {len(cases)} cases, {held} held; largest peak {worst:.2f} GiB")
+        return len(cases), held
+
+
 if __name__ == "__main__":
     warnings.simplefilter("ignore", RuntimeWarning)
-    scale_sweep()
-    rank_deficient()
-    hostile_memory()
+    if "--hostile-only" not in sys.argv:
+        scale_sweep()
+        rank_deficient()
+        hostile_memory()
+    hostile_cases()
