@@ -486,3 +486,11 @@ def test_the_solver_refuses_inputs_it_would_misread():
     Dr, _ = eagle.complete_sketched(A, B, C, np.int64(6), rng=np.random.default_rng(0))
     assert np.allclose(Dm, eagle.complete_distributed(A, B, C, 2)[0])
     assert Dr.shape == (2, 2) and np.all(np.isfinite(Dr))
+
+
+def test_a_diverged_run_says_no_weights_were_kept_not_a_finite_number(tmp_path, capsys):
+    argv = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--layers", "1"]
+    argv += ["--steps", "4", "--batch", "16", "--eval-every", "2", "--eval-batch", "32"]
+    argv += ["--no-progress", "--lr", "1e30", "-o", str(tmp_path / "m.pt")]
+    _one_line_error(capsys, main(argv), "diverged", "no validation had a finite loss")
+    assert os.listdir(tmp_path) == []
