@@ -446,11 +446,12 @@ def _token_mask(mask: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _check_import_budget(cfg: ModelConfig, max_bytes: float) -> None:
-    """The model, its state's copy, the factors and the checkpoint written from them."""
+def _check_import_budget(cfg: ModelConfig, max_bytes: float, held: int = 0) -> None:
+    """The model, its state's copy, the factors and the checkpoint written from them, beside the
+    `held` bytes of arrays the import keeps while it builds them."""
     budget.check_model(cfg, max_bytes, what="the imported model")
     budget.check(
-        4 * budget.model_bytes(cfg),
+        4 * budget.model_bytes(cfg) + held,
         f"importing a {cfg.n_layers}-layer model of width {cfg.width} (n = {cfg.n})",
         max_bytes,
     )
@@ -492,11 +493,16 @@ def _import_ahn(
     if "allparam" not in arrays:
         names = ", ".join(sorted(arrays)[:5]) or "nothing"
         raise EagleProbeError(f"the ahn layout needs an array named 'allparam'; found {names}")
+    shape = np.shape(arrays["allparam"])
+    if len(shape) == 5 and shape[2] == 2 and shape[3] == shape[4] >= 2 and 0 not in shape:
+        # checked before the float64 copies: the array as float64, W_QK and W_VP
+        early = sample_config(n=n, d=shape[3] - 1, layers=shape[0], heads=shape[1], dtype=dtype)
+        _check_import_budget(early, max_bytes, 3 * 8 * math.prod(shape))
     qk, vp = ahn_products(arrays["allparam"])
     L, h, E = qk.shape[:3]
     cfg = sample_config(n=n, d=E - 1, layers=L, heads=h, n_prime=n_prime, dtype=dtype)
     task = TaskConfig(task="least_squares", n=n, d=E - 1, n_prime=n_prime, d_prime=1, alpha=1.0)
-    _check_import_budget(cfg, max_bytes)
+    _check_import_budget(cfg, max_bytes, 2 * 8 * math.prod(shape))
     return _finite_in_dtype(model_from_products(cfg, qk, vp)), task
 
 
@@ -518,8 +524,9 @@ def _weights_file(path: Path, max_bytes: float) -> None:
 
 
 def _tensor_bytes(path: Path, obj: dict, max_bytes: float) -> None:
-    """Refuse tensors that are not plain dense CPU numbers, then hold the float64 copies the
-    import makes to `max_bytes` (a strided view of a small storage can declare gigabytes)."""
+    """Refuse tensors that are not plain dense CPU numbers, then hold the three float64 copies the
+    import makes (read, checked, factored) to `max_bytes` (a strided view of a small storage can
+    declare gigabytes)."""
     total = 0
     for key, value in obj.items():
         if not isinstance(value, torch.Tensor):
@@ -536,8 +543,8 @@ def _tensor_bytes(path: Path, obj: dict, max_bytes: float) -> None:
                 f"{path}: weight {key} is a {value.device.type} tensor with no plain data; store "
                 "the weights themselves"
             )
-        total += value.numel() * (value.element_size() + 8)
-    budget.check(total, f"the weights of {path} (as float64)", max_bytes)
+        total += value.numel() * (value.element_size() + 24)
+    budget.check(total, f"the weights of {path} (with their three float64 copies)", max_bytes)
 
 
 _REAL_DTYPES = (
@@ -570,10 +577,10 @@ def _npz_bytes(path: Path, max_bytes: float) -> None:
                         else np.lib.format.read_array_header_2_0
                     )
                     shape, _, dtype = header(member)
-                    total += math.prod(shape) * (dtype.itemsize + 8)
+                    total += math.prod(shape) * (dtype.itemsize + 24)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise EagleProbeError(f"{path} is not a readable .npz file ({exc})") from exc
-    budget.check(total, f"the arrays of {path} (as float64)", max_bytes)
+    budget.check(total, f"the arrays of {path} (with their three float64 copies)", max_bytes)
 
 
 def read_arrays(
