@@ -96,20 +96,28 @@ class Geometry:
         """Per-prompt scale s the prompt is divided by before the first layer: (b,), read-only.
 
         The spectral norm costs an SVD per prompt and every view asks for it on the same
-        held-out arrays, so it is kept for as long as the array `z0` lives (prompt arrays are
-        never modified in place)."""
+        held-out arrays or their first rows (`HeldOut.first`), so it is kept for as long as the
+        array `z0` lives, keyed by its memory: a later array on the same memory with as many rows
+        or fewer gets the first rows of the kept scales (prompt arrays are never modified in
+        place)."""
         if self.normalize == "none":
             return np.ones(z0.shape[0])
-        key = (id(z0), self.normalize, self.d, self.n)
+        b = z0.shape[0]
+        key = (z0.__array_interface__["data"][0], z0.strides, z0.shape[1:], z0.dtype.str)
+        key += (self.normalize, self.d, self.n)
         hit = _SCALES.get(key)
-        if hit is not None and hit[0]() is z0:
-            return hit[1]
+        if hit is not None and hit[0]() is not None and hit[1].shape[0] >= b:
+            return hit[1][:b]
         A = z0[:, : self.d, : self.n]
         ord_ = "fro" if self.normalize == "frobenius" else 2
         scale = np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
         scale.flags.writeable = False
         try:
-            ref = weakref.ref(z0, lambda _, key=key: _SCALES.pop(key, None))
+            # dropped with its array, unless a later, longer array on the same memory replaced it
+            ref = weakref.ref(
+                z0,
+                lambda r, key=key: _SCALES.pop(key) if _SCALES.get(key, (None,))[0] is r else None,
+            )
         except TypeError:  # not weak-referenceable: no cache
             return scale
         _SCALES[key] = (ref, scale)

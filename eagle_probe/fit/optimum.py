@@ -31,6 +31,7 @@ and C with a), i.e. the best GD++ with the network's number of layers.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -162,14 +163,46 @@ def spectral_factors(
     geo: Geometry, z0: np.ndarray, scale: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per prompt the singular values σ (b, r) of A_0 = U Σ Vᵀ (internal units), the rank-one
-    outputs O_i = (B_0 v_i)(u_iᵀ C_0) (b, r, d', n') and the prompt scale s (b,)."""
+    outputs O_i = (B_0 v_i)(u_iᵀ C_0) (b, r, d', n') and the prompt scale s (b,).
+
+    Without `scale` (the prompts' own, `Geometry.prompt_scale`) σ, B_0 V and Uᵀ C_0 are kept for
+    as long as `z0` lives, keyed by its memory like the prompt scale: every fit of the optimum
+    asks for the same tuning prompts or their first rows, and each asking cost an SVD per
+    prompt. The SVDs are per prompt, so the first rows of the kept ones are those of the rows."""
     s = geo.prompt_scale(z0) if scale is None else scale
-    A, B, C, _ = geo.blocks(z0 / s[:, None, None])
-    U, sigma, Vt = np.linalg.svd(A, full_matrices=False)  # (b, d, r), (b, r), (b, r, n)
-    beta = B @ Vt.swapaxes(-1, -2)  # (b, d', r)
-    gamma = U.swapaxes(-1, -2) @ C  # (b, r, n')
+    b = z0.shape[0]
+    key = (z0.__array_interface__["data"][0], z0.strides, z0.shape[1:], z0.dtype.str)
+    key += (geo.d, geo.n, geo.normalize)
+    hit = _SVDS.get(key) if scale is None else None
+    if hit is not None and hit[0]() is not None and hit[1][0].shape[0] >= b:
+        sigma, beta, gamma = (x[:b] for x in hit[1])
+    else:
+        A, B, C, _ = geo.blocks(z0 / s[:, None, None])
+        U, sigma, Vt = np.linalg.svd(A, full_matrices=False)  # (b, d, r), (b, r), (b, r, n)
+        beta = B @ Vt.swapaxes(-1, -2)  # (b, d', r)
+        gamma = U.swapaxes(-1, -2) @ C  # (b, r, n')
+        for x in (sigma, beta, gamma):
+            x.flags.writeable = False
+        if scale is None:
+            try:
+                ref = weakref.ref(z0, lambda r, key=key: _forget(_SVDS, key, r))
+            except TypeError:  # not weak-referenceable: no cache
+                ref = None
+            if ref is not None:
+                _SVDS[key] = (ref, (sigma, beta, gamma))
     outer = beta.swapaxes(-1, -2)[..., :, None] * gamma[..., None, :]  # (b, r, d', n')
     return sigma, outer, s
+
+
+def _forget(cache: dict, key: tuple, ref: weakref.ref) -> None:
+    """Drop cache[key] if it is still the entry of the array behind `ref` (a later, longer array
+    on the same memory may have replaced it)."""
+    if key in cache and cache[key][0] is ref:
+        del cache[key]
+
+
+# spectral_factors' SVDs of live prompt arrays: memory key -> (weak reference, (σ, B_0 V, Uᵀ C_0))
+_SVDS: dict[tuple, tuple[weakref.ref, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
 
 def spectral_jacobian(
@@ -263,7 +296,7 @@ def fit_steps(
     m = target.size
     scale = geo.prompt_scale(prompts.z0)  # (b,), once: the spectral norm costs an SVD per prompt
     # the plain Gram: one SVD per prompt, then O(L² r) per Jacobian (`spectral_jacobian`)
-    factors = spectral_factors(geo, prompts.z0, scale) if spectral(geo) else None
+    factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None  # its own scale
 
     def evaluate(th: np.ndarray, sl: slice, jacobian: bool):
         if factors is not None:
