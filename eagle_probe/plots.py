@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import NullFormatter, NullLocator
 
 from eagle_probe.model import LinearTransformer
 
@@ -672,13 +672,27 @@ VIEW_FIGURES: dict[str, Callable[[Extraction], dict[str, Figure]]] = {
 }
 
 
+def _without_minor_log_ticks(fig: Figure, decades: float = 2.0) -> Figure:
+    """`fig` with no minor ticks on its log axes that span at least `decades` decades (those
+    carry labelled decade ticks; the unlabelled minor ticks are most of a figure's drawing time,
+    laid out twice under constrained layout). Returns `fig`."""
+    for ax in fig.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim), (ax.yaxis, ax.get_ylim)):
+            if axis.get_scale() != "log":
+                continue
+            lo, hi = sorted(limits())
+            if lo > 0 and np.log10(hi / lo) >= decades:
+                axis.set_minor_locator(NullLocator())
+    return fig
+
+
 def extraction_figures(ex: Extraction) -> dict[str, Figure]:
     """Every figure of an extraction, in the order of `VIEW_FIGURES`, for the views it ran."""
     out: dict[str, Figure] = {}
     for view, fn in VIEW_FIGURES.items():
         if view in ex.views:
             out.update(fn(ex))
-    return out
+    return {name: _without_minor_log_ticks(fig) for name, fig in out.items()}
 
 
 # --- off the training distribution (eagle_probe.compare) and across training (timeline) --------
