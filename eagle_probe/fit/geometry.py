@@ -23,7 +23,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-# id(z0), normalize, d, n -> (weak reference to z0, its prompt scales); see Geometry.prompt_scale
+# prompts per block of `Geometry.layer` (4,096 held-out prompts of an 8-head model: 0.23 s at once,
+# 0.08 s in blocks of 64 to 256, one core)
+LAYER_CHUNK = 128
+# z0's memory, normalize, d, n -> (weak reference to z0, its prompt scales); Geometry.prompt_scale
 _SCALES: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
@@ -132,7 +135,16 @@ class Geometry:
 
     def layer(self, Z: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
         """One layer Z + Σ_h ((Z W_QK^h Zᵀ) ⊙ M) Z W_VP^h for Z (b, T, E), qk/vp (h, E, E);
-        in the sample layout the same on H = Zᵀ with the scores times 1/n, Z returned as blocks."""
+        in the sample layout the same on H = Zᵀ with the scores times 1/n, Z returned as blocks.
+
+        Token layout: LAYER_CHUNK prompts at a time, the same numbers (every product is per
+        prompt) about three times faster on thousands of prompts, whose (b, h, T, T) scores
+        would not stay in cache."""
+        if not self.samples and Z.shape[0] > LAYER_CHUNK:
+            parts = [
+                self.layer(Z[i : i + LAYER_CHUNK], qk, vp) for i in range(0, len(Z), LAYER_CHUNK)
+            ]
+            return np.concatenate(parts)
         H = Z.swapaxes(-1, -2) if self.samples else Z  # the stream as the layers see it
         mask = self.mask * self.key_scale
         # batched matmuls, not a three-operand einsum: the same sums, an order of magnitude faster
