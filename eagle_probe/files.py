@@ -177,7 +177,8 @@ def check_dir(path: str | os.PathLike, *, force: bool = False, what: str = "--ou
         if not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"{what} {path} exists and is not a directory ({_kind(st.st_mode)})")
         try:
-            empty = not any(os.scandir(path))
+            with os.scandir(path) as listing:  # closed even when it stops at the first entry
+                empty = next(listing, None) is None
         except OSError as exc:
             raise OutputError(f"{what} {path} cannot be read: {exc.strerror}") from None
         if not empty and not force:
