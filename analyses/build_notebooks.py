@@ -222,8 +222,8 @@ assert it["cg"] >= 100 * it["eagle"], "hundreds of times fewer iterations than C
 In weight space the network is EAGLE: projecting every layer onto the EAGLE family leaves its
 held-out MSE unchanged (the verdict above). One step at a time, every layer is an EAGLE step to
 within half a percent of its own update (the untrained control: 100%); layers 1–3 have EAGLE's
-weight shape outright, layer 0 a dense W_QK A-block that acts like a multiple of I on these
-prompts. The faithful export, built from the activation-fitted constants, follows the network to
+weight shape outright, layer 0 a W_QK A-block near 0.79 I with a 14% off-diagonal part that acts like a multiple of I
+on these prompts. The faithful export, built from the activation-fitted constants, follows the network to
 about a percent, while the normalized export, which keeps iterating with per-problem ρ, solves the
 problem exactly at any size. Against CG, EAGLE needs hundreds of
 times fewer iterations at κ = 1e4, each a dense matrix product instead of a matrix-vector
@@ -350,13 +350,14 @@ eagle_floats = dist[dist.method == "eagle"].floats_total.values
 claims = [
     ("Trained weights collapse to W_QK ≈ diag(α1 I, 0), W_VP ≈ diag(α2 I, α3 I)",
      "; ".join(f"layer {r.layer}: {r.W_QK}, {r.W_VP}" for r in ex.weights.itertuples()),
-     "confirmed for layers 1-3; layer 0's W_QK A-block is dense"),
+     "confirmed for layers 1-3; layer 0's W_QK A-block is a multiple of I plus an off-diagonal "
+     "part"),
     ("Table 1 centralized fidelity 2.4e-4 … 5.3e-4 (end to end)",
      ", ".join(f"{v:.1e}" for v in c_fid[c_fid.reading == "end_to_end"].fidelity),
      "better in layers 1-3, worse in layer 0 (the paper's layer 1)"),
     ("… one layer at a time (one-step reading)",
      ", ".join(f"{v:.1e}" for v in c_fid[c_fid.reading == "one_step"].fidelity),
-     "better in layers 1-3; layer 0 (dense W_QK) departs"),
+     "better in layers 1-3; layer 0 (off-diagonal W_QK) departs"),
     ("η ≈ 1, γ ≈ 1.9", "; ".join(f"layer {r.layer}: η = {r.eta:.2f}, γ = {r.gamma:.2f}"
                                  for r in extractions["centralized"][1].layers.itertuples()),
      "η ≈ 1 confirmed in layers 0-2 (layer 3 has no A step); γ ≈ 1.0-1.4, below 1.9"),
@@ -396,9 +397,9 @@ display(pd.DataFrame(claims, columns=["paper or seed-text claim", "our measureme
 # The verdicts written as text above, checked on the numbers: this cell fails when one no
 # longer holds (the others are computed from the measurement).
 w = ex.weights
-assert all(q.endswith("I_18, 0)") and "dense" not in v
+assert all(q.endswith("I_18, 0)") and "dense" not in v and "off-diag" not in q
            for q, v in zip(w.W_QK.iloc[1:], w.W_VP.iloc[1:])), "layers 1-3: EAGLE's shape"
-assert w.W_QK.iloc[0].startswith("diag(dense"), "layer 0: dense W_QK A-block"
+assert "off-diag" in w.W_QK.iloc[0], "layer 0: an off-diagonal part in W_QK's A-block"
 e2e = c_fid[c_fid.reading == "end_to_end"] if "reading" in c_fid else c_fid
 assert e2e.sort_values("layer").better_than_paper.tolist() == [False, True, True, True], (
     "end to end: better in layers 1-3")
