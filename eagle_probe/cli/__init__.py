@@ -91,7 +91,14 @@ def _compute_parent(device: str | None) -> Parser:
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="eagle-probe", description=__doc__.splitlines()[0])
+    parser = Parser(
+        prog="eagle-probe",
+        description="Train linear-attention transformers on masked low-rank completion prompts and "
+        "recover the numerical algorithm they run (EAGLE and its distributed and sketched "
+        "variants).",
+        epilog="`eagle-probe COMMAND --help` lists a command's options; docs/cli.md describes "
+        "every command and its outputs.",
+    )
     parser.add_argument("--version", action="version", version=f"eagle-probe {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     # Accepted before or after the command: `eagle-probe --debug train …`, `… train --debug`.
@@ -113,7 +120,9 @@ def build_parser() -> Parser:
         module = _module(name)
         device = optional if name in NO_DEFAULT_DEVICE else compute
         parents = [common, device] if name in COMPUTING else [common]
-        getattr(module, f"_add_{name}")(sub.add_parser(name, parents=parents, help=module.HELP))
+        description = module.HELP[0].upper() + module.HELP[1:] + "."
+        command = sub.add_parser(name, parents=parents, help=module.HELP, description=description)
+        getattr(module, f"_add_{name}")(command)
     return parser
 
 

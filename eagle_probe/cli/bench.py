@@ -21,7 +21,9 @@ HELP = "benchmark the recovered solver against classical ones"
 
 def _add_bench(parser: Parser) -> None:
     parser.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
-    parser.add_argument("--out", default="bench-out", help="directory for CSV, PNG and summary.md")
+    parser.add_argument(
+        "--out", default="bench-out", help="directory for CSV, PNG and summary.md (bench-out)"
+    )
     parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
     parser.add_argument("--seed", type=_seed, default=0, help="seed of the problems (0)")
     parser.add_argument("--force", action="store_true", help="write into an existing --out")

@@ -9,14 +9,17 @@ import json
 from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
 from eagle_probe.errors import EagleProbeError
 
-HELP = "score a checkpoint beside its extracted algorithm on sweeps of the prompt distribution"
+HELP = "score a checkpoint and its algorithm on shifted prompts"
 SWEEP_NAMES = ("scale", "kappa", "rank", "alpha", "noise", "samples")  # compare.SWEEPS
 
 
 def _add_compare(parser: Parser) -> None:
     parser.add_argument("model", help="checkpoint file (.pt)")
     parser.add_argument(
-        "--out", required=True, help="write DIR/compare.json and its figures (PNG) here"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="write DIR/compare.json and its figures (PNG) here",
     )
     parser.add_argument(
         "--prompts", type=_positive_int, default=256, help="prompts per sweep point (256)"

@@ -20,8 +20,12 @@ HELP = "test MSE of a checkpoint on fresh prompts"
 def _add_evaluate(parser: Parser) -> None:
     parser.add_argument("model", help="checkpoint file (.pt)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--seed", type=_seed, default=12345, help="seed of the test prompts")
-    parser.add_argument("--batch", type=_positive_int, default=8192, help="number of test prompts")
+    parser.add_argument(
+        "--seed", type=_seed, default=12345, help="seed of the test prompts (12345)"
+    )
+    parser.add_argument(
+        "--batch", type=_positive_int, default=8192, help="number of test prompts (8192)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

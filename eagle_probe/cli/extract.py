@@ -23,7 +23,13 @@ EXPORT_GAP = 0.05  # extract warns when the faithful export is further than this
 
 def _add_extract(parser: Parser) -> None:
     parser.add_argument("model", help="checkpoint file (.pt)")
-    parser.add_argument("--out", default=None, help="write DIR/extraction.json (and more) here")
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="write DIR/extraction.json, solver.py, report.html and the figures (default: "
+        "print only)",
+    )
     parser.add_argument(
         "--probe-batch",
         type=_positive_int,

@@ -17,7 +17,7 @@ from eagle_probe.cli.common import (
 )
 from eagle_probe.errors import EagleProbeError
 
-HELP = "write a model whose weights run given EAGLE steps"
+HELP = "write a model whose weights run given EAGLE steps (any regime)"
 
 
 def _add_plant(parser: Parser) -> None:
@@ -30,8 +30,8 @@ def _add_plant(parser: Parser) -> None:
     parser.add_argument(
         "--regime",
         default="centralized",
-        help="centralized (eagle), distributed (eagle-distributed, one head per machine) or "
-        "constrained (eagle-sketched, a random rank-r sketch per layer)",
+        help="centralized (eagle, the default), distributed (eagle-distributed, one head per "
+        "machine) or constrained (eagle-sketched, a random rank-r sketch per layer)",
     )
     parser.add_argument(
         "--machines", type=_positive_int, default=3, help="distributed: machines M (3)"
@@ -48,7 +48,7 @@ def _add_plant(parser: Parser) -> None:
         default=None,
         help="heads per layer (1; distributed: one per machine)",
     )
-    parser.add_argument("--dtype", default="float32", help="float32 or float64")
+    parser.add_argument("--dtype", default="float32", help="float32 or float64 (float32)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output")
     parser.add_argument("-o", "--out", required=True, help="checkpoint to write")
 

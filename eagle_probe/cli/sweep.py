@@ -19,15 +19,17 @@ from eagle_probe.cli.common import (
 )
 from eagle_probe.errors import EagleProbeError
 
-HELP = "train and extract a grid of seeds x regimes in parallel"
+HELP = "train and extract seeds x regimes, or plan them for Slurm"
 
 
 def _add_sweep(parser: Parser) -> None:
     parser.add_argument(
-        "--regimes", default="centralized,distributed,constrained", help="comma-separated regimes"
+        "--regimes",
+        default="centralized,distributed,constrained",
+        help="comma-separated regimes (all three)",
     )
     parser.add_argument(
-        "--seeds", default="0,1,2", help="comma-separated seeds, or a count like 10"
+        "--seeds", default="0,1,2", help="comma-separated seeds, or a count like 10 (0,1,2)"
     )
     parser.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
     parser.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
@@ -35,20 +37,22 @@ def _add_sweep(parser: Parser) -> None:
         "--parallel", type=_positive_int, default=None, help="runs at a time (the CPU count)"
     )
     parser.add_argument("--normalize", default="spectral", help="prompt normalisation (spectral)")
-    parser.add_argument("--schedule", default="warmup_cosine", help="learning-rate schedule")
+    parser.add_argument(
+        "--schedule", default="warmup_cosine", help="learning-rate schedule (warmup_cosine)"
+    )
     parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
         "--gain-lr", type=_finite_float, default=0.0, help="rate of the head log-gains (0: off)"
     )
     parser.add_argument("--select", default="mean", help="mean, median or trimmed (mean)")
     parser.add_argument(
-        "--eval-batch", type=_positive_int, default=2048, help="held-out validation prompts"
+        "--eval-batch", type=_positive_int, default=2048, help="held-out validation prompts (2048)"
     )
     parser.add_argument(
         "--name", default="{regime}_seed{seed}", help="checkpoint file stem ({regime}_seed{seed})"
     )
     parser.add_argument(
-        "--out", default="sweep-out", help="directory for checkpoints and sweep.csv"
+        "--out", default="sweep-out", help="directory for checkpoints and sweep.csv (sweep-out)"
     )
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
     parser.add_argument(
@@ -93,7 +97,7 @@ def _add_sweep(parser: Parser) -> None:
         metavar="OPTION",
         help="a further #SBATCH line, e.g. --sbatch=--gres=gpu:1 (repeatable)",
     )
-    cluster.add_argument("--job-name", default="eagle-probe", help="Slurm job name")
+    cluster.add_argument("--job-name", default="eagle-probe", help="Slurm job name (eagle-probe)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,13 +7,16 @@ import json
 
 from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
 
-HELP = "extract every checkpoint a training run kept (train --save-every) with the cheap views"
+HELP = "extract each checkpoint of a train --save-every run"
 
 
 def _add_timeline(parser: Parser) -> None:
     parser.add_argument("run_dir", help="run directory of train --save-every (MODEL.steps/)")
     parser.add_argument(
-        "--out", required=True, help="write DIR/timeline.json and its figures (PNG) here"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="write DIR/timeline.json and its figures (PNG) here",
     )
     parser.add_argument(
         "--test-batch",

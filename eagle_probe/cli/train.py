@@ -40,7 +40,7 @@ HELP = "train a model and write a checkpoint"
 
 def _add_train(parser: Parser) -> None:
     parser.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
-    parser.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)}")
+    parser.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)} (paper)")
     parser.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
     parser.add_argument(
         "--heads",
@@ -83,20 +83,26 @@ def _add_train(parser: Parser) -> None:
         help="prescribe the condition number of A instead",
     )
     parser.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
-    parser.add_argument("--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)}")
-    parser.add_argument("--readout", default="negate", help=f"one of {', '.join(READOUTS)}")
+    parser.add_argument(
+        "--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)} (visible)"
+    )
+    parser.add_argument(
+        "--readout", default="negate", help=f"one of {', '.join(READOUTS)} (negate)"
+    )
     parser.add_argument(
         "--normalize",
         default="spectral",
         help=f"one of {', '.join(NORMALIZE)}; divide each prompt by that norm of A "
         "(spectral; none is the paper's plain model, unstable to train)",
     )
-    parser.add_argument("--init", default="normal", help="normal or orthogonal_half")
+    parser.add_argument("--init", default="normal", help="normal or orthogonal_half (normal)")
     parser.add_argument(
-        "--tokens", default="features", help="token layout: features (d + d' rows) or samples"
+        "--tokens",
+        default="features",
+        help="token layout: features (d + d' rows, the default) or samples",
     )
     parser.add_argument(
-        "--init-std", type=_init_std, default=0.02, help="std of the random initialisation"
+        "--init-std", type=_init_std, default=0.02, help="std of the random initialisation (0.02)"
     )
     parser.add_argument(
         "--steps",
@@ -104,13 +110,15 @@ def _add_train(parser: Parser) -> None:
         default=None,
         help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
     )
-    parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step")
-    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate")
-    parser.add_argument("--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)}")
+    parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step (1024)")
+    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
-        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine"
+        "--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)} (constant)"
     )
-    parser.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip")
+    parser.add_argument(
+        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
+    )
+    parser.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip (0.1)")
     parser.add_argument(
         "--weight-decay",
         type=_finite_float,
@@ -121,7 +129,7 @@ def _add_train(parser: Parser) -> None:
         "--select",
         default="mean",
         help="validation number that picks the kept weights: mean, median or trimmed (mean over "
-        "the best 99%% of prompts)",
+        "the best 99%% of prompts; mean)",
     )
     parser.add_argument(
         "--gain-lr",
@@ -139,7 +147,7 @@ def _add_train(parser: Parser) -> None:
         "--freeze-values-last",
         type=_finite_float,
         default=0.0,
-        help="fraction of steps at the end with W_V, W_P frozen",
+        help="fraction of steps at the end with W_V, W_P frozen (0)",
     )
     parser.add_argument("--curriculum", action="store_true", help="grow difficulty from α = 1")
     parser.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
@@ -150,9 +158,11 @@ def _add_train(parser: Parser) -> None:
         help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
         "(default: one per process, so 1 without torchrun)",
     )
-    parser.add_argument("--eval-every", type=_positive_int, default=250, help="validation period")
     parser.add_argument(
-        "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts"
+        "--eval-every", type=_positive_int, default=250, help="validation period in steps (250)"
+    )
+    parser.add_argument(
+        "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts (8192)"
     )
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
     parser.add_argument(
