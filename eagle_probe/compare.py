@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -133,7 +134,7 @@ class Comparison:
 
     def render(self) -> str:
         """A few lines for people: per sweep the range the network follows its algorithm."""
-        lines = [self.json["summary"]["text"]]
+        lines = [textwrap.fill(self.json["summary"]["text"], 100, subsequent_indent="  ")]
         for name, table in self.sweeps.items():
             cols = ["value", *[f"mse_{a}" for a in ALGORITHMS if f"mse_{a}" in table], "gap"]
             lines.append(f"\n{name}:")

@@ -254,3 +254,13 @@ def test_interpolation_is_flat_for_a_planted_model_in_another_gauge():
     result = compare(scaled, task, cfg)
     assert result.json["interpolation"]["mse_relative_range"] <= 1e-10
     assert max(result.json["interpolation"]["gap"]) <= 1e-10
+
+
+def test_render_keeps_lines_to_100_characters(planted_compare):
+    result = planted_compare["none"][2]
+    lines = result.render().splitlines()
+    assert lines[0].startswith("the network follows its extracted algorithm")
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert " ".join(line.strip() for line in lines[:3]).startswith(
+        result.json["summary"]["text"][:150]
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from eagle_probe.cli.common import (
     Parser,
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                 "its constant EAGLE steps do not reproduce the network"
             )
             payload["warnings"].append(warning)
-            lines.append(f"warning: {warning}")
+            lines.append(textwrap.fill(f"warning: {warning}", 100, subsequent_indent="  "))
         (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
         write_report(result, tmp, str(args.model))
         _publish(args)
