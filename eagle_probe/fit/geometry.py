@@ -165,8 +165,13 @@ class Geometry:
         return np.stack(Z)
 
     def predict(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
-        """The prediction of D (b, d', n') of the products qk, vp in prompt units."""
-        return self.readout_of(self.stream(z0, qk, vp)[-1], z0)
+        """The prediction of D (b, d', n') of the products qk, vp in prompt units (`stream`'s last
+        layer, without keeping and stacking the others)."""
+        Z = z0 / self.prompt_scale(z0)[:, None, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for layer in range(qk.shape[0]):
+                Z = self.layer(Z, qk[layer], vp[layer])
+        return self.readout_of(Z, z0)
 
     def readout_of(self, Z: np.ndarray, z0: np.ndarray) -> np.ndarray:
         """Prediction (b, d', n') in prompt units from a final stream Z (b, T, E) in internal
