@@ -97,6 +97,13 @@ def test_plan_lines_state_every_train_option(tmp_path):
     assert not (tmp_path / "o").exists()  # nothing trained
 
 
+def test_a_single_seed_is_a_list_with_a_trailing_comma(tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    argv = [*SWEEP, "--seeds", "5,", "--out", str(tmp_path / "o"), "--plan", str(runs)]
+    assert main(argv) == 0
+    assert [line["seeds"] for line in plan.read_plan(runs)] == [[5]]
+
+
 def test_group_seeds():
     assert plan.group_seeds([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3], [4]]
     assert plan.group_seeds([0, 5, 6, 9], 3) == [[0], [5, 6], [9]]

@@ -29,7 +29,9 @@ def _add_sweep(parser: Parser) -> None:
         help="comma-separated regimes (all three)",
     )
     parser.add_argument(
-        "--seeds", default="0,1,2", help="comma-separated seeds, or a count like 10 (0,1,2)"
+        "--seeds",
+        default="0,1,2",
+        help="comma-separated seeds (one seed: 5,), or a count like 10 (0,1,2)",
     )
     parser.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
     parser.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
@@ -134,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
             f"--seeds {text} with {len(regimes)} regime(s) asks for more than {MAX_RUNS} runs"
         )
     try:
-        seeds = list(range(count)) if count is not None else [int(s) for s in text.split(",")]
+        if count is not None:
+            seeds = list(range(count))
+        else:  # a list may end in a comma, so one seed S alone is `--seeds S,` (S is a count)
+            seeds = [int(s) for s in text.removesuffix(",").split(",")]
     except ValueError:
         raise EagleProbeError(
             f"--seeds must be a count or comma-separated integers, got {text!r}"
