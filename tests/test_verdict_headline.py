@@ -90,3 +90,11 @@ def test_the_page_opens_its_verdict_with_the_headline(best_step):
     page = render_html(best_step, "m.pt", {})
     assert f'<p class="headline"><strong>{html.escape(best_step.verdict["headline"])}' in page
     assert "1 layer × 1 head," in page
+
+
+def test_a_model_no_better_than_zero_is_not_called_1x_below_it():
+    from eagle_probe.fit.verdict import _below_zero
+
+    assert _below_zero(0.321, 0.32) == "no better than the zero predictor's 0.32"
+    assert _below_zero(0.5, 0.32).startswith("no better")
+    assert _below_zero(0.01, 0.2) == "20× below the zero predictor"

@@ -176,12 +176,20 @@ def term_kinds(terms_json: dict, family: families.Family | None = None) -> tuple
     return list(extra.items()), list(matrix.items())
 
 
+def _below_zero(net: float, zero: float) -> str:
+    """How far the MSE is below the zero predictor's, or that it is not below it."""
+    if net <= 0:
+        return "infinitely below the zero predictor"
+    if zero / net < 1.05:
+        return f"no better than the zero predictor's {_fmt(zero)}"
+    return f"{_fmt(zero / net)}× below the zero predictor"
+
+
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     parts = [
         f"{geo.regime} model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
-        f"held-out MSE {_fmt(net)} "
-        f"({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
+        f"held-out MSE {_fmt(net)} ({_below_zero(net, zero)})."
     ]
     if net > ZERO_FRACTION * zero:
         parts.append(
@@ -520,8 +528,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
         )
     parts = [
         f"sample-layout model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
-        "held-out MSE "
-        f"{_fmt(net)} ({_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor)."
+        f"held-out MSE {_fmt(net)} ({_below_zero(net, zero)})."
     ]
     for lay, a in zip(layers, algo, strict=True):
         what = {
