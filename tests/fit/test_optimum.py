@@ -126,3 +126,20 @@ def test_steps_that_blow_up_on_fresh_prompts_are_failed_not_the_best():
     assert kinds["bold"]["unstable"] and kinds["bold"]["failed"]
     assert not kinds["safe"]["failed"] and out["unstable_starts"] == 1
     assert out["best_fit"]["start_kind"] == "safe"
+
+
+def test_kept_svds_and_scales_are_those_of_the_rows_asked_for(ctx):
+    """The SVDs and prompt scales kept by memory give a leading slice the first rows of the
+    kept ones, a longer array on the same memory its own, and a copy with other values its own."""
+    geo, z0 = ctx.geometry, ctx.tuning.z0
+    fresh = [x.copy() for x in optimum.spectral_factors(geo, z0.copy())]
+    short = optimum.spectral_factors(geo, z0[:8])  # kept for the first 8 rows
+    whole = optimum.spectral_factors(geo, z0)  # longer on the same memory: computed again
+    again = optimum.spectral_factors(geo, z0[:5])  # the first rows of the whole one
+    for got, k in ((short, 8), (whole, z0.shape[0]), (again, 5)):
+        for x, ref in zip(got, fresh, strict=True):
+            np.testing.assert_array_equal(x, ref[:k])
+    other = z0[:8] * 2.0  # new memory, other values: its own scales and singular values
+    np.testing.assert_allclose(geo.prompt_scale(other), 2.0 * geo.prompt_scale(z0[:8]))
+    np.testing.assert_allclose(optimum.spectral_factors(geo, other)[0], short[0], rtol=1e-12)
+    assert not optimum.spectral_factors(geo, z0)[0].flags.writeable
