@@ -484,7 +484,7 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
         )
         lines.append(
             f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
-            f"({test['improvement']:.1f}x the zero predictor)"
+            f"({test['improvement']:.1f}x below the zero predictor)"
         )
     interrupted = results[0][1]["interrupted"]
     _publish(args)
