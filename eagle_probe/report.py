@@ -307,7 +307,9 @@ CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its pref
     "communication": lambda ex: (
         "eagle-distributed writes nothing into other machines' A/B columns (every cell 0%): a "
         "red cell is a head sending A columns, and the row label says how much the held-out MSE "
-        "moves when that layer's cross-machine A writes are zeroed (sent: by 2× or more)."
+        "moves when that layer's cross-machine A writes are zeroed, and when the values reading "
+        "other machines' A/B columns are zeroed with them (the whole A channel; sent: a head "
+        "reads or writes 5% of its ‖W_VP‖² there, or either ablation moves the MSE 2× or more)."
     ),
     "sketch": lambda ex: (
         "A head on a learned sketch α S Sᵀ follows the dashed step (flat at 1 for r values, "
