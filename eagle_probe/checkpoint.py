@@ -13,7 +13,6 @@ import hashlib
 import math
 import os
 import pickle
-import stat
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 
 from eagle_probe import budget
 from eagle_probe.errors import CheckpointError
-from eagle_probe.files import atomic_write_bytes, atomic_write_text, jsonable
+from eagle_probe.files import atomic_write_bytes, atomic_write_text, input_file, jsonable
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
 
@@ -203,16 +202,7 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
     The file is memory-mapped, so its tensors cost nothing until they are checked; its size and
     the sizes its zip directory declares are held to `max_bytes` first."""
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint {path} cannot be read: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"checkpoint {path} is not a regular file (a device, FIFO or socket)")
+    st = input_file(path, "checkpoint", CheckpointError)
     if st.st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty")
     budget.check(st.st_size, f"checkpoint {path}", max_bytes)

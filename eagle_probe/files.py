@@ -116,6 +116,22 @@ def _kind(mode: int) -> str:
     return "a regular file" if stat.S_ISREG(mode) else "a special file"
 
 
+def input_file(path: Path, what: str, error: type[Exception] = OutputError) -> os.stat_result:
+    """The stat of an input `path` that must be a regular file (a symbolic link is followed: its
+    target is what would be read), or `error` with a one-line reason naming `what` and the path."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {path} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {path} is not a regular file (a device, FIFO or socket)")
+    return st
+
+
 def _lstat(path: Path) -> os.stat_result | None:
     try:
         return os.lstat(path)

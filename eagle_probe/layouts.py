@@ -35,9 +35,7 @@ Files: `.pt`/`.pth` (read with `torch.load(weights_only=True)`; a bare tensor is
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -46,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eagle_probe import budget
+from eagle_probe import budget, files
 from eagle_probe.conventions import plan_import
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig
@@ -508,18 +506,7 @@ def _import_ahn(
 
 def _weights_file(path: Path, max_bytes: float) -> None:
     """A regular file (a symbolic link is followed) of at most `max_bytes`, or a one-line error."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise EagleProbeError(f"weights file {path} does not exist") from None
-    except OSError as exc:
-        raise EagleProbeError(f"weights file {path} cannot be read: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise EagleProbeError(f"weights file {path} is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise EagleProbeError(
-            f"weights file {path} is not a regular file (a FIFO, device or socket)"
-        )
+    st = files.input_file(path, "weights file", EagleProbeError)
     budget.check(st.st_size, f"weights file {path}", max_bytes)
 
 

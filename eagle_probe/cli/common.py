@@ -23,14 +23,19 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int, what: str) -> int:
+    """An integer argument of at least `low` (`what` names the kind in the error)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "a positive integer")
 
 
 MAX_THREADS = 1024  # more CPU threads than this is a typo (OpenMP aborts on a million)
@@ -44,13 +49,7 @@ def _threads(text: str) -> int:
 
 
 def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _int_at_least(text, 0, "an integer >= 0")
 
 
 SEED_LIMIT = 2**32  # seeds are combined into generator seeds; larger ones overflow there
@@ -206,3 +205,19 @@ def _claim(args: argparse.Namespace, claim):
 
 def _publish(args: argparse.Namespace) -> None:
     args.outputs.close()
+
+
+def _write_results(tmp: Path, name: str, payload: dict, figures: dict) -> list[str]:
+    """Write `name`.json (data only) and one PNG per figure into a claimed directory `tmp`;
+    returns the figure files' names."""
+    import json
+
+    from eagle_probe import files
+    from eagle_probe.report import png_bytes
+
+    (tmp / f"{name}.json").write_text(json.dumps(files.jsonable(payload), indent=2) + "\n")
+    names = []
+    for key, fig in figures.items():
+        (tmp / f"{key}.png").write_bytes(png_bytes(fig))
+        names.append(f"{key}.png")
+    return names

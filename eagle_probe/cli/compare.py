@@ -4,9 +4,17 @@ distribution."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
+from eagle_probe.cli.common import (
+    Parser,
+    _budget,
+    _claim,
+    _out_dir,
+    _positive_int,
+    _publish,
+    _seed,
+    _write_results,
+)
 from eagle_probe.errors import EagleProbeError
 
 HELP = "score a checkpoint and its algorithm on shifted prompts"
@@ -48,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
     from eagle_probe.compare import CompareConfig, compare
     from eagle_probe.plots import compare_figures
-    from eagle_probe.report import png_bytes
 
     sweeps = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
     unknown = [s for s in sweeps if s not in SWEEP_NAMES]
@@ -75,11 +82,7 @@ def run(args: argparse.Namespace) -> int:
     payload["model"]["sha256"] = checkpoint.sha256(args.model)
     payload["timings"]["total"] = time.perf_counter() - start
     print(result.render())
-    (tmp / "compare.json").write_text(json.dumps(files.jsonable(payload), indent=2) + "\n")
-    names = []
-    for name, fig in compare_figures(payload).items():
-        (tmp / f"{name}.png").write_bytes(png_bytes(fig))
-        names.append(f"{name}.png")
+    names = _write_results(tmp, "compare", payload, compare_figures(payload))
     _publish(args)
     print(f"wrote {out / 'compare.json'} and {', '.join(names)}")
     return 0

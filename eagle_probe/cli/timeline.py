@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from eagle_probe.cli.common import Parser, _budget, _claim, _out_dir, _positive_int, _publish, _seed
+from eagle_probe.cli.common import (
+    Parser,
+    _budget,
+    _claim,
+    _out_dir,
+    _positive_int,
+    _publish,
+    _seed,
+    _write_results,
+)
 
 HELP = "extract each checkpoint of a train --save-every run"
 
@@ -36,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     from eagle_probe import files
     from eagle_probe.plots import timeline_figures
-    from eagle_probe.report import png_bytes
     from eagle_probe.timeline import run_checkpoints, timeline
 
     run_checkpoints(args.run_dir)  # a directory without checkpoints fails before --out is made
@@ -48,11 +55,7 @@ def run(args: argparse.Namespace) -> int:
     payload = result.json
     payload["timings"]["total"] = time.perf_counter() - start
     print(result.render())
-    (tmp / "timeline.json").write_text(json.dumps(files.jsonable(payload), indent=2) + "\n")
-    names = []
-    for name, fig in timeline_figures(payload).items():
-        (tmp / f"{name}.png").write_bytes(png_bytes(fig))
-        names.append(f"{name}.png")
+    names = _write_results(tmp, "timeline", payload, timeline_figures(payload))
     _publish(args)
     print(f"wrote {out / 'timeline.json'} and {', '.join(names)}")
     return 0

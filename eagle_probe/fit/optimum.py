@@ -560,15 +560,16 @@ def multistart(
         v_factors = spectral_factors(geo, validation.z0) if spectral(geo) else None
         v_zero = float(np.mean(validation.D**2)) if ceiling is None else ceiling
 
-    checked: dict[int, float] = {}
+    # id(fit) -> (fit, its validation MSE); the fit is held so that its id is not reused
+    checked: dict[int, tuple[dict, float]] = {}
 
     def checked_mse(fit: dict) -> float:
-        """The fit's MSE on the validation prompts (inf where it is not finite)."""
+        """The fit's MSE on the validation prompts (inf where it is not finite), once per fit."""
         key = id(fit)
         if key not in checked:
             value = eagle_mse(geo, validation, fit["a_steps"], fit["c_steps"], factors=v_factors)
-            checked[key] = value if math.isfinite(value) else float("inf")
-        return checked[key]
+            checked[key] = (fit, value if math.isfinite(value) else float("inf"))
+        return checked[key][1]
 
     def unstable(fit: dict) -> bool:
         """The fit's steps blow up on the validation prompts."""
@@ -726,7 +727,12 @@ def validation_ceiling(ctx: Context) -> float | None:
 
 
 def family_optima(
-    ctx: Context, tune: HeldOut, held: HeldOut, screen: int, read_mse: float
+    ctx: Context,
+    tune: HeldOut,
+    held: HeldOut,
+    screen: int,
+    read_mse: float,
+    ceiling: float | None = None,
 ) -> list[dict]:
     """The same multi-start for every other family the regime admits (view `projection`'s
     steps of that family as its weight-read start): per family `name`, `optimal_mse` (held-out),
@@ -751,7 +757,7 @@ def family_optima(
         starts = starts_for(g, tune.z0[:screen], a0, c0, ctx.rng(SALT + 1))
         search = multistart(
             g, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation,
-            ceiling=validation_ceiling(ctx),
+            ceiling=ceiling,
         )  # fmt: skip
         best = search.pop("best_fit")
         factors = spectral_factors(g, held.z0) if spectral(g) else None
@@ -804,9 +810,10 @@ def optimum_view(ctx: Context) -> ViewResult:
     }
     warnings: list[str] = []
     starts = starts_for(geo, tune.z0[:screen], a0, c0, ctx.rng(SALT))
+    ceiling = validation_ceiling(ctx)  # one network forward on the validation prompts
     search = multistart(
         geo, tune, tune.D, starts, screen_prompts=screen, validation=ctx.validation,
-        ceiling=validation_ceiling(ctx),
+        ceiling=ceiling,
     )  # fmt: skip
     for r in search["starts"]:
         if r["refined"]:
@@ -824,7 +831,7 @@ def optimum_view(ctx: Context) -> ViewResult:
         )
     best_mse = eagle_mse(geo, held, best["a_steps"], best["c_steps"], factors=held_factors)
     out.update(search)
-    out["families"] = family_optima(ctx, tune, held, screen, best_mse)
+    out["families"] = family_optima(ctx, tune, held, screen, best_mse, ceiling)
     for fam in out["families"]:
         if not fam["read"] and fam.get("best") is None:
             warnings.append(
