@@ -754,8 +754,8 @@ def compare_sweeps(result: dict) -> Figure:
         f = sweep["follows"]
         ax.axvspan(f["low"], f["high"], color="C2", alpha=0.07)
         ax.set_title(name, fontsize=9)
-        ax.tick_params(labelsize=7)
-        twin.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)
+        twin.tick_params(which="both", labelsize=7)  # minor labels too: a log axis under 1 decade
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="k", marker="o", ls="", ms=3))
     labels.append("gap network–extracted (right axis)")
