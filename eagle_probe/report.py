@@ -9,8 +9,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
+import os
+import select
+import signal
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -413,6 +418,128 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
+def _view_pngs(ex: Extraction, views: list[str]) -> dict[str, dict[str, bytes]]:
+    """PNG bytes of the figures of `views`, per view."""
+    from eagle_probe.plots import view_figures
+
+    return {v: {k: png_bytes(fig) for k, fig in view_figures(ex, v).items()} for v in views}
+
+
+def _pack(drawn: dict[str, dict[str, bytes]]) -> bytes:
+    """`drawn` as bytes: a JSON header line (the views, then (view, name, size) per figure), then
+    the PNGs."""
+    sizes = [[v, k, len(png)] for v, figs in drawn.items() for k, png in figs.items()]
+    body = b"".join(png for figs in drawn.values() for png in figs.values())
+    return json.dumps({"views": list(drawn), "figures": sizes}).encode() + b"\n" + body
+
+
+def _unpack(data: bytes) -> dict[str, dict[str, bytes]]:
+    """The inverse of `_pack`."""
+    line, _, body = data.partition(b"\n")
+    header = json.loads(line)
+    drawn: dict[str, dict[str, bytes]] = {v: {} for v in header["views"]}
+    at = 0
+    for view, name, size in header["figures"]:
+        drawn.setdefault(view, {})[name] = body[at : at + size]
+        at += size
+    if at != len(body):
+        raise ValueError("figure data of unexpected length")
+    return drawn
+
+
+def _drawn_by_child(ex: Extraction, views: list[str]) -> tuple[int, int]:
+    """Fork a process that draws the figures of `views` and writes them, packed, to a pipe;
+    return its pid and the pipe's reading end."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: draw, write, leave without running the parent's exit handlers
+        code = 1
+        try:
+            os.close(read)
+            import torch
+
+            torch.set_num_threads(1)  # no thread pool of the parent's is used after the fork
+            data = _pack(_view_pngs(ex, views))
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+CHILD_WAIT = 60.0  # seconds a drawing process may always take
+CHILD_SLOWER = 10.0  # and how many times this process's drawing time, if that is longer
+
+
+def _read_until(fd: int, deadline: float) -> bytes | None:
+    """All bytes from `fd` until its writer closes it, or None once `deadline` passes."""
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _unpack_or_none(data: bytes | None) -> dict[str, dict[str, bytes]] | None:
+    try:
+        return None if data is None else _unpack(data)
+    except (ValueError, KeyError, TypeError):  # a child that failed wrote nothing or half
+        return None
+
+
+def _reap(pid: int, fd: int) -> None:
+    """Close the pipe, stop the child if it still runs, and collect it."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    try:
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
+    """Every figure of `ex` as PNG bytes, in the order of `plots.extraction_figures`.
+
+    Drawing is most of a report's time and each figure is independent: with `workers` > 1 (the
+    default: the CPUs this process may use) forked processes draw every `workers`-th view's
+    figures beside this one; a view whose process fails is drawn here instead."""
+    from eagle_probe.plots import figure_views
+
+    views = figure_views(ex)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    workers = max(1, min(workers, len(views)))
+    if workers == 1 or not hasattr(os, "fork"):
+        drawn = _view_pngs(ex, views)
+    else:
+        parts = [views[k::workers] for k in range(workers)]
+        children = [(part, *_drawn_by_child(ex, part)) for part in parts[1:]]
+        try:
+            start = time.monotonic()
+            drawn = _view_pngs(ex, parts[0])
+            # a child stuck after the fork (a lock some thread held) must not hang the report
+            deadline = time.monotonic() + max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
+            for part, _pid, read in children:
+                got = _unpack_or_none(_read_until(read, deadline))
+                if got is None or set(got) != set(part):
+                    got = _view_pngs(ex, part)
+                drawn.update(got)
+        finally:
+            for _, pid, read in children:
+                _reap(pid, read)
+    return {k: png for v in views for k, png in drawn[v].items()}
+
+
 LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}
 
 STYLE = """
@@ -533,12 +660,11 @@ def write_report(ex: Extraction, out_dir: Path, name: str) -> list[Path]:
     `name` (e.g. the checkpoint path) only appears, escaped, in the page's text. `out_dir` must be
     an existing directory; nothing is written outside it."""
     from eagle_probe.checkpoint import atomic_write_bytes, atomic_write_text
-    from eagle_probe.plots import extraction_figures
 
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
         raise EagleProbeError(f"report directory {out_dir} does not exist or is not a directory")
-    figures = {k: png_bytes(fig) for k, fig in extraction_figures(ex).items()}
+    figures = figure_pngs(ex)
     written = []
     for fig_name, png in figures.items():
         path = out_dir / f"{fig_name}.png"

@@ -15,6 +15,7 @@ from eagle_probe.cli.common import (
     _positive_int,
     _publish,
     _seed,
+    set_threads,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     from eagle_probe import budget, checkpoint, files
-    from eagle_probe.capture import default_probe_batch
+    from eagle_probe.capture import default_probe_batch, default_threads
     from eagle_probe.export import faithful_gap, write_solver
     from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.files import jsonable
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = _out_dir(args.out, args.force)
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    if not args.threads and default_threads(model.cfg) is not None:
+        set_threads(default_threads(model.cfg))
     probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)
     if probes < 2:
         raise EagleProbeError(f"--probe-batch must be at least 2, got {probes}")
