@@ -28,8 +28,8 @@ of its largest eigenvalue (all eigenvalues t ∈ (0, 1]), one step maps t to t (
 for η ≤ 1/3 increases on [0, 1] (and stays below (1 − η)² up to t = 4): (1 − η)² bounds the next
 largest eigenvalue, so λ_l = λ_0 (1 − η)^(2l); λ_0 is the upper bound ‖K^8‖_F^(1/8) of
 `_top_bound`. Cost per iteration and problem: three products of about n × n by n × n,
-[A_l | C_l]ᵀ[A_l | C_l], [A_l | C_l] T and [M_l | y] T (see `_solve`).
-Problems leave the batch when they are certified, so the batch shrinks as it converges.
+[A_l | C_l]ᵀ[A_l | C_l], [A_l | C_l] T and Tᵀ [M_l | y]ᵀ (see `_solve`), into memory allocated
+once. Problems leave the batch when they are certified, so the batch shrinks as it converges.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ CERT_FLOOR, CERT_MARGIN, REFINE = template.CERT_FLOOR, template.CERT_MARGIN, tem
 STALL_STEP = template.STALL_STEP
 RATIO = GAMMA / ETA  # κ: Z's C column is C_l times this, V's last column −y (see `_solve`)
 COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
+SLICE = 1024  # problems at a time where a temporary the batch's size is not needed
 
 
 def _as_tensor(name: str, value, device=None) -> torch.Tensor:
@@ -61,14 +62,22 @@ def _as_tensor(name: str, value, device=None) -> torch.Tensor:
         t = t.to(torch.float64)
     if t.numel() == 0:
         raise ValueError(f"{name} has an empty dimension: shape {tuple(t.shape)}")
-    if not bool(torch.isfinite(t).all()):
+    low, high = torch.aminmax(t)  # NaN propagates: one pass, no temporary of t's size
+    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
         raise ValueError(f"{name} contains NaN or Inf")
     return t
 
 
-def _exponent(M: torch.Tensor) -> torch.Tensor:
-    """Per problem e with max|M| · 2⁻ᵉ in [0.5, 1) (0 for a zero M): (p,) int32."""
-    top = M.abs().flatten(1).amax(dim=1)
+def _top(M: torch.Tensor) -> torch.Tensor:
+    """max |M| per problem (p,), without a temporary of M's size."""
+    low, high = torch.aminmax(M.flatten(1), dim=1)
+    return torch.maximum(high, -low)
+
+
+def _exponent(M: torch.Tensor, top: torch.Tensor | None = None) -> torch.Tensor:
+    """Per problem e with max|M| · 2⁻ᵉ in [0.5, 1) (0 for a zero M): (p,) int32; top is
+    `_top(M)` where known."""
+    top = _top(M) if top is None else top
     _, e = torch.frexp(top)
     return torch.where(top > 0, e, torch.zeros_like(e))
 
@@ -107,7 +116,12 @@ def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
     clustered = (delta <= CLUSTER) & (mu > 0)
     # κ̂ = σ̂_1 λ_max(M_l) / √(μ (1 − δ)); M_l = m_l(ÃᵀÃ) is symmetric positive definite here
     spread = torch.sqrt(mu * (1.0 - delta.clamp(max=CLUSTER))).clamp_min(1e-300)
-    kappa = s1 * _top_bound(M) / spread
+    # λ_max(M_l) ≤ _top_bound(M_l) ≤ ‖M_l‖_F: where even ‖M_l‖_F keeps CERT_FLOOR · κ̂ · eps below
+    # rtol / 2, the bound is rtol whatever _top_bound gives, which is then not computed
+    kappa = torch.zeros_like(spread)
+    need = CERT_FLOOR * eps * s1 * _norm(M) / spread > 0.5 * rtol
+    if bool(need.any()):
+        kappa[need] = s1[need] * _top_bound(M[need]) / spread[need]
     bound = torch.clamp(CERT_FLOOR * kappa * eps, min=rtol)
     Kc = torch.where(clustered.view(-1, 1, 1), K, eye.expand_as(K))
     chol, bad = torch.linalg.cholesky_ex(Kc)
@@ -115,6 +129,8 @@ def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
     out = y.clone()
     certified = torch.zeros(q, dtype=torch.bool, device=K.device)
     for _ in range(REFINE):
+        if not bool((clustered & ~certified).any()):
+            break
         r = r0 - At @ y  # (q, m, 1): the true residual
         d = M @ torch.cholesky_solve(G.mT @ r, chol)  # (q, n, 1): Ã⁺ r, the error of y
         size = torch.linalg.vector_norm(y.squeeze(-1) + xs, dim=1).clamp_min(1e-300)
@@ -180,8 +196,9 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     x = x0.clone()
     done = torch.zeros(p, dtype=torch.bool, device=device)
     # exact power-of-two scaling per problem (solver_template._lstsq)
-    ea = _exponent(A)
-    zero_a = ~(A.flatten(1) != 0).any(dim=1)
+    top_a = _top(A)
+    ea = _exponent(A, top_a)
+    zero_a = top_a == 0
     At = _ldexp(A, -ea)
     k = _exponent(b)
     has_x0 = (x0 != 0).any(dim=1)
@@ -197,75 +214,111 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     exact = zero_a | zero_r
     info[exact] = 0
     done |= exact
-    lam0 = _top_bound(At.mT @ At)  # ‖Ã‖₂² from above
+    lam0 = torch.cat([_top_bound(a.mT @ a) for a in At.split(SLICE)])  # ‖Ã‖₂² from above
     s1 = torch.sqrt(lam0)
     r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
     # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
     idx = torch.nonzero(~done).squeeze(1)
+    q = len(idx)
+    At_a, r_a = (At, r) if q == p else (At[idx], r[idx])
     # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
     # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
     s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
-    # Z = [A_l | κ C_l] (q, m, n + 1) and V = [M_l | −κ y] (q, n, n + 1), κ = γ/η: one step,
+    # Z = [A_l | κ C_l] (q, m, n + 1) and Vᵀ = [M_l | −κ y]ᵀ (q, n + 1, n), κ = γ/η: one step,
     # A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
-    # is Z ← Z T and V ← V T with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built from
-    # P = Zᵀ Z: three batched products of contiguous operands a step
-    Z = torch.cat([At[idx] / s0, RATIO * r[idx]], dim=2)
-    eye = torch.eye(n, dtype=dtype, device=device)
-    V = torch.cat([eye / s0, torch.zeros(len(idx), n, 1, dtype=dtype, device=device)], dim=2)
+    # is Z ← Z T and Vᵀ ← Tᵀ Vᵀ with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built
+    # from P = Zᵀ Z in one pass, T = I + P ⊙ D / λ (D: −η on the W block, −γ on the last column
+    # above it, 0 on the last row): three batched products of contiguous operands a step, and −κ y
+    # a contiguous row of Vᵀ. Z and Vᵀ live in memory allocated once (two of each, used in turn),
+    # P and T in buffers of SLICE problems, each slice's three products run while its P and T are
+    # in cache: a fresh block of the batch's size every step would cost about a product in
+    # first-touch page faults, and one that leaves the cache about half of one
+    Zs = [torch.empty(q, m, n + 1, dtype=dtype, device=device) for _ in range(2)]
+    Vs = [torch.empty(q, n + 1, n, dtype=dtype, device=device) for _ in range(2)]
+    width = min(q, SLICE)
+    Ps = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
+    Ts = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
+    Z, Vt = Zs[0], Vs[0]
+    Z[..., :n].copy_(At_a).div_(s0)
+    Z[..., n:].copy_(r_a).mul_(RATIO)
+    Vt.zero_()
+    Vt[:, :n].diagonal(dim1=-2, dim2=-1).copy_(1.0 / s0.view(-1, 1))
     unit = torch.eye(n + 1, dtype=dtype, device=device)
+    D = torch.zeros(n + 1, n + 1, dtype=dtype, device=device)
+    D[:n, :n], D[:n, n] = -ETA, -GAMMA
+    trace = torch.empty(q, dtype=dtype, device=device)
     lam = 1.0
-    alive = torch.ones(len(idx), dtype=torch.bool, device=device)  # not yet finished
-    prev = torch.full((len(idx),), math.inf, dtype=dtype, device=device)
+    alive = torch.ones(q, dtype=torch.bool, device=device)  # not yet finished
+    prev = torch.full((q,), math.inf, dtype=dtype, device=device)
     growth, limit = 0.0, -math.log(max(m, n) * eps)
     it, work = 0, 0
     for it in range(1, maxiter + 1):
         count = int(alive.sum())
         if not count:
             break
-        if count < COMPACT * len(idx):  # drop the finished problems from the batch
-            idx, Z, V, prev = (t[alive] for t in (idx, Z, V, prev))
-            alive = alive[alive]
-        work += len(idx)
+        if count < COMPACT * q:  # drop the finished problems from the batch
+            keep = torch.nonzero(alive).squeeze(1)
+            q = len(keep)
+            Z = torch.index_select(Z, 0, keep, out=Zs[1][:q])
+            Vt = torch.index_select(Vt, 0, keep, out=Vs[1][:q])
+            Zs.reverse(), Vs.reverse()
+            idx, prev, alive, trace = idx[keep], prev[keep], alive[keep], trace[:q]
+        work += q
         growth += -math.log(1.0 - ETA)
         if growth > limit:  # only noise below the cutoff is left to resolve
             it -= 1
             break
-        P = Z.mT @ Z  # [[A_lᵀA_l, κ A_lᵀC_l], [κ C_lᵀA_l, κ² C_lᵀC_l]]
-        T = torch.add(unit, P, alpha=-ETA / lam)
-        T[:, :n, n] *= RATIO  # −γ κ A_lᵀC_l / λ
-        T[:, n, :n] = 0.0
-        T[:, n, n] = 1.0
-        newV = V @ T
-        step_norm = _norm(newV[..., n:] - V[..., n:]) / RATIO  # ‖γ M_l A_lᵀC_l / λ‖
-        Z, V = Z @ T, newV
-        M, y = V[..., :n], V[..., n:] / -RATIO
-        trace = P[:, :n, :n].diagonal(dim1=-2, dim2=-1).sum(-1)  # tr A_lᵀA_l
+        Dl = D / lam
+        newZ, newVt = Zs[1][:q], Vs[1][:q]
+        for i in range(0, q, SLICE):
+            j = min(q, i + SLICE)
+            z = Z[i:j]
+            P = torch.bmm(z.mT, z, out=Ps[: j - i])  # [[A_lᵀA_l, κ A_lᵀC_l], [κ C_lᵀA_l, κ²‖C_l‖²]]
+            torch.sum(P[:, :n, :n].diagonal(dim1=-2, dim2=-1), dim=-1, out=trace[i:j])
+            T = torch.addcmul(unit, P, Dl, out=Ts[: j - i])
+            torch.bmm(T.mT, Vt[i:j], out=newVt[i:j])
+            torch.bmm(z, T, out=newZ[i:j])
+        step_norm = torch.linalg.vector_norm(newVt[:, n] - Vt[:, n], dim=1) / RATIO
+        Z, Vt = newZ, newVt  # ‖γ M_l A_lᵀC_l / λ‖ above
+        Zs.reverse(), Vs.reverse()
         lam = lam * (1.0 - ETA) ** 2  # the next bound
         finite = torch.isfinite(trace) & torch.isfinite(step_norm) & (trace > 0)
+        if callback is not None or atol > 0:
+            y = Vt[:, n].unsqueeze(-1) / -RATIO  # (q, n, 1)
         if callback is not None:
             x_now = x.clone()
             x_now[idx[alive]] = x0[idx[alive]] + _ldexp(y[alive].squeeze(-1), e_out[idx[alive]])
             callback(x_now)
-        rel = step_norm / _norm(y).clamp_min(1e-300)
+        y_norm = torch.linalg.vector_norm(Vt[:, n], dim=1) / RATIO
+        rel = step_norm / y_norm.clamp_min(1e-300)
         candidate = alive & ((rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev)))
         prev = rel
         finite = finite | ~alive  # a finished problem's numbers no longer matter
-        hit = torch.zeros_like(candidate)
+        leave = ~finite  # non-finite ones: the NumPy solver below
         if atol > 0:
             res = _ldexp(_norm(r[idx] - At[idx] @ y), k[idx])
             hit = alive & finite & (res <= atol)
             x[idx[hit]] = x0[idx[hit]] + _ldexp(y[hit].squeeze(-1), e_out[idx[hit]])
             info[idx[hit]] = 0
             candidate = candidate & ~hit
+            leave = leave | hit
         check = candidate & finite
-        leave = hit | ~finite  # non-finite ones: the NumPy solver below
         if bool(check.any()):
             sel = torch.nonzero(check).squeeze(1)
             g = idx[sel]
+            Vsel = Vt[sel]  # (s, n + 1, n)
             ok, y_sel, decided = _certify(
-                At[g], M[sel], y[sel], r[g], xs[g], r0_err[g], s1[g], rtol, eps
+                At[g],
+                Vsel[:, :n].mT,
+                Vsel[:, n].unsqueeze(-1) / -RATIO,
+                r[g],
+                xs[g],
+                r0_err[g],
+                s1[g],
+                rtol,
+                eps,
             )
-            V[sel, :, n:] = -RATIO * y_sel
+            Vt[sel, n] = -RATIO * y_sel.squeeze(-1)
             # clustered, yet no certificate: the NumPy solver decides
             leave[sel] = ok | decided
             good = g[ok]
