@@ -686,22 +686,13 @@ def _without_minor_log_ticks(fig: Figure, decades: float = 2.0) -> Figure:
     return fig
 
 
-def figure_views(ex: Extraction) -> list[str]:
-    """The views of `ex` that have figures, in the order of `VIEW_FIGURES`."""
-    return [view for view in VIEW_FIGURES if view in ex.views]
-
-
-def view_figures(ex: Extraction, view: str) -> dict[str, Figure]:
-    """The figures of one view of an extraction (`VIEW_FIGURES[view]`), ready to draw."""
-    return {name: _without_minor_log_ticks(fig) for name, fig in VIEW_FIGURES[view](ex).items()}
-
-
 def extraction_figures(ex: Extraction) -> dict[str, Figure]:
     """Every figure of an extraction, in the order of `VIEW_FIGURES`, for the views it ran."""
     out: dict[str, Figure] = {}
-    for view in figure_views(ex):
-        out.update(view_figures(ex, view))
-    return out
+    for view, fn in VIEW_FIGURES.items():
+        if view in ex.views:
+            out.update(fn(ex))
+    return {name: _without_minor_log_ticks(fig) for name, fig in out.items()}
 
 
 # --- off the training distribution (eagle_probe.compare) and across training (timeline) --------

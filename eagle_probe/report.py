@@ -25,6 +25,8 @@ import pandas as pd
 from eagle_probe.errors import EagleProbeError
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from eagle_probe.extract import Extraction
 
 
@@ -418,37 +420,31 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-def _view_pngs(ex: Extraction, views: list[str]) -> dict[str, dict[str, bytes]]:
-    """PNG bytes of the figures of `views`, per view."""
-    from eagle_probe.plots import view_figures
-
-    return {v: {k: png_bytes(fig) for k, fig in view_figures(ex, v).items()} for v in views}
+def _render(figs: dict[str, Figure], names: list[str]) -> dict[str, bytes]:
+    """PNG bytes of the figures `names` of `figs`."""
+    return {k: png_bytes(figs[k]) for k in names}
 
 
-def _pack(drawn: dict[str, dict[str, bytes]]) -> bytes:
-    """`drawn` as bytes: a JSON header line (the views, then (view, name, size) per figure), then
-    the PNGs."""
-    sizes = [[v, k, len(png)] for v, figs in drawn.items() for k, png in figs.items()]
-    body = b"".join(png for figs in drawn.values() for png in figs.values())
-    return json.dumps({"views": list(drawn), "figures": sizes}).encode() + b"\n" + body
+def _pack(drawn: dict[str, bytes]) -> bytes:
+    """`drawn` as bytes: a JSON header line ([name, size] per figure), then the PNGs."""
+    header = [[k, len(png)] for k, png in drawn.items()]
+    return json.dumps(header).encode() + b"\n" + b"".join(drawn.values())
 
 
-def _unpack(data: bytes) -> dict[str, dict[str, bytes]]:
+def _unpack(data: bytes) -> dict[str, bytes]:
     """The inverse of `_pack`."""
     line, _, body = data.partition(b"\n")
-    header = json.loads(line)
-    drawn: dict[str, dict[str, bytes]] = {v: {} for v in header["views"]}
-    at = 0
-    for view, name, size in header["figures"]:
-        drawn.setdefault(view, {})[name] = body[at : at + size]
+    drawn, at = {}, 0
+    for name, size in json.loads(line):
+        drawn[name] = body[at : at + size]
         at += size
     if at != len(body):
         raise ValueError("figure data of unexpected length")
     return drawn
 
 
-def _drawn_by_child(ex: Extraction, views: list[str]) -> tuple[int, int]:
-    """Fork a process that draws the figures of `views` and writes them, packed, to a pipe;
+def _drawn_by_child(figs: dict[str, Figure], names: list[str]) -> tuple[int, int]:
+    """Fork a process that draws the figures `names` and writes them, packed, to a pipe;
     return its pid and the pipe's reading end."""
     read, write = os.pipe()
     pid = os.fork()
@@ -459,7 +455,7 @@ def _drawn_by_child(ex: Extraction, views: list[str]) -> tuple[int, int]:
             import torch
 
             torch.set_num_threads(1)  # no thread pool of the parent's is used after the fork
-            data = _pack(_view_pngs(ex, views))
+            data = _pack(_render(figs, names))
             with os.fdopen(write, "wb") as pipe:
                 pipe.write(data)
             code = 0
@@ -467,6 +463,17 @@ def _drawn_by_child(ex: Extraction, views: list[str]) -> tuple[int, int]:
             os._exit(code)
     os.close(write)
     return pid, read
+
+
+def _balanced(figs: dict[str, Figure], parts: int) -> list[list[str]]:
+    """The figures cut into `parts` lists of about equal drawing time (its proxy: the axes a
+    figure has, colour bars included), largest first onto the least loaded list."""
+    loads, out = [0] * parts, [[] for _ in range(parts)]
+    for name in sorted(figs, key=lambda k: -len(figs[k].axes)):
+        k = loads.index(min(loads))
+        out[k].append(name)
+        loads[k] += max(1, len(figs[name].axes))
+    return out
 
 
 CHILD_WAIT = 60.0  # seconds a drawing process may always take
@@ -486,7 +493,7 @@ def _read_until(fd: int, deadline: float) -> bytes | None:
         chunks.append(chunk)
 
 
-def _unpack_or_none(data: bytes | None) -> dict[str, dict[str, bytes]] | None:
+def _unpack_or_none(data: bytes | None) -> dict[str, bytes] | None:
     try:
         return None if data is None else _unpack(data)
     except (ValueError, KeyError, TypeError):  # a child that failed wrote nothing or half
@@ -511,33 +518,30 @@ def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
     """Every figure of `ex` as PNG bytes, in the order of `plots.extraction_figures`.
 
     Drawing is most of a report's time and each figure is independent: with `workers` > 1 (the
-    default: the CPUs this process may use) forked processes draw every `workers`-th view's
-    figures beside this one; a view whose process fails is drawn here instead."""
-    from eagle_probe.plots import figure_views
+    default: the CPUs this process may use) the figures are built here, then forked processes
+    draw shares of about equal size beside this one; a share whose process fails is drawn here."""
+    from eagle_probe.plots import extraction_figures
 
-    views = figure_views(ex)
+    figs = extraction_figures(ex)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    workers = max(1, min(workers, len(views)))
+    workers = max(1, min(workers, len(figs)))
     if workers == 1 or not hasattr(os, "fork"):
-        drawn = _view_pngs(ex, views)
-    else:
-        parts = [views[k::workers] for k in range(workers)]
-        children = [(part, *_drawn_by_child(ex, part)) for part in parts[1:]]
-        try:
-            start = time.monotonic()
-            drawn = _view_pngs(ex, parts[0])
-            # a child stuck after the fork (a lock some thread held) must not hang the report
-            deadline = time.monotonic() + max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
-            for part, _pid, read in children:
-                got = _unpack_or_none(_read_until(read, deadline))
-                if got is None or set(got) != set(part):
-                    got = _view_pngs(ex, part)
-                drawn.update(got)
-        finally:
-            for _, pid, read in children:
-                _reap(pid, read)
-    return {k: png for v in views for k, png in drawn[v].items()}
+        return _render(figs, list(figs))
+    parts = _balanced(figs, workers)
+    children = [(part, *_drawn_by_child(figs, part)) for part in parts[1:]]
+    try:
+        start = time.monotonic()
+        drawn = _render(figs, parts[0])
+        # a child stuck after the fork (a lock some thread held) must not hang the report
+        deadline = time.monotonic() + max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
+        for part, _pid, read in children:
+            got = _unpack_or_none(_read_until(read, deadline))
+            drawn.update(got if got is not None and set(got) == set(part) else _render(figs, part))
+    finally:
+        for _, pid, read in children:
+            _reap(pid, read)
+    return {k: drawn[k] for k in figs}
 
 
 LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}

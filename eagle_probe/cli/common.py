@@ -136,7 +136,10 @@ def set_threads(count: int) -> None:
     torch.set_num_threads(count)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(count)
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*"))
+    # NumPy's and SciPy's wheels each bundle an OpenBLAS (SciPy's runs scipy.linalg, e.g. the
+    # Cholesky factorisations of the term fits), each with its own thread count
+    site = os.path.join(os.path.dirname(np.__file__), os.pardir)
+    libs = [p for d in ("numpy.libs", "scipy.libs") for p in glob.glob(os.path.join(site, d, "*"))]
     for path in libs:
         if "openblas" not in os.path.basename(path):
             continue
@@ -144,7 +147,11 @@ def set_threads(count: int) -> None:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for fn in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
+        for fn in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads",
+        ):
             if hasattr(lib, fn):
                 getattr(lib, fn)(count)
                 break

@@ -236,10 +236,6 @@ FOR_REGIME = {
 }
 
 
-# a sketch projector this close to I (relative Frobenius) is the identity: no sketch terms
-IDENTITY_TOL = 1e-8
-
-
 def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
     """The regime terms' matrices (`fit.library.Factors.structures`) of a layer of this model:
     the machines' column selectors for a distributed model, the layer's sketch projector for a
@@ -250,11 +246,8 @@ def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
     if geo.regime == "distributed" and geo.machines > 1:
         selectors = [own_block(geo, mu) for mu in range(geo.machines)]
         out["local"] = [(sel, sel) for sel in selectors]
-    if geo.regime == "constrained" and geo.projector is not None:
-        P = np.asarray(geo.projector[layer], dtype=np.float64)
-        eye = np.eye(P.shape[0])
-        if np.linalg.norm(P - eye) > IDENTITY_TOL * np.sqrt(P.shape[0]):
-            out["sketch"] = [(P, P)]
+    if geo.regime == "constrained" and not geo.sketch_is_identity(layer):
+        out["sketch"] = [(np.asarray(geo.projector[layer], dtype=np.float64),) * 2]
     return out
 
 

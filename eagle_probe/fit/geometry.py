@@ -147,9 +147,23 @@ class Geometry:
             return np.concatenate(parts)
         H = Z.swapaxes(-1, -2) if self.samples else Z  # the stream as the layers see it
         mask = self.mask * self.key_scale
+        qk, vp = merge_heads(qk, vp)
         # batched matmuls, not a three-operand einsum: the same sums, an order of magnitude faster
         b, T, E = H.shape
         h = qk.shape[0]
+        keys = mask[0] if mask.shape[0] and (mask == mask[0]).all() else None
+        if keys is not None and _gram_flops(keys, T, E, h) < h * 2.0 * T * E * (T + E):
+            # every token attends to the same keys with the same weights m (the visible mask):
+            # ((H W_QK Hᵀ) ⊙ 1 mᵀ) H = H W_QK G with G = Hᵀ diag(m) H (E × E), so the layer is
+            # H (I + Σ_h W_QK^h G W_VP^h): no (T, T) scores, and one G for every head
+            on = np.flatnonzero(keys)
+            Hk = H[:, on]  # (b, K, E)
+            G = (Hk * keys[on][:, None]).swapaxes(-1, -2) @ Hk  # (b, E, E)
+            M = (qk[0] @ G) @ vp[0]
+            for head in range(1, h):
+                M += (qk[head] @ G) @ vp[head]
+            H = H + H @ M
+            return H.swapaxes(-1, -2) if self.samples else H
         scores = (H[:, None] @ qk @ H[:, None].swapaxes(-1, -2)) * mask  # (b, h, T, T)
         heads = (scores @ H[:, None]).swapaxes(1, 2).reshape(b, T, h * E)  # (b, T, h E)
         H = H + heads @ vp.reshape(h * E, vp.shape[-1])  # Σ_h (scores_h H) W_VP^h
@@ -196,6 +210,23 @@ class Geometry:
             ids = np.arange(self.n) // (self.n // self.machines)
             return K * (ids[:, None] == ids[None, :])
         return K
+
+    def sketch_is_identity(self, layer: int) -> bool:
+        """The layer's sketch projector is I (relative Frobenius within IDENTITY_TOL): the heads
+        together see every direction, and the sketched step is EAGLE's own."""
+        if self.projector is None:
+            return True
+        P = np.asarray(self.projector[layer], dtype=np.float64)
+        return bool(np.linalg.norm(P - np.eye(P.shape[0])) <= IDENTITY_TOL * np.sqrt(P.shape[0]))
+
+    @property
+    def sketched(self) -> bool:
+        """A constrained reading whose projector is not I in some layer."""
+        return (
+            self.reading == "constrained"
+            and self.projector is not None
+            and not all(self.sketch_is_identity(layer) for layer in range(len(self.projector)))
+        )
 
     def query_operator(self, layer: int) -> np.ndarray:
         """The (n, n) operator between Aᵀ and A in the C/D update: the sketch projector or I."""
@@ -258,6 +289,37 @@ class Geometry:
             "machines": self.machines,
             "layout": self.layout,
         }
+
+
+# a sketch projector this close to I (relative Frobenius) is the identity: no sketch terms, and
+# the sketched family's step is the centralized one
+IDENTITY_TOL = 1e-8
+
+
+def merge_heads(qk: np.ndarray, vp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Products (h, E, E) with heads of equal W_QK merged into one head whose W_VP is the sum of
+    theirs: Σ_h S H W_VP^h = S H Σ_h W_VP^h for one score matrix S. The same layer (to round-off)
+    with fewer heads; a planted EAGLE layer's heads all share one W_QK."""
+    h = qk.shape[0]
+    if h < 2:
+        return qk, vp
+    keep: list[int] = []
+    summed: dict[int, np.ndarray] = {}
+    for head in range(h):
+        same = next((k for k in keep if np.array_equal(qk[k], qk[head])), None)
+        if same is None:
+            keep.append(head)
+        else:
+            summed[same] = summed.get(same, vp[same]) + vp[head]
+    if len(keep) == h:
+        return qk, vp
+    return qk[keep], np.stack([summed.get(k, vp[k]) for k in keep])
+
+
+def _gram_flops(keys: np.ndarray, T: int, E: int, heads: int) -> float:
+    """Multiply-adds of one prompt's layer through the key Gram G (`Geometry.layer`): G, the
+    heads' W_QK G W_VP and the stream times their sum (through the scores: 2 h T E (T + E))."""
+    return float(np.count_nonzero(keys) * E * E + 2 * heads * E**3 + T * E * E)
 
 
 def sketch_projectors(qk: np.ndarray, n: int, rtol: float = 1e-6) -> np.ndarray:

@@ -150,13 +150,12 @@ def eagle_jacobian(
 
 
 def spectral(geo: Geometry) -> bool:
-    """True when the regime's reading of EAGLE uses the plain Gram AᵀA and no query projector:
-    then every step is a spectral filter of A_0 and `spectral_jacobian` applies."""
+    """True when the regime's reading of EAGLE uses the plain Gram AᵀA and no query projector
+    (a sketch projector that is I in every layer is none): then every step is a spectral filter
+    of A_0 and `spectral_jacobian` applies."""
     if geo.samples:  # the row-tied family: not a filter of A_0 alone
         return False
-    plain_gram = geo.reading != "distributed"
-    plain_query = not (geo.reading == "constrained" and geo.projector is not None)
-    return plain_gram and plain_query
+    return geo.reading != "distributed" and not geo.sketched
 
 
 def spectral_factors(
