@@ -78,6 +78,20 @@ class Capture:
             target=self.target[:k],
         )
 
+    def a_norm2(self, layer: int) -> float:
+        """The batch-max ‖A‖₂² of the A block entering `layer` (internal units), inf where the
+        stream is not finite (an untrained control's may overflow at large sizes); computed once
+        per layer (an SVD per prompt), for every family the views score on this capture."""
+        norms = self.__dict__.setdefault("_a_norm2", {})  # a cache on a frozen instance
+        if layer not in norms:
+            A = self.blocks(layer)[0]
+            norms[layer] = (
+                float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
+                if np.isfinite(A).all()
+                else float("inf")
+            )
+        return norms[layer]
+
     def normal_matrix(self) -> np.ndarray:
         """G = A_card ᵀ A_card = A Aᵀ of the input prompt: (b, d, d), computed once, read-only."""
         if "_normal_matrix" not in self.__dict__:

@@ -181,7 +181,7 @@ def build_context(
     geometry = geometry_of(m64, qk)
     if held_out is None:
         held_out = _held_out(task, scoring_prompts(geometry, test_batch), seed + 7919)
-    geometry, _ = choose_family(cap, geometry, family, qk, vp, held_out.z0)
+    geometry, scores = choose_family(cap, geometry, family, qk, vp, held_out.z0)
     if tuning is None:
         tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
     # as many as the held-out prompts: a blow-up of tuned steps on rare prompts shows on either
@@ -207,6 +207,7 @@ def build_context(
         seed=seed,
         validation=validation,
         task=task,
+        family_scores=scores or None,  # a forced family scores none
     )
 
 

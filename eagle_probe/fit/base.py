@@ -95,6 +95,9 @@ class Context:
     results: dict[str, ViewResult] = field(default_factory=dict)  # views that ran before
     seed: int = 0  # seed for any randomness a view needs (bagging, ablations)
     task: Any = None  # the TaskConfig the prompts are drawn from (theory values), when known
+    # every family's scores as the family choice computed them (`fit.eagle.choose_family`), for
+    # view `eagle` to report instead of scoring the families again; None: not computed
+    family_scores: list | None = None
 
     @property
     def network_mse(self) -> float:

@@ -49,13 +49,8 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
         step = {p: a, q: a, r: c, s: c}
         with np.errstate(over="ignore", invalid="ignore"):
             gap2 = sum(float(np.sum((delta[x] + step[x] * feats[x]) ** 2)) for x in "ABCD")
-        A = geometry.blocks(Z)[0]
         # a stream that overflowed (an untrained control at large sizes) has no spectral norm
-        norm2 = (
-            float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
-            if np.isfinite(A).all()
-            else float("inf")
-        )
+        norm2 = cap.a_norm2(layer)
         update = float(np.linalg.norm(Z1 - Z))
         rows.append(
             {
@@ -188,7 +183,9 @@ def eagle_view(ctx: Context) -> ViewResult:
     else:
         fam = families.of_geometry(ctx.geometry)
         update = f"{fam.name}: {fam.update}"
-        scores = family_scores(ctx.cap, ctx.geometry, ctx.qk, ctx.vp, ctx.held_out.z0)
+        scores = ctx.family_scores  # the family choice's, on the same capture and prompts
+        if scores is None:
+            scores = family_scores(ctx.cap, ctx.geometry, ctx.qk, ctx.vp, ctx.held_out.z0)
         key = family_key(scores)
         extra_json = {"family_name": fam.name, "families": scores, "chosen_by": key}
         paper = scores[0]

@@ -465,16 +465,25 @@ def normalised_steps(geo: Geometry, z0: np.ndarray, eta, gamma) -> tuple[list, l
     """Steps a_l = η_l / ‖A_l‖², c_l = γ_l / ‖A_l‖² (internal units) with ‖A_l‖₂ the largest
     spectral norm over the prompts z0 of the A block entering layer l, propagated through the
     regime's EAGLE recursion with these steps (the paper's normalisation, view `eagle`)."""
-    A = geo.blocks(z0 / geo.prompt_scale(z0)[:, None, None])[0].copy()
+    # the plain Gram keeps A's singular vectors, σ ← σ − a σ³ (`spectral_jacobian`): the norms
+    # from the prompts' kept singular values, not an SVD per prompt and layer
+    sigma = spectral_factors(geo, z0)[0] if spectral(geo) else None  # (b, r)
+    A = None if sigma is not None else geo.blocks(z0 / geo.prompt_scale(z0)[:, None, None])[0]
     a_steps, c_steps, norm2 = [], [], 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         for layer, (e, g) in enumerate(zip(eta, gamma, strict=True)):
-            top = float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2) if A.size else 0.0
+            if sigma is not None:
+                top = float(np.max(np.abs(sigma)) ** 2) if sigma.size else 0.0
+            else:
+                top = float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2) if A.size else 0.0
             norm2 = top if math.isfinite(top) and top > 0 else norm2  # else the last finite one
             a, c = float(e) / norm2, float(g) / norm2
             a_steps.append(a)
             c_steps.append(c)
-            A = A - a * (A @ geo.gram_map(A.swapaxes(-1, -2) @ A, layer))
+            if sigma is not None:
+                sigma = sigma - a * sigma**3
+            else:
+                A = A - a * (A @ geo.gram_map(A.swapaxes(-1, -2) @ A, layer))
     return a_steps, c_steps
 
 
