@@ -211,19 +211,80 @@ def build_context(
     )
 
 
+# views that read the context alone (its capture, prompts and geometry; no other view's result,
+# no control): with a second CPU, `start_beside` runs them in a forked process while the others
+# run here (the term discovery is a third of centralized.pt's views)
+BESIDE = ("terms",)
+BESIDE_WAIT = 60.0  # seconds a view beside may always take; or ten times what ran here meanwhile
+
+
+@dataclass
+class Beside:
+    """Views computing in forked processes (`start_beside`), by name."""
+
+    jobs: dict[str, Any] = field(default_factory=dict)
+
+    def take(self, name: str, waited: float) -> tuple[ViewResult, float] | None:
+        """The view's result and seconds from its process, or None (none runs it, it failed,
+        or it did not finish within max(BESIDE_WAIT, 10 × `waited`) more seconds)."""
+        import pickle
+
+        job = self.jobs.pop(name, None)
+        data = None if job is None else job.result(max(BESIDE_WAIT, 10 * waited))
+        return None if data is None else pickle.loads(data)  # our own child's ViewResult
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            job.close()
+        self.jobs.clear()
+
+
+def start_beside(ctx: Context, names) -> Beside:
+    """Fork a process per view of BESIDE in `names` (none without a second CPU)."""
+    import pickle
+
+    from eagle_probe import forked
+
+    out = Beside()
+    if not forked.available():
+        return out
+
+    def compute(name: str) -> bytes:
+        t0 = time.perf_counter()
+        result = VIEWS[name](ctx)
+        return pickle.dumps((result, time.perf_counter() - t0))
+
+    for name in BESIDE:
+        if name in names:
+            out.jobs[name] = forked.Forked(lambda name=name: compute(name))
+    return out
+
+
 def run_views(
     ctx: Context,
     names,
     timings: dict[str, float] | None = None,
     progress: Progress | None = None,
+    beside: Beside | None = None,
 ) -> None:
-    """Run the named views in registry order, storing each result in `ctx.results`."""
+    """Run the named views in registry order, storing each result in `ctx.results`; a view that
+    `beside` computes is taken from there (and run here if its process failed)."""
     order = [name for name in fit.ORDER if name in names]
-    for name in progress(order, "views") if progress is not None else order:
-        t0 = time.perf_counter()
-        ctx.results[name] = VIEWS[name](ctx)
-        if timings is not None:
-            timings[name] = time.perf_counter() - t0
+    start = time.perf_counter()
+    try:
+        for name in progress(order, "views") if progress is not None else order:
+            t0 = time.perf_counter()
+            taken = beside.take(name, t0 - start) if beside is not None else None
+            if taken is None:
+                ctx.results[name] = VIEWS[name](ctx)
+                seconds = time.perf_counter() - t0
+            else:
+                ctx.results[name], seconds = taken
+            if timings is not None:
+                timings[name] = seconds
+    finally:
+        if beside is not None:
+            beside.close()
 
 
 @dataclass
@@ -450,34 +511,39 @@ def extract(
         progress=progress,
     )
     timings["capture"] = time.perf_counter() - t0
-    control_results, control_probes = None, 0
-    if control:
-        t0 = time.perf_counter()
-        untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
-        # the control's one-step gaps are ratios: the first probe prompts its budget affords
-        control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
-        iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
-        control_views = [v for v in CONTROL_VIEWS if v in names]
-        if not iterate:
-            control_views = [v for v in control_views if v != "polynomial"]
-        cctx = build_context(
-            untrained,
-            task,
-            probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
-            seed=seed,
-            held_out=ctx.held_out,
-            tuning=ctx.tuning,
-            chunk=chunk,
-            device=device,
-            iterate=iterate,
-            score=False,
-            family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
-        )
-        run_views(cctx, control_views)
-        control_results = cctx.results
-        ctx = replace(ctx, control=cctx)
-        timings["control"] = time.perf_counter() - t0
-    run_views(ctx, names, timings, progress)
+    beside = start_beside(ctx, names)
+    try:
+        control_results, control_probes = None, 0
+        if control:
+            t0 = time.perf_counter()
+            untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
+            # the control's one-step gaps are ratios: the first probe prompts its budget affords
+            control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
+            iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
+            control_views = [v for v in CONTROL_VIEWS if v in names]
+            if not iterate:
+                control_views = [v for v in control_views if v != "polynomial"]
+            cctx = build_context(
+                untrained,
+                task,
+                probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
+                seed=seed,
+                held_out=ctx.held_out,
+                tuning=ctx.tuning,
+                chunk=chunk,
+                device=device,
+                iterate=iterate,
+                score=False,
+                family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
+            )
+            run_views(cctx, control_views)
+            control_results = cctx.results
+            ctx = replace(ctx, control=cctx)
+            timings["control"] = time.perf_counter() - t0
+    except BaseException:
+        beside.close()
+        raise
+    run_views(ctx, names, timings, progress, beside)
 
     cfg = model.cfg
     info = {

@@ -12,8 +12,6 @@ import io
 import json
 import math
 import os
-import select
-import signal
 import textwrap
 import time
 from collections.abc import Callable
@@ -22,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from eagle_probe import forked
 from eagle_probe.errors import EagleProbeError
 
 if TYPE_CHECKING:
@@ -443,28 +442,6 @@ def _unpack(data: bytes) -> dict[str, bytes]:
     return drawn
 
 
-def _drawn_by_child(figs: dict[str, Figure], names: list[str]) -> tuple[int, int]:
-    """Fork a process that draws the figures `names` and writes them, packed, to a pipe;
-    return its pid and the pipe's reading end."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: draw, write, leave without running the parent's exit handlers
-        code = 1
-        try:
-            os.close(read)
-            import torch
-
-            torch.set_num_threads(1)  # no thread pool of the parent's is used after the fork
-            data = _pack(_render(figs, names))
-            with os.fdopen(write, "wb") as pipe:
-                pipe.write(data)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    return pid, read
-
-
 def _balanced(figs: dict[str, Figure], parts: int) -> list[list[str]]:
     """The figures cut into `parts` lists of about equal drawing time (its proxy: the axes a
     figure has, colour bars included), largest first onto the least loaded list."""
@@ -480,38 +457,11 @@ CHILD_WAIT = 60.0  # seconds a drawing process may always take
 CHILD_SLOWER = 10.0  # and how many times this process's drawing time, if that is longer
 
 
-def _read_until(fd: int, deadline: float) -> bytes | None:
-    """All bytes from `fd` until its writer closes it, or None once `deadline` passes."""
-    chunks = []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
 def _unpack_or_none(data: bytes | None) -> dict[str, bytes] | None:
     try:
         return None if data is None else _unpack(data)
     except (ValueError, KeyError, TypeError):  # a child that failed wrote nothing or half
         return None
-
-
-def _reap(pid: int, fd: int) -> None:
-    """Close the pipe, stop the child if it still runs, and collect it."""
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-    try:
-        if os.waitpid(pid, os.WNOHANG) == (0, 0):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
@@ -524,23 +474,25 @@ def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
 
     figs = extraction_figures(ex)
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        workers = forked.cpus() if forked.available() else 1
     workers = max(1, min(workers, len(figs)))
     if workers == 1 or not hasattr(os, "fork"):
         return _render(figs, list(figs))
     parts = _balanced(figs, workers)
-    children = [(part, *_drawn_by_child(figs, part)) for part in parts[1:]]
+    children = [
+        (part, forked.Forked(lambda part=part: _pack(_render(figs, part)))) for part in parts[1:]
+    ]
     try:
         start = time.monotonic()
         drawn = _render(figs, parts[0])
         # a child stuck after the fork (a lock some thread held) must not hang the report
         deadline = time.monotonic() + max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
-        for part, _pid, read in children:
-            got = _unpack_or_none(_read_until(read, deadline))
+        for part, job in children:
+            got = _unpack_or_none(job.result(deadline - time.monotonic()))
             drawn.update(got if got is not None and set(got) == set(part) else _render(figs, part))
     finally:
-        for _, pid, read in children:
-            _reap(pid, read)
+        for _, job in children:
+            job.close()
     return {k: drawn[k] for k in figs}
 
 

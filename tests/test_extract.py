@@ -1,5 +1,6 @@
 import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -369,3 +370,49 @@ def test_plant_user_errors(argv, match, capsys, tmp_path, monkeypatch):
     assert main(argv) == 2
     assert match in capsys.readouterr().err
     assert not (tmp_path / "p.pt").exists()
+
+
+def test_views_run_beside_in_a_forked_process_give_the_same_numbers(monkeypatch):
+    import pandas as pd
+
+    from eagle_probe import extract as ex_mod
+    from eagle_probe import forked
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
+    views = ("eagle", "fidelity", "projection", "terms")
+    monkeypatch.setattr(forked, "available", lambda: True)  # fork even on one CPU
+    started = []
+
+    class Counted(forked.Forked):
+        def __init__(self, fn):
+            super().__init__(fn)
+            started.append(self.pid)
+
+    monkeypatch.setattr(forked, "Forked", Counted)
+    beside = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    monkeypatch.setattr(forked, "available", lambda: False)
+    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    assert ex_mod.BESIDE == ("terms",) and len(started) == 1  # terms was computed beside
+    assert json.dumps(beside.views["terms"].json) == json.dumps(here.views["terms"].json)
+    for name, table in here.views["terms"].tables.items():
+        pd.testing.assert_frame_equal(beside.views["terms"].tables[name], table)
+    assert list(beside.views) == list(here.views)  # the registry's order
+
+
+def test_a_view_whose_forked_process_fails_is_run_here(monkeypatch):
+    from eagle_probe import extract as ex_mod
+    from eagle_probe import forked
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
+    monkeypatch.setattr(forked, "available", lambda: True)
+    real = ex_mod.VIEWS["terms"]
+    parent = os.getpid()
+
+    def fails_in_the_child(ctx):
+        if os.getpid() != parent:
+            raise RuntimeError("a child that fails")
+        return real(ctx)
+
+    monkeypatch.setitem(ex_mod.VIEWS, "terms", fails_in_the_child)
+    result = extract(model, task, probe_batch_size=32, test_batch=128, views=("terms",))
+    assert result.views["terms"].json["supported"]
