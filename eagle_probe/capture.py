@@ -101,6 +101,15 @@ class Capture:
             self.__dict__["_normal_matrix"] = G  # a cache on a frozen instance
         return self.__dict__["_normal_matrix"]
 
+    def normal_eigenvalues(self) -> np.ndarray:
+        """The eigenvalues of `normal_matrix` per prompt (b, d), ascending, computed once (the
+        spectral views each read λ_max over the batch), read-only."""
+        if "_normal_eigenvalues" not in self.__dict__:
+            eig = np.linalg.eigvalsh(self.normal_matrix())
+            eig.flags.writeable = False
+            self.__dict__["_normal_eigenvalues"] = eig
+        return self.__dict__["_normal_eigenvalues"]
+
     def normal_rhs(self) -> np.ndarray:
         """A_card ᵀ b = A Bᵀ of the input prompt: (b, d, d'), computed once, read-only."""
         if "_normal_rhs" not in self.__dict__:

@@ -56,9 +56,13 @@ def scalar_fit(r: np.ndarray, dx: np.ndarray) -> dict:
     return {"alpha_0": -beta, "r2": r2, "rel_residual": rel}
 
 
-def support_fit(G: np.ndarray, r: np.ndarray, dx: np.ndarray, orders: list[int]) -> dict:
-    """Δx ≈ Σ_{p ∈ orders} β_p G^p r by least squares in monomials scaled by λ_max^p."""
-    lam = max(float(np.linalg.eigvalsh(G).max()), 1e-300)
+def support_fit(
+    G: np.ndarray, r: np.ndarray, dx: np.ndarray, orders: list[int], lam_max: float | None = None
+) -> dict:
+    """Δx ≈ Σ_{p ∈ orders} β_p G^p r by least squares in monomials scaled by λ_max^p (`lam_max`:
+    λ_max(G) over the batch, if known)."""
+    lam_max = float(np.linalg.eigvalsh(G).max()) if lam_max is None else lam_max
+    lam = max(lam_max, 1e-300)
     top = max(orders) if orders else 0
     feats, v = [], r
     for _ in range(top + 1):
@@ -125,10 +129,12 @@ def layer_fits(cap: Capture, layer: int) -> dict:
     G = cap.normal_matrix()
     r = residual_direction(cap, layer)
     dx = cap.x[layer + 1] - cap.x[layer]
+    lam_max = float(cap.normal_eigenvalues().max())  # one eigendecomposition for every layer
     scalar = scalar_fit(r, dx)
-    full = fit_polynomial(G, r, dx, max_degree=MAX_DEGREE)
+    full = fit_polynomial(G, r, dx, max_degree=MAX_DEGREE, lam_max=lam_max)
     orders = essential_orders(G, r, dx, full)
-    poly = support_fit(G, r, dx, orders if orders is not None else list(range(full.degree + 1)))
+    support = orders if orders is not None else list(range(full.degree + 1))
+    poly = support_fit(G, r, dx, support, lam_max)
     matrix = matrix_fit(r, dx)
     return {
         "layer": layer,

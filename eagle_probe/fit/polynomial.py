@@ -131,7 +131,7 @@ def fit_layers(cap: Capture, *, max_degree: int = 16) -> tuple[pd.DataFrame, pd.
     Returns (fits, terms): one row per fit, and one row per recovered term (order, α, step).
     """
     G = cap.normal_matrix()
-    lam_max = float(np.linalg.eigvalsh(G).max())
+    lam_max = float(cap.normal_eigenvalues().max())
     rows, terms = [], []
     for layer in range(cap.layers):
         r = residual_direction(cap, layer)
@@ -269,7 +269,7 @@ def polynomial_view(ctx: Context) -> ViewResult:
         else [None] * cap.layers
     )
     G = cap.normal_matrix()
-    eig = np.linalg.eigvalsh(G).reshape(-1)
+    eig = cap.normal_eigenvalues().reshape(-1)
     lam_top = float(eig.max())
     grid = np.linspace(0.0, lam_top, SPECTRUM_POINTS)
     present = eig[eig > 1e-12 * max(lam_top, 1e-300)]
