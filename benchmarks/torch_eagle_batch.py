@@ -1,19 +1,26 @@
 """The batched torch EAGLE on many small problems: seconds, against its own matrix products.
 
     .venv/bin/python benchmarks/torch_eagle_batch.py [--problems 10000] [--n 20] [--device cpu]
+        [--threads T] [--repeat 5] [--loop 500]
 
 Solves `problems` Gaussian n × n least-squares problems (seed 0) at once with
-`solvers.solve_eagle_torch` (float64, rtol 1e-10) and prints its seconds (best of --repeat), its
-iterations, how many problems are certified, the largest error against `torch.linalg.solve`, the
-seconds its matrix products alone take at the batched-matmul rate measured here (three n × n
-products per problem and iteration) and the ratio; then the NumPy solver one problem at a time on
---loop of them, its seconds scaled to the batch. Target (CPU): ≤ 1.0 s for 10,000 20 × 20 to
-1e-10, within 2× of the products' time.
+`solvers.solve_eagle_torch` (float64, rtol 1e-10), --repeat times, and prints the median wall
+seconds and the median CPU seconds of the process (on a shared machine the CPU seconds are the
+solver's own; the wall seconds also hold the time other processes took the cores), its
+iterations, the info counts, the largest error against `torch.linalg.solve`, and its matrix
+products' time: three n × n batched products per problem and iteration (Σ over iterations of the
+problems still in the batch) at the rate one batched n × n product into preallocated memory runs
+here, measured between the solves (median), as wall and CPU seconds; then the ratios. --loop
+problems are then solved by the NumPy solver one at a time, its seconds scaled to the batch
+(--loop 0: skipped). The load average is printed before and after. Target (CPU): ≤ 1.0 s for
+10,000 20 × 20 to 1e-10, within 2× of the products' time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 
 import numpy as np
@@ -28,54 +35,69 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=10_000)
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--loop", type=int, default=500)
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    load = os.getloadavg()
     rng = np.random.default_rng(0)
     A = torch.from_numpy(rng.standard_normal((args.problems, args.n, args.n))).to(device)
     b = torch.from_numpy(rng.standard_normal((args.problems, args.n))).to(device)
     ref = torch.linalg.solve(A, b)
+    product = torch.empty_like(A)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def timed(f) -> tuple[float, float]:
+        sync()
+        w0, c0 = time.perf_counter(), time.process_time()
+        f()
+        sync()
+        return time.perf_counter() - w0, time.process_time() - c0
+
     solve_eagle_torch(A[:100], b[:100])  # warm-up
-    best = np.inf
+    torch.bmm(A, A, out=product)
+    runs, mms = [], []
     for _ in range(args.repeat):
-        sync()
-        t0 = time.perf_counter()
-        x, info = solve_eagle_torch(A, b, rtol=1e-10)
-        sync()
-        best = min(best, time.perf_counter() - t0)
+        runs.append(timed(lambda: solve_eagle_torch(A, b, rtol=1e-10)))
+        mms += [timed(lambda: torch.bmm(A, A, out=product)) for _ in range(3)]
+    x, info = solve_eagle_torch(A, b, rtol=1e-10)
     work, its = solve_eagle_torch.last_work, solve_eagle_torch.last_iterations
-    mm = np.inf
-    for _ in range(5):
-        sync()
-        t0 = time.perf_counter()
-        torch.bmm(A, A)
-        sync()
-        mm = min(mm, time.perf_counter() - t0)
-    products = 3 * mm * work / args.problems
+    wall, cpu = (statistics.median(t[i] for t in runs) for i in (0, 1))
+    mm_wall, mm_cpu = (statistics.median(t[i] for t in mms) for i in (0, 1))
+    per_problem = work / args.problems
+    products_wall, products_cpu = 3 * mm_wall * per_problem, 3 * mm_cpu * per_problem
     err = torch.linalg.vector_norm(x - ref, dim=1) / torch.linalg.vector_norm(ref, dim=1)
+    codes, counts = torch.unique(info, return_counts=True)
+    infos = ", ".join(f"{int(c)}: {int(k)}" for c, k in zip(codes, counts, strict=True))
     print(
         f"torch EAGLE {args.problems} x {args.n}x{args.n} on {device} (threads "
-        f"{torch.get_num_threads()}): {best:.3f} s, {its} iterations (slowest), "
-        f"{work / args.problems:.1f} per problem, certified {int((info == 0).sum())}, "
-        f"max error {float(err.max()):.2e}"
+        f"{torch.get_num_threads()}, load {load[0]:.2f}): {wall:.3f} s wall, {cpu:.3f} s CPU "
+        f"(median of {args.repeat}), {its} iterations (slowest), {per_problem:.1f} per problem, "
+        f"info {{{infos}}}, max error {float(err.max()):.2e}"
     )
     print(
-        f"  one batched {args.n}x{args.n} matmul {mm * 1e3:.2f} ms "
-        f"({2 * args.n**3 * args.problems / mm / 1e9:.1f} GFLOP/s): products alone "
-        f"{products:.3f} s, ratio {best / products:.2f}"
+        f"  one batched {args.n}x{args.n} matmul {mm_wall * 1e3:.2f} ms wall, {mm_cpu * 1e3:.2f} "
+        f"ms CPU ({2 * args.n**3 * args.problems / mm_wall / 1e9:.1f} GFLOP/s): products alone "
+        f"{products_wall:.3f} s wall, {products_cpu:.3f} s CPU; ratio {wall / products_wall:.2f} "
+        f"wall, {cpu / products_cpu:.2f} CPU"
     )
-    An, bn = A[: args.loop].cpu().numpy(), b[: args.loop].cpu().numpy()
-    t0 = time.perf_counter()
-    for j in range(len(An)):
-        solve_eagle(An[j], bn[j])
-    loop = (time.perf_counter() - t0) * args.problems / len(An)
-    print(f"  NumPy EAGLE one by one: {loop:.3f} s for {args.problems} (from {args.loop})")
+    if args.loop > 0:
+        An, bn = A[: args.loop].cpu().numpy(), b[: args.loop].cpu().numpy()
+        t0 = time.perf_counter()
+        for j in range(len(An)):
+            solve_eagle(An[j], bn[j])
+        loop = (time.perf_counter() - t0) * args.problems / len(An)
+        print(f"  NumPy EAGLE one by one: {loop:.3f} s for {args.problems} (from {args.loop})")
+    load = os.getloadavg()
+    print(f"  load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

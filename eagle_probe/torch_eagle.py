@@ -10,8 +10,9 @@ of A. x = x0 + A⁺(b − A x0) with numpy's A⁺ (cutoff max(m, n)·eps·σ_1).
 info, per problem (an int, or an int64 tensor (p,) for a batch), as in the NumPy solver: 0 only
 with a certificate of the answer, > 0 iterations used without one, < 0 -1 breakdown, -2
 non-finite numbers, -3 x not representable. The certificate is the NumPy solver's full-rank one,
-batched: at a candidate stop (a step ‖x_k − x_{k−1}‖ ≤ rtol ‖x_k − x0‖, or a step ≤ 1e-4 that no
-longer halves) G = Ã M_l is recomputed, K = GᵀG must satisfy ‖I − K/μ‖_F ≤ 1/2 (μ = trace K / n:
+batched: at a candidate stop (a step ‖x_k − x_{k−1}‖ ≤ rtol ‖x_k − x0‖, a step ≤ 1e-4 that no
+longer halves, or, once per problem, the step's own A_lᵀA_l clustered to ‖I − A_lᵀA_l/μ‖_F ≤
+1/4, see EARLY) G = Ã M_l is recomputed, K = GᵀG must satisfy ‖I − K/μ‖_F ≤ 1/2 (μ = trace K / n:
 every singular value of A resolved and clustered), and with r = b − A x recomputed, the range
 error d = M_l K⁻¹ Gᵀ r of x (exactly A⁺r for any invertible M_l; K is well conditioned, so a
 Cholesky solve is accurate) is added up to three times; info 0 when ‖d‖ + ε_0 ≤ bound/4 · ‖x‖,
@@ -50,6 +51,11 @@ STALL_STEP = template.STALL_STEP
 RATIO = GAMMA / ETA  # κ: Z's C column is C_l times this, V's last column −y (see `_solve`)
 COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
 SLICE = 1024  # problems at a time where a temporary the batch's size is not needed
+# A candidate stop, once per problem, besides the step tests: the step's own P shows A_l's
+# singular values clustered, ‖I − A_lᵀA_l / μ‖_F ≤ EARLY (μ its mean eigenvalue). A_l = Ã M_l in
+# exact arithmetic, so the certificate's fresh K is then clustered too, and its refinement (the
+# range error d is exact whatever the iterate) finishes the solve a few steps early
+EARLY = 0.25
 
 
 def _as_tensor(name: str, value, device=None) -> torch.Tensor:
@@ -247,6 +253,9 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     D = torch.zeros(n + 1, n + 1, dtype=dtype, device=device)
     D[:n, :n], D[:n, n] = -ETA, -GAMMA
     trace = torch.empty(q, dtype=dtype, device=device)
+    gram = torch.empty(q, dtype=dtype, device=device)  # ‖[A_lᵀA_l | κ A_lᵀC_l]‖_F
+    edge = torch.empty(q, dtype=dtype, device=device)  # ‖κ A_lᵀC_l‖, from P's last row
+    tried = torch.zeros(q, dtype=torch.bool, device=device)  # an EARLY candidate already
     lam = 1.0
     alive = torch.ones(q, dtype=torch.bool, device=device)  # not yet finished
     prev = torch.full((q,), math.inf, dtype=dtype, device=device)
@@ -262,7 +271,8 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             Z = torch.index_select(Z, 0, keep, out=Zs[1][:q])
             Vt = torch.index_select(Vt, 0, keep, out=Vs[1][:q])
             Zs.reverse(), Vs.reverse()
-            idx, prev, alive, trace = idx[keep], prev[keep], alive[keep], trace[:q]
+            idx, prev, alive, tried = idx[keep], prev[keep], alive[keep], tried[keep]
+            trace, gram, edge = trace[:q], gram[:q], edge[:q]
         work += q
         growth += -math.log(1.0 - ETA)
         if growth > limit:  # only noise below the cutoff is left to resolve
@@ -275,6 +285,9 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             z = Z[i:j]
             P = torch.bmm(z.mT, z, out=Ps[: j - i])  # [[A_lᵀA_l, κ A_lᵀC_l], [κ C_lᵀA_l, κ²‖C_l‖²]]
             torch.sum(P[:, :n, :n].diagonal(dim1=-2, dim2=-1), dim=-1, out=trace[i:j])
+            flat = P.view(j - i, -1)  # n rows of n + 1, then κ C_lᵀA_l and κ²‖C_l‖²
+            torch.linalg.vector_norm(flat[:, : n * (n + 1)], dim=1, out=gram[i:j])
+            torch.linalg.vector_norm(flat[:, n * (n + 1) : -1], dim=1, out=edge[i:j])
             T = torch.addcmul(unit, P, Dl, out=Ts[: j - i])
             torch.bmm(T.mT, Vt[i:j], out=newVt[i:j])
             torch.bmm(z, T, out=newZ[i:j])
@@ -291,7 +304,10 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             callback(x_now)
         y_norm = torch.linalg.vector_norm(Vt[:, n], dim=1) / RATIO
         rel = step_norm / y_norm.clamp_min(1e-300)
-        candidate = alive & ((rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev)))
+        # ‖I − K/μ‖_F² = ‖K‖_F² / μ² − n for K = A_lᵀA_l, μ = trace K / n
+        early = alive & ~tried & ((gram**2 - edge**2) * n**2 <= trace**2 * (n + EARLY**2))
+        tried = tried | early
+        candidate = alive & ((rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev)) | early)
         prev = rel
         finite = finite | ~alive  # a finished problem's numbers no longer matter
         leave = ~finite  # non-finite ones: the NumPy solver below
@@ -318,9 +334,10 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
                 rtol,
                 eps,
             )
-            Vt[sel, n] = -RATIO * y_sel.squeeze(-1)
-            # clustered, yet no certificate: the NumPy solver decides
-            leave[sel] = ok | decided
+            # clustered, yet no certificate: the NumPy solver decides, except after an EARLY
+            # attempt, where the iteration goes on (from its own iterate, not the refined one,
+            # which would no longer match C_l)
+            leave[sel] = ok | (decided & ~early[sel])
             good = g[ok]
             x[good] = x0[good] + _ldexp(y_sel[ok].squeeze(-1), e_out[good])
             info[good] = 0
