@@ -566,10 +566,11 @@ SEED_NAME = r"(?P<recipe>[a-z_]+)_seed(?P<seed>\d+)\.pt"
 def seeds(
     folder: Path, *, batch: int = 20_000, seed: int = 2026
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every `{recipe}_seed{k}.pt` in `folder` (centralized models of the paper distribution):
-    (tests, fidelity). tests: one row per model with the mean, median and worst prompt MSE on
-    `batch` fresh prompts and × below the zero predictor for the mean and the median; fidelity:
-    one row per model, layer and reading (`model_fidelity`)."""
+    """Every `{recipe}_seed{k}.pt` in `folder` (models of the paper distribution, any regime):
+    (tests, fidelity). tests: one row per model with its regime, the mean, median and worst
+    prompt MSE on `batch` fresh prompts and × below the zero predictor for the mean and the
+    median; fidelity: one row per model, layer and reading (`model_fidelity`, beside the paper's
+    Table 1 of the model's regime)."""
     import re
 
     from eagle_probe import checkpoint
@@ -584,7 +585,7 @@ def seeds(
         model, task, metrics = checkpoint.load(path)
         result = evaluate(model, task, batch=batch, seed=seed)
         zero = result["zero_mse"]
-        key = {"recipe": match["recipe"], "seed": int(match["seed"])}
+        key = {"recipe": match["recipe"], "seed": int(match["seed"]), "regime": model.cfg.regime}
         tests.append(
             key
             | {
@@ -598,7 +599,7 @@ def seeds(
                 "train_s": metrics.get("wall_seconds"),
             }
         )
-        parts.append(model_fidelity(model, task, PAPER_TABLE1["centralized"]).assign(**key))
+        parts.append(model_fidelity(model, task, PAPER_TABLE1[model.cfg.regime]).assign(**key))
     if not tests:
         raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint in {folder}")
     return pd.DataFrame(tests), pd.concat(parts, ignore_index=True)
@@ -606,7 +607,7 @@ def seeds(
 
 def seed_summary(fidelity: pd.DataFrame) -> pd.DataFrame:
     """Table 1 as mean ± sd over seeds: one row per recipe, layer and reading, the paper beside."""
-    grouped = fidelity.groupby(["recipe", "reading", "layer"])
+    grouped = fidelity.groupby(["recipe", "regime", "reading", "layer"])
     table = grouped.fidelity.agg(["mean", "std", "count"]).reset_index()
     table["paper"] = grouped.paper.first().values
     return table

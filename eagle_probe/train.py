@@ -147,6 +147,37 @@ def _seeds(seed: int) -> tuple[int, int, int]:
     return 3 * seed, 3 * seed + 1, 3 * seed + 2
 
 
+def check_growable(source: ModelConfig, target: ModelConfig) -> None:
+    """Raise ValueError unless a model of config `source` can start one of `target` (`grow`):
+    the same configuration but for the head count, and no more heads than the target has."""
+    if source.n_heads > target.n_heads:
+        raise ValueError(
+            f"it has {source.n_heads} heads per layer, more than the {target.n_heads} of this run"
+        )
+    differ = [
+        f"{k} {getattr(source, k)!r} (this run: {getattr(target, k)!r})"
+        for k in source.__dataclass_fields__
+        if k not in ("n_heads", "init", "init_std", "dtype")
+        and getattr(source, k) != getattr(target, k)
+    ]
+    if differ:
+        raise ValueError("its model differs from this run's: " + "; ".join(differ))
+
+
+def grow(model: LinearTransformer, source: LinearTransformer) -> None:
+    """Copy `source`'s weights into `model` (in place): a per-head parameter (h, …) fills the
+    first heads, the others keep their values; every other parameter is copied whole."""
+    check_growable(source.cfg, model.cfg)
+    target = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in source.named_parameters():
+            t = target[name]
+            if t.shape == value.shape:
+                t.copy_(value)
+            else:  # (h, E, w) per head: the source's heads first
+                t[: value.shape[0]].copy_(value)
+
+
 def train(
     model_cfg: ModelConfig,
     task: TaskConfig,
@@ -157,6 +188,7 @@ def train(
     resume: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None,
     save_every: int = 0,
     on_save: Callable[[int, LinearTransformer, dict[str, Any]], None] | None = None,
+    init_from: LinearTransformer | None = None,
 ) -> tuple[LinearTransformer, dict[str, Any]]:
     """Train a fresh model; return it (best validated weights if `keep_best`) and its metrics.
 
@@ -171,6 +203,9 @@ def train(
     `save_every` K > 0 calls `on_save(step, model_with_current_weights, info)` at step 0 (a fresh
     run), every K steps and after the last, info = {"step", "train_loss" (of that step),
     "spikes" (those since the previous call)}: the checkpoints of a timeline.
+
+    `init_from` starts a fresh run from another model's weights (`grow`: its heads become the
+    first heads, the others keep their random initialisation).
     """
     if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
@@ -182,6 +217,10 @@ def train(
         )
     init_seed, data_seed, val_seed = _seeds(cfg.seed)
     model = LinearTransformer(model_cfg, generator=make_generator(init_seed))
+    if init_from is not None:
+        if resume is not None:
+            raise ValueError("init_from starts a fresh run; resume continues one: pass one")
+        grow(model, init_from)
     start_step = 0
     if resume is not None:
         model.load_state_dict(resume[0])

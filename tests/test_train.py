@@ -256,3 +256,47 @@ def test_interrupted_training_leaves_a_complete_checkpoint(tmp_path, sig):
     assert metrics["interrupted"] is True and 0 < metrics["steps_done"] < 100000
     assert math.isfinite(metrics["test"]["mse"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.pt"]
+
+
+def test_a_run_grown_from_a_checkpoint_starts_from_its_heads(tmp_path, capsys):
+    from eagle_probe.cli import main
+    from eagle_probe.train import grow
+
+    source = LinearTransformer(_cfg(), make_generator(4))
+    grown = LinearTransformer(_cfg(n_heads=3), make_generator(5))
+    fresh = {k: v.clone() for k, v in grown.state_dict().items()}
+    grow(grown, source)
+    for name, value in source.state_dict().items():
+        got = grown.state_dict()[name]
+        if got.shape == value.shape:
+            assert torch.equal(got, value), name
+        else:  # per head: the source's head first, the other two as initialised
+            assert torch.equal(got[:1], value) and torch.equal(got[1:], fresh[name][1:]), name
+    # the grown model with the extra heads' outputs zeroed is the source model
+    with torch.no_grad():
+        for block in grown.blocks:
+            block.attn.W_P[1:] = 0.0
+    z = torch.randn(4, 7, 7, generator=make_generator(0))
+    assert torch.allclose(grown(z), source(z), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="2 heads per layer, more than the 1"):
+        grow(source, LinearTransformer(_cfg(n_heads=2)))
+    with pytest.raises(ValueError, match="n_layers 2 .this run: 3"):
+        grow(LinearTransformer(_cfg(n_heads=2, n_layers=3)), source)
+
+    src = tmp_path / "one_head.pt"
+    checkpoint.save(src, source, TASK, {})
+    out = tmp_path / "grown.pt"
+    base = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--n-prime", "1"]
+    base += ["--d-prime", "1", "--layers", "2", "--task-rank", "3", "--steps", "2"]
+    base += ["--batch", "16", "--eval-every", "2", "--eval-batch", "64", "--no-progress"]
+    assert main([*base, "--heads", "2", "--init-from", str(src), "-o", str(out)]) == 0
+    metrics = checkpoint.load(out)[2]
+    assert metrics["init_from"] == {"path": str(src), "sha256": checkpoint.sha256(src)}
+    capsys.readouterr()
+    assert main([*base, "--heads", "2", "--layers", "3", "--init-from", str(src), "-o",
+                 str(tmp_path / "x.pt")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--init-from" in err and "n_layers 2 (this run: 3)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.pt").exists()
+    assert main([*base, "--seeds", "2", "--init-from", str(src), "-o", str(tmp_path / "y.pt")]) == 2
+    assert "does not combine" in capsys.readouterr().err

@@ -105,6 +105,13 @@ def _add_train(parser: Parser) -> None:
         "--init-std", type=_init_std, default=0.02, help="std of the random initialisation (0.02)"
     )
     parser.add_argument(
+        "--init-from",
+        default=None,
+        metavar="CKPT",
+        help="start from a checkpoint's weights: its heads become the first heads of this model "
+        "(same sizes and regime, at most --heads heads), the others initialised at random",
+    )
+    parser.add_argument(
         "--steps",
         type=_positive_int,
         default=None,
@@ -244,6 +251,14 @@ def run(args: argparse.Namespace) -> int:
             "--seeds trains fresh runs in one process: it does not combine with --resume, "
             "--save-every or torchrun; run those one seed at a time"
         )
+    if args.init_from is not None and (args.resume or args.seeds > 1):
+        raise EagleProbeError(
+            "--init-from starts one fresh run from a checkpoint's weights: it does not combine "
+            "with --resume (which continues the run in --out) or --seeds"
+        )
+    source = None
+    if args.init_from is not None:
+        source, _, _ = checkpoint.load(args.init_from, max_bytes=_budget(args))
     out = files.as_path(args.out, "-o/--out")
     outputs = _train_outputs(out) if args.seeds == 1 else []
     lead = _lead_process()
@@ -315,6 +330,15 @@ def run(args: argparse.Namespace) -> int:
     budget.check(
         budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
     )
+    if source is not None:
+        from eagle_probe.train import check_growable
+
+        try:
+            check_growable(source.cfg, model_cfg)
+        except ValueError as exc:
+            raise EagleProbeError(f"--init-from {args.init_from}: {exc}") from None
+        args.init_source = source
+        args.init_sha256 = checkpoint.sha256(args.init_from)
     if args.seeds > 1:
         return _run_seeds(args, out, model_cfg, task, train_cfg)
     from eagle_probe import (
@@ -346,6 +370,8 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         "cpus": os.cpu_count(),
         "eagle_probe": __version__,
     }
+    if getattr(args, "init_source", None) is not None:
+        provenance["init_from"] = {"path": str(args.init_from), "sha256": args.init_sha256}
 
     def write(model, metrics: dict[str, Any]) -> None:
         # Nothing is published before a validation has given finite numbers.
@@ -373,6 +399,7 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
             resume=resume,
             save_every=args.save_every or 0,
             on_save=save_step,
+            init_from=getattr(args, "init_source", None),
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
