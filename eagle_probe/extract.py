@@ -216,6 +216,9 @@ def build_context(
 # run here (the term discovery is a third of centralized.pt's views)
 BESIDE = ("terms",)
 BESIDE_WAIT = 60.0  # seconds a view beside may always take; or ten times what ran here meanwhile
+# and only for extractions whose memory estimate (`extract_bytes`) is at most this: a view beside
+# holds its working memory while the others hold theirs (n = d = 64 is 0.85 GiB, 128 is 1.4)
+BESIDE_BYTES = 2**30
 
 
 @dataclass
@@ -511,7 +514,8 @@ def extract(
         progress=progress,
     )
     timings["capture"] = time.perf_counter() - t0
-    beside = start_beside(ctx, names)
+    small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
+    beside = start_beside(ctx, names) if small else Beside()
     try:
         control_results, control_probes = None, 0
         if control:
