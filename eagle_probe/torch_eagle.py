@@ -12,7 +12,7 @@ with a certificate of the answer, > 0 iterations used without one, < 0 -1 breakd
 non-finite numbers, -3 x not representable. The certificate is the NumPy solver's full-rank one,
 batched: at a candidate stop (a step ‖x_k − x_{k−1}‖ ≤ rtol ‖x_k − x0‖, a step ≤ 1e-4 that no
 longer halves, or, once per problem, the step's own A_lᵀA_l clustered to ‖I − A_lᵀA_l/μ‖_F ≤
-1/4, see EARLY) G = Ã M_l is recomputed, K = GᵀG must satisfy ‖I − K/μ‖_F ≤ 1/2 (μ = trace K / n:
+1/2, see EARLY) G = Ã M_l is recomputed, K = GᵀG must satisfy ‖I − K/μ‖_F ≤ 1/2 (μ = trace K / n:
 every singular value of A resolved and clustered), and with r = b − A x recomputed, the range
 error d = M_l K⁻¹ Gᵀ r of x (exactly A⁺r for any invertible M_l; K is well conditioned, so a
 Cholesky solve is accurate) is added up to three times; info 0 when ‖d‖ + ε_0 ≤ bound/4 · ‖x‖,
@@ -55,7 +55,7 @@ SLICE = 1024  # problems at a time where a temporary the batch's size is not nee
 # singular values clustered, ‖I − A_lᵀA_l / μ‖_F ≤ EARLY (μ its mean eigenvalue). A_l = Ã M_l in
 # exact arithmetic, so the certificate's fresh K is then clustered too, and its refinement (the
 # range error d is exact whatever the iterate) finishes the solve a few steps early
-EARLY = 0.25
+EARLY = CLUSTER
 
 
 def _as_tensor(name: str, value, device=None) -> torch.Tensor:
@@ -117,8 +117,9 @@ def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
     G = At @ M  # (q, m, n), fresh
     K = G.mT @ G  # (q, n, n)
     mu = K.diagonal(dim1=-2, dim2=-1).sum(-1) / n  # (q,)
-    eye = torch.eye(n, dtype=K.dtype, device=K.device)
-    delta = _norm(eye - K / mu.clamp_min(1e-300).view(-1, 1, 1))
+    E = K / mu.clamp_min(1e-300).view(-1, 1, 1)
+    E.diagonal(dim1=-2, dim2=-1).sub_(1.0)  # K/μ − I
+    delta = _norm(E)
     clustered = (delta <= CLUSTER) & (mu > 0)
     # κ̂ = σ̂_1 λ_max(M_l) / √(μ (1 − δ)); M_l = m_l(ÃᵀÃ) is symmetric positive definite here
     spread = torch.sqrt(mu * (1.0 - delta.clamp(max=CLUSTER))).clamp_min(1e-300)
@@ -129,8 +130,7 @@ def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
     if bool(need.any()):
         kappa[need] = s1[need] * _top_bound(M[need]) / spread[need]
     bound = torch.clamp(CERT_FLOOR * kappa * eps, min=rtol)
-    Kc = torch.where(clustered.view(-1, 1, 1), K, eye.expand_as(K))
-    chol, bad = torch.linalg.cholesky_ex(Kc)
+    chol, bad = torch.linalg.cholesky_ex(K)  # where not clustered, only bad is read
     clustered = clustered & (bad == 0) & (bound < 1.0)
     out = y.clone()
     certified = torch.zeros(q, dtype=torch.bool, device=K.device)
@@ -205,11 +205,18 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     top_a = _top(A)
     ea = _exponent(A, top_a)
     zero_a = top_a == 0
-    At = _ldexp(A, -ea)
+
+    def scaled(rows) -> torch.Tensor:  # Ã = A 2^(−ea) of the problems `rows` (a slice or indices)
+        return _ldexp(A[rows], -ea[rows])
+
+    slices = [slice(i, min(p, i + SLICE)) for i in range(0, p, SLICE)]
     k = _exponent(b)
     has_x0 = (x0 != 0).any(dim=1)
     k = torch.where(has_x0, torch.maximum(k, ea + _exponent(x0)), k)
-    r = _ldexp(b, -k).unsqueeze(-1) - At @ _ldexp(x0, ea - k).unsqueeze(-1)  # (p, m, 1)
+    r = _ldexp(b, -k).unsqueeze(-1)  # (p, m, 1)
+    if bool(has_x0.any()):
+        xk = _ldexp(x0, ea - k).unsqueeze(-1)
+        r = r - torch.cat([scaled(s) @ xk[s] for s in slices])
     kr = _exponent(r)
     zero_r = ~(r.flatten(1) != 0).any(dim=1)
     r = _ldexp(r, -kr)
@@ -220,13 +227,13 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     exact = zero_a | zero_r
     info[exact] = 0
     done |= exact
-    lam0 = torch.cat([_top_bound(a.mT @ a) for a in At.split(SLICE)])  # ‖Ã‖₂² from above
+    lam0 = torch.cat([_top_bound(a.mT @ a) for a in map(scaled, slices)])  # ‖Ã‖₂² from above
     s1 = torch.sqrt(lam0)
     r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
     # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
     idx = torch.nonzero(~done).squeeze(1)
     q = len(idx)
-    At_a, r_a = (At, r) if q == p else (At[idx], r[idx])
+    r_a = r if q == p else r[idx]
     # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
     # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
     s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
@@ -245,7 +252,8 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     Ps = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
     Ts = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
     Z, Vt = Zs[0], Vs[0]
-    Z[..., :n].copy_(At_a).div_(s0)
+    for i in range(0, q, SLICE):
+        Z[i : i + SLICE, :, :n] = scaled(idx[i : i + SLICE]) / s0[i : i + SLICE]
     Z[..., n:].copy_(r_a).mul_(RATIO)
     Vt.zero_()
     Vt[:, :n].diagonal(dim1=-2, dim2=-1).copy_(1.0 / s0.view(-1, 1))
@@ -312,7 +320,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         finite = finite | ~alive  # a finished problem's numbers no longer matter
         leave = ~finite  # non-finite ones: the NumPy solver below
         if atol > 0:
-            res = _ldexp(_norm(r[idx] - At[idx] @ y), k[idx])
+            res = _ldexp(_norm(r[idx] - scaled(idx) @ y), k[idx])
             hit = alive & finite & (res <= atol)
             x[idx[hit]] = x0[idx[hit]] + _ldexp(y[hit].squeeze(-1), e_out[idx[hit]])
             info[idx[hit]] = 0
@@ -324,7 +332,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             g = idx[sel]
             Vsel = Vt[sel]  # (s, n + 1, n)
             ok, y_sel, decided = _certify(
-                At[g],
+                scaled(g),
                 Vsel[:, :n].mT,
                 Vsel[:, n].unsqueeze(-1) / -RATIO,
                 r[g],
