@@ -191,3 +191,22 @@ def test_bench_runs_the_device_section_only_where_device_is_given():
     assert parser.parse_args(["bench"]).device is None
     assert parser.parse_args(["bench", "--device", "cpu"]).device == "cpu"
     assert parser.parse_args(["evaluate", "m.pt"]).device == "cpu"
+
+
+def test_a_clustered_step_is_certified_before_the_step_test_would_stop():
+    # the step's own A_lᵀA_l clustered: the certificate's refinement finishes the solve, several
+    # steps before the NumPy solver's step test stops, with the same certified accuracy
+    A, b = batch(16, 20, 20, 1e3, seed=21)
+    seen = []
+    x, info = solve_eagle_torch(
+        torch.from_numpy(A), torch.from_numpy(b), callback=lambda x: seen.append(1)
+    )
+    steps = []
+    for j in range(16):
+        calls = []
+        xn, infon = solve_eagle(A[j], b[j], callback=calls.append)
+        assert infon == 0
+        steps.append(len(calls))
+    assert bool((info == 0).all())
+    assert len(seen) <= min(steps) - 4
+    assert rel(x.numpy(), pinv_solution(A, b)).max() <= 1e-10
