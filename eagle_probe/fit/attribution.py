@@ -86,18 +86,33 @@ def attribution_view(ctx: Context) -> ViewResult:
     rows = []
     for layer in range(L):
         Z = stream[layer]
+        done: dict[tuple[int, str, str], float] = {}  # (head, product, block) -> its MSE
         for head in range(H):
             qk, vp = ctx.qk[layer, head], ctx.vp[layer, head]
+            # a head with the same products as an earlier one of the layer (a planted layer's
+            # heads) has the same ablations: the same numbers, computed once
+            twin = next(
+                (
+                    k
+                    for k in range(head)
+                    if np.array_equal(ctx.qk[layer, k], qk) and np.array_equal(ctx.vp[layer, k], vp)
+                ),
+                None,
+            )
             for product, W in (("W_QK", qk), ("W_VP", vp)):
                 for block in blocks:
                     part = _only(W, split, block)
                     if not np.any(part):
                         continue
-                    pair = (part, vp) if product == "W_QK" else (qk, part)
-                    with np.errstate(over="ignore", invalid="ignore"):
-                        # the block's own contribution to the layer's update, removed
-                        delta = geo.layer(Z, pair[0][None], pair[1][None]) - Z
-                    mse = finish(stream[layer + 1] - delta, layer)
+                    if twin is not None:
+                        mse = done[(twin, product, block)]
+                    else:
+                        pair = (part, vp) if product == "W_QK" else (qk, part)
+                        with np.errstate(over="ignore", invalid="ignore"):
+                            # the block's own contribution to the layer's update, removed
+                            delta = geo.layer(Z, pair[0][None], pair[1][None]) - Z
+                        mse = finish(stream[layer + 1] - delta, layer)
+                    done[(head, product, block)] = mse
                     rows.append(
                         {
                             "layer": layer,
