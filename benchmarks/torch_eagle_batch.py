@@ -10,7 +10,8 @@ solver's own; the wall seconds also hold the time other processes took the cores
 iterations, the info counts, the largest error against `torch.linalg.solve`, and its matrix
 products' time: three n × n batched products per problem and iteration (Σ over iterations of the
 problems still in the batch) at the rate one batched n × n product into preallocated memory runs
-here, measured between the solves (median), as wall and CPU seconds; then the ratios. --loop
+here, measured between the solves (median), as wall and CPU seconds; then the ratios (OpenMP
+threads wait passively unless OMP_WAIT_POLICY says otherwise). --loop
 problems are then solved by the NumPy solver one at a time, its seconds scaled to the batch
 (--loop 0: skipped). The load average is printed before and after. Target (CPU): ≤ 1.0 s for
 10,000 20 × 20 to 1e-10, within 2× of the products' time.
@@ -23,11 +24,16 @@ import os
 import statistics
 import time
 
-import numpy as np
-import torch
+# OpenMP threads that spin while they wait lose their core to the other processes of a shared
+# machine, and every product then waits for them (2 threads: 18 s instead of 1.7 s here);
+# OMP_WAIT_POLICY=ACTIVE in the environment measures that
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from eagle_probe.solvers import solve_eagle
-from eagle_probe.torch_eagle import solve_eagle_torch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from eagle_probe.solvers import solve_eagle  # noqa: E402
+from eagle_probe.torch_eagle import solve_eagle_torch  # noqa: E402
 
 
 def main() -> None:
@@ -79,7 +85,8 @@ def main() -> None:
     infos = ", ".join(f"{int(c)}: {int(k)}" for c, k in zip(codes, counts, strict=True))
     print(
         f"torch EAGLE {args.problems} x {args.n}x{args.n} on {device} (threads "
-        f"{torch.get_num_threads()}, load {load[0]:.2f}): {wall:.3f} s wall, {cpu:.3f} s CPU "
+        f"{torch.get_num_threads()}, OMP_WAIT_POLICY {os.environ['OMP_WAIT_POLICY']}, load "
+        f"{load[0]:.2f}): {wall:.3f} s wall, {cpu:.3f} s CPU "
         f"(median of {args.repeat}), {its} iterations (slowest), {per_problem:.1f} per problem, "
         f"info {{{infos}}}, max error {float(err.max()):.2e}"
     )
