@@ -227,16 +227,10 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     exact = zero_a | zero_r
     info[exact] = 0
     done |= exact
-    lam0 = torch.cat([_top_bound(a.mT @ a) for a in map(scaled, slices)])  # ‖Ã‖₂² from above
-    s1 = torch.sqrt(lam0)
-    r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
     # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
     idx = torch.nonzero(~done).squeeze(1)
     q = len(idx)
     r_a = r if q == p else r[idx]
-    # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
-    # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
-    s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
     # Z = [A_l | κ C_l] (q, m, n + 1) and Vᵀ = [M_l | −κ y]ᵀ (q, n + 1, n), κ = γ/η: one step,
     # A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
     # is Z ← Z T and Vᵀ ← Tᵀ Vᵀ with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built
@@ -252,8 +246,20 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     Ps = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
     Ts = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
     Z, Vt = Zs[0], Vs[0]
+    # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
+    # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
+    lam0 = torch.zeros(p, dtype=dtype, device=device)
     for i in range(0, q, SLICE):
-        Z[i : i + SLICE, :, :n] = scaled(idx[i : i + SLICE]) / s0[i : i + SLICE]
+        j = min(q, i + SLICE)
+        rows = slice(i, j) if q == p else idx[i:j]
+        z = Z[i:j, :, :n]
+        z.copy_(A[rows])
+        torch.ldexp(z, (-ea[rows]).to(dtype).view(-1, 1, 1), out=z)  # Ã, exactly
+        lam0[rows] = _top_bound(z.mT @ z)  # ‖Ã‖₂² from above
+        z.div_(torch.sqrt(lam0[rows]).view(-1, 1, 1))
+    s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
+    s1 = torch.sqrt(lam0)
+    r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
     Z[..., n:].copy_(r_a).mul_(RATIO)
     Vt.zero_()
     Vt[:, :n].diagonal(dim1=-2, dim2=-1).copy_(1.0 / s0.view(-1, 1))
