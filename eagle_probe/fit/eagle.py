@@ -70,7 +70,10 @@ def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-FAMILY_PROMPTS = 256  # held-out prompts the family choice scores each family's projection on
+# held-out prompts the family choice scores each family's projection on, and never more than the
+# capture's probe prompts (an untrained control's first few at large sizes: its scores are only
+# reported, and two forwards of its unmergeable heads cost more than its capture)
+FAMILY_PROMPTS = 256
 
 
 def family_scores(
@@ -83,13 +86,14 @@ def family_scores(
     """Every family the regime admits, scored on the same network (the paper's family first):
     its mean one-step residual on the activations and per-layer steps; with the products qk, vp
     and prompts z0 also `prediction_gap`, ‖D̂_projected − D̂_network‖_F / ‖D̂_network‖_F with
-    every layer's weights projected onto the family (view `projection`)."""
+    every layer's weights projected onto the family (view `projection`), on the first
+    FAMILY_PROMPTS of z0 and at most as many as the capture's probe prompts."""
     from eagle_probe.fit.projection import project_products
 
     out = []
     net = None
     if qk is not None and z0 is not None:
-        z0 = z0[:FAMILY_PROMPTS]
+        z0 = z0[: min(FAMILY_PROMPTS, cap.Z.shape[1])]
         net = geometry.predict(z0, qk, vp)
     for fam in families.for_geometry(geometry):
         geo = fam.geometry(geometry)
