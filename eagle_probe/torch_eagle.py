@@ -51,6 +51,7 @@ STALL_STEP = template.STALL_STEP
 RATIO = GAMMA / ETA  # κ: Z's C column is C_l times this, V's last column −y (see `_solve`)
 COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
 SLICE = 1024  # problems at a time where a temporary the batch's size is not needed
+CERT_SLICE = 512  # problems at a time in the certificate
 # A candidate stop, once per problem, besides the step tests: the step's own P shows A_l's
 # singular values clustered, ‖I − A_lᵀA_l / μ‖_F ≤ EARLY (μ its mean eigenvalue). A_l = Ã M_l in
 # exact arithmetic, so the certificate's fresh K is then clustered too, and its refinement (the
@@ -336,18 +337,25 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         if bool(check.any()):
             sel = torch.nonzero(check).squeeze(1)
             g = idx[sel]
-            Vsel = Vt[sel]  # (s, n + 1, n)
-            ok, y_sel, decided = _certify(
-                scaled(g),
-                Vsel[:, :n].mT,
-                Vsel[:, n].unsqueeze(-1) / -RATIO,
-                r[g],
-                xs[g],
-                r0_err[g],
-                s1[g],
-                rtol,
-                eps,
-            )
+            # CERT_SLICE problems at a time: temporaries that small are reused, not faulted in
+            parts = []
+            for h in range(0, len(sel), CERT_SLICE):
+                sh, gh = sel[h : h + CERT_SLICE], g[h : h + CERT_SLICE]
+                Vsel = Vt[sh]  # (s, n + 1, n)
+                parts.append(
+                    _certify(
+                        scaled(gh),
+                        Vsel[:, :n].mT,
+                        Vsel[:, n].unsqueeze(-1) / -RATIO,
+                        r[gh],
+                        xs[gh],
+                        r0_err[gh],
+                        s1[gh],
+                        rtol,
+                        eps,
+                    )
+                )
+            ok, y_sel, decided = (torch.cat(t) for t in zip(*parts, strict=True))
             # clustered, yet no certificate: the NumPy solver decides, except after an EARLY
             # attempt, where the iteration goes on (from its own iterate, not the refined one,
             # which would no longer match C_l)
