@@ -64,10 +64,10 @@ def support_fit(
     lam_max = float(np.linalg.eigvalsh(G).max()) if lam_max is None else lam_max
     lam = max(lam_max, 1e-300)
     top = max(orders) if orders else 0
-    feats, v = [], r
+    feats, v, scaled = [], r, G / lam  # (b, d, d), once for every order
     for _ in range(top + 1):
         feats.append(v.reshape(-1))
-        v = (G / lam) @ v
+        v = scaled @ v
     X = np.stack([feats[p] for p in orders], axis=1) if orders else np.zeros((dx.size, 0))
     coef = np.linalg.lstsq(X, dx.reshape(-1), rcond=None)[0] if orders else np.zeros(0)
     r2, rel = _score(dx.reshape(-1), X @ coef)

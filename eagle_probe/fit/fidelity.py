@@ -43,13 +43,17 @@ def _split(ctx: Context, gap2: np.ndarray) -> dict[str, float]:
 def fidelity_table(ctx: Context, a_steps, c_steps) -> pd.DataFrame:
     """One row per layer and reading (one_step, end_to_end): gaps per block, total, relative."""
     cap, geo = ctx.cap, ctx.geometry
-    eagle = geo.run_eagle(cap.Z[0], a_steps, c_steps)
+    eagle = cap.Z[0]  # EAGLE run from the input (`Geometry.run_eagle`), one layer at a time
     rows = []
     for layer in range(cap.layers):
         Z, Z1 = cap.Z[layer], cap.Z[layer + 1]
-        one = (Z1 - geo.eagle_step(Z, layer, a_steps[layer], c_steps[layer])) ** 2
+        stepped = geo.eagle_step(Z, layer, a_steps[layer], c_steps[layer])
+        one = (Z1 - stepped) ** 2
+        # layer 0: the run from the input is the one step from the input
+        a, c = a_steps[layer], c_steps[layer]
+        eagle = stepped if layer == 0 else geo.eagle_step(eagle, layer, a, c)
         with np.errstate(over="ignore", invalid="ignore"):
-            e2e = (Z1 - eagle[layer + 1]) ** 2
+            e2e = (Z1 - eagle) ** 2
         for reading, gap2, ref in (
             ("one_step", one, (Z1 - Z) ** 2),
             ("end_to_end", e2e, (Z1 - cap.Z[0]) ** 2),

@@ -17,6 +17,7 @@ it raises the relative residual by more than `ORDER_THRESHOLD`.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,9 +64,27 @@ class PolyFit:
         return Polynomial(self.beta)(lam)
 
 
+# the latest shifted matrix 2G/λ_max − I of `chebyshev_features`: (weak reference to G, λ_max, it);
+# every (layer, head) fit of a view reads the same probe G
+_SHIFTED: list[tuple] = []
+
+
+def _shifted(G: np.ndarray, lam_max: float) -> np.ndarray:
+    """2G/λ_max − I (b, d, d), kept for the latest G while it lives (arrays G are never modified
+    in place: the capture's is read-only)."""
+    if _SHIFTED and _SHIFTED[0][0]() is G and _SHIFTED[0][1] == lam_max:
+        return _SHIFTED[0][2]
+    t = 2.0 * G / lam_max - np.eye(G.shape[-1])
+    try:
+        _SHIFTED[:] = [(weakref.ref(G), lam_max, t)]
+    except TypeError:  # not weak-referenceable: nothing kept
+        _SHIFTED.clear()
+    return t
+
+
 def chebyshev_features(G: np.ndarray, r: np.ndarray, degree: int, lam_max: float) -> np.ndarray:
     """T_k(2G/λ_max − I) r for k = 0..degree: (degree + 1, b, d, d')."""
-    t = 2.0 * G / lam_max - np.eye(G.shape[-1])
+    t = _shifted(G, lam_max) if not G.flags.writeable else 2.0 * G / lam_max - np.eye(G.shape[-1])
     feats = [r]
     if degree >= 1:
         feats.append(t @ r)
@@ -222,10 +241,10 @@ def essential_orders(
     if K == 0:
         return [0]
     lam = max(fit.lam_max, 1e-300)
-    feats, v = [], r / 1.0
+    feats, v, scaled = [], r / 1.0, G / lam  # (b, d, d), once for every order
     for _ in range(K + 1):
         feats.append(v.reshape(-1))
-        v = (G / lam) @ v
+        v = scaled @ v
     X = np.stack(feats, axis=1)
     y = dx.reshape(-1)
     ny = float(np.linalg.norm(y))
