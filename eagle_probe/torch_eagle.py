@@ -133,19 +133,21 @@ def _certify(At, M, y, r0, xs, r0_err, s1, rtol, eps):
     bound = torch.clamp(CERT_FLOOR * kappa * eps, min=rtol)
     chol, bad = torch.linalg.cholesky_ex(K)  # where not clustered, only bad is read
     clustered = clustered & (bad == 0) & (bound < 1.0)
-    out = y.clone()
+    out = y
     certified = torch.zeros(q, dtype=torch.bool, device=K.device)
+    pending = clustered  # clustered, not yet certified
     for _ in range(REFINE):
-        if not bool((clustered & ~certified).any()):
+        if not bool(pending.any()):
             break
         r = r0 - At @ y  # (q, m, 1): the true residual
         d = M @ torch.cholesky_solve(G.mT @ r, chol)  # (q, n, 1): Ã⁺ r, the error of y
         size = torch.linalg.vector_norm(y.squeeze(-1) + xs, dim=1).clamp_min(1e-300)
         estimate = (_norm(d) + r0_err) / size
-        new = clustered & ~certified & (estimate * CERT_MARGIN <= bound)
+        new = pending & (estimate * CERT_MARGIN <= bound)
         out = torch.where(new.view(-1, 1, 1), y, out)
         certified = certified | new
-        y = torch.where((clustered & ~certified).view(-1, 1, 1), y + d, y)
+        pending = pending & ~new
+        y = torch.where(pending.view(-1, 1, 1), y + d, y)
     out = torch.where(certified.view(-1, 1, 1), out, y)
     return certified, out, clustered
 
