@@ -36,7 +36,21 @@ def _coef(delta: list[np.ndarray], feats: list[np.ndarray]) -> float:
 
 
 def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
-    """Per layer: a, c (joint and per block), η, γ and the one-step relative residual."""
+    """Per layer: a, c (joint and per block), η, γ and the one-step relative residual.
+
+    Computed once per capture and reading of the step (the family choice and view `eagle` fit
+    the same family on the same capture); each call returns its own copy."""
+    key = (geometry.layout, geometry.reading, geometry.machines, geometry.d, geometry.n)
+    kept = cap.__dict__.setdefault("_eagle_steps", [])  # a cache on a frozen instance
+    for k, projector, table in kept:
+        if k == key and projector is geometry.projector:
+            return table.copy()
+    table = _fit_steps(cap, geometry)
+    kept.append((key, geometry.projector, table))
+    return table.copy()
+
+
+def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
     rows = []
     for layer in range(cap.layers):
         Z, Z1 = cap.Z[layer], cap.Z[layer + 1]
