@@ -140,6 +140,10 @@ class Geometry:
         Token layout: LAYER_CHUNK prompts at a time, the same numbers (every product is per
         prompt) about three times faster on thousands of prompts, whose (b, h, T, T) scores
         would not stay in cache."""
+        if Z.size and np.isnan(Z).all():
+            # a stream that has overflowed to NaN everywhere (an untrained control at large
+            # sizes) stays NaN everywhere (Z plus its update): the layer is not computed
+            return np.full(Z.shape, np.nan)
         if not self.samples and Z.shape[0] > LAYER_CHUNK:
             parts = [
                 self.layer(Z[i : i + LAYER_CHUNK], qk, vp) for i in range(0, len(Z), LAYER_CHUNK)
