@@ -94,9 +94,14 @@ def test_prompt_scale_is_the_configured_matrix_norm(shipped):
 SEEDS = sorted((TRAINED / "seeds").glob("*_seed*.pt"))
 
 
-def test_five_seeds_of_each_recipe_are_shipped_small():
+SEED_COUNTS = {"constrained": 10, "distributed": 10, "normalized": 10, "plain": 5}
+SEED_REGIMES = {"constrained": "constrained", "distributed": "distributed"}  # else centralized
+BELOW_ZERO = {"normalized": 50, "distributed": 10, "constrained": 10}  # × below the zero predictor
+
+
+def test_ten_seeds_of_every_regime_and_five_plain_ones_are_shipped_small():
     names = sorted(p.stem for p in SEEDS)
-    assert names == [f"{r}_seed{k}" for r in ("normalized", "plain") for k in range(5)]
+    assert names == sorted(f"{r}_seed{k}" for r, count in SEED_COUNTS.items() for k in range(count))
     for path in SEEDS:
         assert path.stat().st_size < 100_000, path.name
         assert path.with_suffix(".json").is_file(), path.name
@@ -111,10 +116,12 @@ def test_seed_models_reproduce_their_recorded_numbers(path):
     want = metrics["test"]
     assert result["median_mse"] == pytest.approx(want["median_mse"], rel=ROUNDOFF)
     assert result["zero_mse"] == pytest.approx(want["zero_mse"], rel=1e-9)
-    if path.stem.startswith("normalized"):
+    recipe = path.stem.split("_seed")[0]
+    assert model.cfg.regime == SEED_REGIMES.get(recipe, "centralized")
+    if recipe != "plain":
         assert model.cfg.normalize == "spectral" and result["nonfinite_prompts"] == 0
         assert result["mse"] == pytest.approx(want["mse"], rel=ROUNDOFF)
-        assert result["improvement"] > 50, "the normalized recipe beats the zero predictor 50x"
+        assert result["improvement"] > BELOW_ZERO[recipe], (recipe, result["improvement"])
     else:
         assert model.cfg.normalize == "none"
         assert metrics["train_config"]["select"] == "trimmed"
