@@ -75,6 +75,7 @@ def test_every_train_option_with_a_config_field_is_checked():
     skip = {"help", "regime", "steps", "threads", "no_progress", "force", "resume", "out"}
     skip |= {"debug", "max_memory", "device"}  # options every command (that computes) takes
     skip |= {"seeds", "save_every"}  # how many runs, which weights are kept: no config field
+    skip |= {"init_from"}  # the weights a run starts from: a file, recorded in the metrics
     assert set(_defaults("train")) - skip == set(TRAIN_OPTIONS)
     # --steps defaults to None so that --resume can keep the checkpoint's; a new run takes
     # TrainConfig's 20000, which the help names
