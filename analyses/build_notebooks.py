@@ -58,8 +58,11 @@ x_{t+1} = x_t − Σ α_i (AᵀA)^{p_i} Aᵀ(b − A x_t), the uncentred R², an
     ("code", """\
 fits = ex.fits.copy()
 fits["orders"] = fits.orders.map(lambda o: "{" + ",".join(map(str, o)) + "}" if len(o) < 6 else f"{o[0]}..{o[-1]}")
-display(fits[["layer", "head", "degree", "orders", "r2", "share"]].pivot_table(
-    index="head", columns="layer", values="share").round(3))
+print("share of its layer's update per head (head -1: the layer)")
+display(fits.pivot_table(index="head", columns="layer", values="share").round(3))
+print("uncentred R² of the design-form fit per head (head -1: the layer's sum)")
+display(fits.pivot_table(index="head", columns="layer", values="r2").round(3))
+display(fits.pivot(index="head", columns="layer", values="orders"))
 first = ex.terms[ex.terms.order == 0].pivot_table(index="head", columns="layer", values="alpha")
 print("order-0 coefficient α_0 per head (design sign: descent is α < 0)")
 display(first.round(4))"""),
@@ -100,27 +103,32 @@ assert (heads.share > 0).all(), "no head works against its layer's update"
 orders = {layer: [list(o) for o in group.orders] for layer, group in heads.groupby("layer")}
 assert sum(o == [0] for o in orders[0]) >= 7, "layer 0: order 0 alone in 7 of 8 heads"
 assert all(o[0] == 0 and len(o) <= 4 for o in orders[1]), "layer 1: orders 0-2 (or 0-3)"
-assert (heads[heads.layer >= 2].r2 < 0.5).all(), "layers 2-3: a head alone is no polynomial"
-assert 1.5 < two / full < 6, "two heads per layer: several times the error"
+late = ex.fits[ex.fits.layer >= 2]
+assert (late[late["head"] >= 0].r2 < 0.8).all(), "layers 2-3: a head alone is a poor polynomial"
+assert (late[late["head"] == -1].r2 > late[late["head"] >= 0].r2.max()).all(), "the sum fits better"
+assert 3 < two / full < 20, "two heads per layer: about an order of magnitude more error"
 assert two < ex.test["zero_mse"] / 5, "two heads per layer: well below the zero predictor"
 assert single > ex.test["zero_mse"], "one head per layer: the model explodes"
-assert pruning.removed.iloc[-3:].str.startswith("L0").all(), "the last heads removed are layer 0's"
+assert pruning.removed.iloc[-3:].str.match("L[01]").all(), "the last heads removed: layers 0-1"
+ratio = ablation.pivot(index="layer", columns="head", values="mse_ratio")
+assert ratio.loc[0].max() > 100 and ratio.loc[1:].max().max() < 20, "layer 0's heads are the fragile ones"
 assert routing.max_share_change.max() < 0.25, "no head's share moves much between problem types"
 """),
     ("md", """\
 ## Verdicts
 
 - **Orders and steps per head**: in layers 0 and 1 the heads carry the same kind of update and
-  split the layer's step between them: order 0 alone in 7 of layer 0's 8 heads, orders 0–2 in
-  all of layer 1's. In layers 2 and 3 a head's own update is not a design-form polynomial
-  (per-head R² below 0.5, see the table); only the heads' sum is read as one.
+  split the layer's step between them: order 0 alone in 7 of layer 0's 8 heads, orders 0–2 (or
+  0–3) in all of layer 1's. In layers 2 and 3 a head's own update is a poor design-form
+  polynomial (per-head R² 0.2–0.76, see the table); the heads' sum is read better (0.88–0.89),
+  so those layers' polynomial is assembled from heads that are not polynomials on their own.
 - **Pruning 8 → 1 head per layer** (no retraining, greedy): down to two heads per layer the error
-  grows severalfold and stays well below the zero predictor; removing the last heads of
-  layer 0 makes the model explode (see the printed numbers). Without retraining, the paper's
-  "pruning to one head changes little" is refuted for this model; the heads of layer 0 share the
-  first EAGLE step between them, and no single one carries a stable step on its own (ablating one
-  of layer 0's heads alone costs up to two orders of magnitude, one of a later layer's at most a
-  few fold).
+  grows about an order of magnitude and stays well below the zero predictor; removing the last
+  heads of layers 0 and 1 makes the model explode (see the printed numbers). Without retraining,
+  the paper's "pruning to one head changes little" is refuted for this model; the heads of
+  layer 0 share the first EAGLE step between them, and no single one carries a stable step on
+  its own (ablating one of layer 0's heads alone multiplies the error by 1.2 up to ×10⁷, one of
+  a later layer's by at most about ten).
 - **Algorithm routing**: the heads' shares move by at most the printed amount between the paper
   distribution, scalar prediction, Nyström kernels and low-rank completion — the same heads carry
   every problem type. The seed text's routing claim is refuted for this model."""),
