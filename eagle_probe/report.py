@@ -24,7 +24,6 @@ from eagle_probe import forked
 from eagle_probe.errors import EagleProbeError
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
     from eagle_probe.extract import Extraction
 
@@ -419,37 +418,41 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-def _render(figs: dict[str, Figure], names: list[str]) -> dict[str, bytes]:
-    """PNG bytes of the figures `names` of `figs`."""
-    return {k: png_bytes(figs[k]) for k in names}
+def _draw(ex: Extraction, views: list[str]) -> dict[str, dict[str, bytes]]:
+    """PNG bytes of the figures of `views`, built and drawn here: {view: {figure: PNG}}."""
+    from eagle_probe.plots import view_figures
+
+    return {v: {k: png_bytes(fig) for k, fig in view_figures(ex, v).items()} for v in views}
 
 
-def _pack(drawn: dict[str, bytes]) -> bytes:
-    """`drawn` as bytes: a JSON header line ([name, size] per figure), then the PNGs."""
-    header = [[k, len(png)] for k, png in drawn.items()]
-    return json.dumps(header).encode() + b"\n" + b"".join(drawn.values())
+def _pack(drawn: dict[str, dict[str, bytes]]) -> bytes:
+    """`drawn` as bytes: a JSON header line ([view, figure, size] per figure), then the PNGs."""
+    header = [[v, k, len(png)] for v, figs in drawn.items() for k, png in figs.items()]
+    body = b"".join(png for figs in drawn.values() for png in figs.values())
+    return json.dumps(header).encode() + b"\n" + body
 
 
-def _unpack(data: bytes) -> dict[str, bytes]:
+def _unpack(data: bytes) -> dict[str, dict[str, bytes]]:
     """The inverse of `_pack`."""
     line, _, body = data.partition(b"\n")
-    drawn, at = {}, 0
-    for name, size in json.loads(line):
-        drawn[name] = body[at : at + size]
+    drawn: dict[str, dict[str, bytes]] = {}
+    at = 0
+    for view, name, size in json.loads(line):
+        drawn.setdefault(view, {})[name] = body[at : at + size]
         at += size
     if at != len(body):
         raise ValueError("figure data of unexpected length")
     return drawn
 
 
-def _balanced(figs: dict[str, Figure], parts: int) -> list[list[str]]:
-    """The figures cut into `parts` lists of about equal drawing time (its proxy: the axes a
-    figure has, colour bars included), largest first onto the least loaded list."""
-    loads, out = [0] * parts, [[] for _ in range(parts)]
-    for name in sorted(figs, key=lambda k: -len(figs[k].axes)):
+def _balanced(costs: dict[str, float], parts: int) -> list[list[str]]:
+    """The keys of `costs` cut into `parts` lists of about equal total cost, the costliest first
+    onto the least loaded list."""
+    loads, out = [0.0] * parts, [[] for _ in range(parts)]
+    for name in sorted(costs, key=lambda k: -costs[k]):
         k = loads.index(min(loads))
         out[k].append(name)
-        loads[k] += max(1, len(figs[name].axes))
+        loads[k] += costs[name]
     return out
 
 
@@ -457,7 +460,7 @@ CHILD_WAIT = 60.0  # seconds a drawing process may always take
 CHILD_SLOWER = 10.0  # and how many times this process's drawing time, if that is longer
 
 
-def _unpack_or_none(data: bytes | None) -> dict[str, bytes] | None:
+def _unpack_or_none(data: bytes | None) -> dict[str, dict[str, bytes]] | None:
     try:
         return None if data is None else _unpack(data)
     except (ValueError, KeyError, TypeError):  # a child that failed wrote nothing or half
@@ -467,33 +470,36 @@ def _unpack_or_none(data: bytes | None) -> dict[str, bytes] | None:
 def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
     """Every figure of `ex` as PNG bytes, in the order of `plots.extraction_figures`.
 
-    Drawing is most of a report's time and each figure is independent: with `workers` > 1 (the
-    default: the CPUs this process may use) the figures are built here, then forked processes
-    draw shares of about equal size beside this one; a share whose process fails is drawn here."""
-    from eagle_probe.plots import extraction_figures
+    Building and drawing are most of a report's time and each view's figures are independent:
+    with `workers` > 1 (the default: the CPUs this process may use) the views are cut into shares
+    of about equal drawing cost (`plots.drawing_cost`), and forked processes build and draw theirs
+    beside this one; a share whose process fails is built and drawn here."""
+    from eagle_probe.plots import drawing_cost, figure_views
 
-    figs = extraction_figures(ex)
+    views = figure_views(ex)
     if workers is None:
         workers = forked.cpus() if forked.available() else 1
-    workers = max(1, min(workers, len(figs)))
+    workers = max(1, min(workers, len(views)))
     if workers == 1 or not hasattr(os, "fork"):
-        return _render(figs, list(figs))
-    parts = _balanced(figs, workers)
-    children = [
-        (part, forked.Forked(lambda part=part: _pack(_render(figs, part)))) for part in parts[1:]
-    ]
-    try:
-        start = time.monotonic()
-        drawn = _render(figs, parts[0])
-        # a child stuck after the fork (a lock some thread held) must not hang the report
-        deadline = time.monotonic() + max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
-        for part, job in children:
-            got = _unpack_or_none(job.result(deadline - time.monotonic()))
-            drawn.update(got if got is not None and set(got) == set(part) else _render(figs, part))
-    finally:
-        for _, job in children:
-            job.close()
-    return {k: drawn[k] for k in figs}
+        drawn = _draw(ex, views)
+    else:
+        parts = _balanced({v: drawing_cost(ex, v) for v in views}, workers)
+        jobs = [
+            (part, forked.Forked(lambda part=part: _pack(_draw(ex, part)))) for part in parts[1:]
+        ]
+        try:
+            start = time.monotonic()
+            drawn = _draw(ex, parts[0])
+            # a child stuck after the fork (a lock some thread held) must not hang the report
+            wait = max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
+            deadline = time.monotonic() + wait
+            for part, job in jobs:
+                got = _unpack_or_none(job.result(deadline - time.monotonic()))
+                drawn.update(got if got is not None and set(got) == set(part) else _draw(ex, part))
+        finally:
+            for _, job in jobs:
+                job.close()
+    return {name: png for v in views for name, png in drawn[v].items()}
 
 
 LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}
