@@ -24,7 +24,6 @@ from eagle_probe import forked
 from eagle_probe.errors import EagleProbeError
 
 if TYPE_CHECKING:
-
     from eagle_probe.extract import Extraction
 
 
