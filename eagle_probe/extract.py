@@ -212,9 +212,22 @@ def build_context(
 
 
 # views that read the context alone (its capture, prompts and geometry; no other view's result,
-# no control): with a second CPU, `start_beside` runs them in a forked process while the others
-# run here (the term discovery is a third of centralized.pt's views)
-BESIDE = ("terms",)
+# no control): with a second CPU, `start_beside` runs each group in a forked process (its views
+# one after another) while the others run here. The projection comes back first and alone (the
+# optimum reads it); the term discovery is a third of centralized.pt's views
+BESIDE = (("projection",), ("weights", "attribution", "algorithm", "terms"))
+# the views each view reads (`ctx.results`); a view computed beside is taken when one of its
+# readers is due, or at the end
+READS = {
+    "fidelity": ("eagle",),
+    "optimum": ("projection",),
+    "polynomial": ("eagle",),
+    "symbolic": ("eagle",),
+    "verdict": tuple(fit.ORDER),
+}
+# the processes beside run at this lower priority: the views here, which wait for none of them
+# until a reader is due, keep a whole CPU while those beside share the other
+BESIDE_NICE = 10
 BESIDE_WAIT = 60.0  # seconds a view beside may always take; or ten times what ran here meanwhile
 # and only for extractions whose memory estimate (`extract_bytes`) is at most this: a view beside
 # holds its working memory while the others hold theirs (n = d = 64 is 0.85 GiB, 128 is 1.4)
@@ -223,27 +236,39 @@ BESIDE_BYTES = 2**30
 
 @dataclass
 class Beside:
-    """Views computing in forked processes (`start_beside`), by name."""
+    """Views computing in forked processes (`start_beside`): a process per group of views."""
 
-    jobs: dict[str, Any] = field(default_factory=dict)
+    jobs: dict[str, Any] = field(default_factory=dict)  # view name -> its group's process
+    taken: dict[str, tuple[ViewResult, float]] = field(default_factory=dict)  # got, not read
 
     def take(self, name: str, waited: float) -> tuple[ViewResult, float] | None:
         """The view's result and seconds from its process, or None (none runs it, it failed,
         or it did not finish within max(BESIDE_WAIT, 10 × `waited`) more seconds)."""
         import pickle
 
-        job = self.jobs.pop(name, None)
-        data = None if job is None else job.result(max(BESIDE_WAIT, 10 * waited))
-        return None if data is None else pickle.loads(data)  # our own child's ViewResult
+        if name in self.taken:
+            return self.taken.pop(name)
+        job = self.jobs.get(name)
+        if job is None:
+            return None
+        data = job.result(max(BESIDE_WAIT, 10 * waited))
+        group = [k for k, j in self.jobs.items() if j is job]
+        for k in group:
+            del self.jobs[k]
+        if data is None:
+            return None
+        self.taken.update(pickle.loads(data))  # our own child's {view: (ViewResult, seconds)}
+        return self.taken.pop(name, None)
 
     def close(self) -> None:
         for job in self.jobs.values():
             job.close()
         self.jobs.clear()
+        self.taken.clear()
 
 
 def start_beside(ctx: Context, names) -> Beside:
-    """Fork a process per view of BESIDE in `names` (none without a second CPU)."""
+    """Fork a process per group of BESIDE with views in `names` (none without a second CPU)."""
     import pickle
 
     from eagle_probe import forked
@@ -252,14 +277,18 @@ def start_beside(ctx: Context, names) -> Beside:
     if not forked.available():
         return out
 
-    def compute(name: str) -> bytes:
-        t0 = time.perf_counter()
-        result = VIEWS[name](ctx)
-        return pickle.dumps((result, time.perf_counter() - t0))
+    def compute(group: list[str]) -> bytes:
+        done = {}
+        for name in group:
+            t0 = time.perf_counter()
+            done[name] = (VIEWS[name](ctx), time.perf_counter() - t0)
+        return pickle.dumps(done)
 
-    for name in BESIDE:
-        if name in names:
-            out.jobs[name] = forked.Forked(lambda name=name: compute(name))
+    for group in BESIDE:
+        group = [name for name in group if name in names]
+        if group:
+            job = forked.Forked(lambda group=group: compute(group), nice=BESIDE_NICE)
+            out.jobs.update({name: job for name in group})
     return out
 
 
@@ -270,24 +299,42 @@ def run_views(
     progress: Progress | None = None,
     beside: Beside | None = None,
 ) -> None:
-    """Run the named views in registry order, storing each result in `ctx.results`; a view that
-    `beside` computes is taken from there (and run here if its process failed)."""
+    """Run the named views in registry order, storing each result in `ctx.results` (in that
+    order); a view that `beside` computes is taken from there once a view that reads it is due,
+    or at the end (and run here if its process failed)."""
     order = [name for name in fit.ORDER if name in names]
     start = time.perf_counter()
+    pending = [n for n in order if beside is not None and n in beside.jobs]
+    seconds: dict[str, float] = {}
+
+    def take(name: str) -> None:
+        pending.remove(name)
+        t0 = time.perf_counter()
+        taken = beside.take(name, t0 - start)
+        if taken is None:  # its process failed: run it here
+            ctx.results[name] = VIEWS[name](ctx)
+            seconds[name] = time.perf_counter() - t0
+        else:
+            ctx.results[name], seconds[name] = taken
+
     try:
         for name in progress(order, "views") if progress is not None else order:
+            if name in pending:
+                continue
+            for other in [k for k in READS.get(name, ()) if k in pending]:
+                take(other)
             t0 = time.perf_counter()
-            taken = beside.take(name, t0 - start) if beside is not None else None
-            if taken is None:
-                ctx.results[name] = VIEWS[name](ctx)
-                seconds = time.perf_counter() - t0
-            else:
-                ctx.results[name], seconds = taken
-            if timings is not None:
-                timings[name] = seconds
+            ctx.results[name] = VIEWS[name](ctx)
+            seconds[name] = time.perf_counter() - t0
+        for name in list(pending):
+            take(name)
     finally:
         if beside is not None:
             beside.close()
+    done = {name: ctx.results.pop(name) for name in order}
+    ctx.results.update(done)  # registry order, wherever each view ran
+    if timings is not None:
+        timings.update({name: seconds[name] for name in order})
 
 
 @dataclass
@@ -470,6 +517,76 @@ def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class Control:
+    """The untrained control's view results: what the model's views read of it (`verdict`)."""
+
+    results: dict[str, ViewResult]
+
+
+def _control(
+    model: LinearTransformer,
+    task: TaskConfig,
+    ctx: Context,
+    names,
+    probe_batch_size: int,
+    control_probes: int,
+    seed: int,
+    chunk: int | None,
+    device,
+) -> dict[str, ViewResult]:
+    """The untrained control's views (`CONTROL_VIEWS`): a model of the same configuration with
+    fresh weights, probed on the first `control_probes` probe prompts and scored on the model's
+    held-out and tuning prompts."""
+    untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
+    # the control's one-step gaps are ratios: the first probe prompts its budget affords
+    iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
+    control_views = [v for v in CONTROL_VIEWS if v in names]
+    if not iterate:
+        control_views = [v for v in control_views if v != "polynomial"]
+    cctx = build_context(
+        untrained,
+        task,
+        probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
+        seed=seed,
+        held_out=ctx.held_out,
+        tuning=ctx.tuning,
+        chunk=chunk,
+        device=device,
+        iterate=iterate,
+        score=False,
+        family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
+    )
+    run_views(cctx, control_views)
+    return cctx.results
+
+
+def _start_control(run: Any) -> Any:
+    """`run()` (the control's views) in a forked process, or None without a second CPU."""
+    import pickle
+
+    from eagle_probe import forked
+
+    if not forked.available():
+        return None
+
+    def compute() -> bytes:
+        t0 = time.perf_counter()
+        results = run()
+        return pickle.dumps((results, time.perf_counter() - t0))
+
+    return forked.Forked(compute, nice=BESIDE_NICE)
+
+
+def _take_control(job: Any, waited: float) -> tuple[dict[str, ViewResult], float] | None:
+    """The control's results and seconds from its process, or None (none runs it, it failed, or
+    it did not finish within max(BESIDE_WAIT, 10 × `waited`) more seconds)."""
+    import pickle
+
+    data = None if job is None else job.result(max(BESIDE_WAIT, 10 * waited))
+    return None if data is None else pickle.loads(data)  # our own child's results
+
+
 def extract(
     model: LinearTransformer,
     task: TaskConfig,
@@ -516,38 +633,34 @@ def extract(
     timings["capture"] = time.perf_counter() - t0
     small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
     beside = start_beside(ctx, names) if small else Beside()
+    control_results, control_probes, control_job = None, 0, None
     try:
-        control_results, control_probes = None, 0
         if control:
-            t0 = time.perf_counter()
-            untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
-            # the control's one-step gaps are ratios: the first probe prompts its budget affords
             control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
-            iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
-            control_views = [v for v in CONTROL_VIEWS if v in names]
-            if not iterate:
-                control_views = [v for v in control_views if v != "polynomial"]
-            cctx = build_context(
-                untrained,
-                task,
-                probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
-                seed=seed,
-                held_out=ctx.held_out,
-                tuning=ctx.tuning,
-                chunk=chunk,
-                device=device,
-                iterate=iterate,
-                score=False,
-                family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
-            )
-            run_views(cctx, control_views)
-            control_results = cctx.results
-            ctx = replace(ctx, control=cctx)
-            timings["control"] = time.perf_counter() - t0
-    except BaseException:
-        beside.close()
-        raise
-    run_views(ctx, names, timings, progress, beside)
+
+            def run_control() -> dict[str, ViewResult]:
+                return _control(model, task, ctx, names, probe_batch_size, control_probes, seed,
+                                chunk, device)  # fmt: skip
+
+            # the control reads nothing of the model's views and only the verdict reads it:
+            # with a second CPU it runs beside them, in a forked process
+            control_job = _start_control(run_control) if small else None
+        t0 = time.perf_counter()
+        run_views(ctx, [v for v in names if v != "verdict"], timings, progress, beside)
+        if control:
+            t1 = time.perf_counter()
+            taken = _take_control(control_job, t1 - t0)
+            if taken is None:
+                control_results = run_control()
+                timings["control"] = time.perf_counter() - t1
+            else:
+                control_results, timings["control"] = taken
+            ctx = replace(ctx, control=Control(control_results))
+    finally:
+        if control_job is not None:
+            control_job.close()
+    if "verdict" in names:
+        run_views(ctx, ["verdict"], timings)
 
     cfg = model.cfg
     info = {

@@ -31,13 +31,17 @@ def available() -> bool:
 class Forked:
     """A forked child computing `fn()` (bytes); see the module docstring."""
 
-    def __init__(self, fn: Callable[[], bytes]) -> None:
+    def __init__(self, fn: Callable[[], bytes], *, nice: int = 0) -> None:
+        """`nice` > 0 lowers the child's priority by that much, so work beside this process
+        takes the CPU this one leaves rather than sharing it equally."""
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: compute, write, leave without the parent's exit handlers
             code = 1
             try:
                 os.close(read)
+                if nice > 0:
+                    os.nice(nice)
                 import torch
 
                 torch.set_num_threads(1)

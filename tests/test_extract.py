@@ -372,31 +372,35 @@ def test_plant_user_errors(argv, match, capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "p.pt").exists()
 
 
-def test_views_run_beside_in_a_forked_process_give_the_same_numbers(monkeypatch):
+def test_views_and_control_run_beside_in_forked_processes_give_the_same_numbers(monkeypatch):
     import pandas as pd
 
     from eagle_probe import extract as ex_mod
     from eagle_probe import forked
 
     model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
-    views = ("eagle", "fidelity", "projection", "terms")
     monkeypatch.setattr(forked, "available", lambda: True)  # fork even on one CPU
     started = []
 
     class Counted(forked.Forked):
-        def __init__(self, fn):
-            super().__init__(fn)
+        def __init__(self, fn, **kwargs):
+            super().__init__(fn, **kwargs)
             started.append(self.pid)
 
     monkeypatch.setattr(forked, "Forked", Counted)
-    beside = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    beside = extract(model, task, probe_batch_size=32, test_batch=128)
     monkeypatch.setattr(forked, "available", lambda: False)
-    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
-    assert ex_mod.BESIDE == ("terms",) and len(started) == 1  # terms was computed beside
-    assert json.dumps(beside.views["terms"].json) == json.dumps(here.views["terms"].json)
-    for name, table in here.views["terms"].tables.items():
-        pd.testing.assert_frame_equal(beside.views["terms"].tables[name], table)
-    assert list(beside.views) == list(here.views)  # the registry's order
+    here = extract(model, task, probe_batch_size=32, test_batch=128)
+    groups = [[v for v in group if v in here.views] for group in ex_mod.BESIDE]
+    assert len(started) == sum(map(bool, groups)) + 1  # each group of views and the control
+    assert {"projection", "terms", "attribution"} <= {v for group in groups for v in group}
+    for views_b, views_h in ((beside.views, here.views), (beside.control, here.control)):
+        assert list(views_b) == list(views_h)  # the registry's order
+        for name, view in views_h.items():
+            assert json.dumps(views_b[name].json) == json.dumps(view.json), name
+            for key, table in view.tables.items():
+                pd.testing.assert_frame_equal(views_b[name].tables[key], table)
+    assert beside.verdict == here.verdict
 
 
 def test_a_view_whose_forked_process_fails_is_run_here(monkeypatch):
@@ -416,3 +420,27 @@ def test_a_view_whose_forked_process_fails_is_run_here(monkeypatch):
     monkeypatch.setitem(ex_mod.VIEWS, "terms", fails_in_the_child)
     result = extract(model, task, probe_batch_size=32, test_batch=128, views=("terms",))
     assert result.views["terms"].json["supported"]
+
+
+def test_a_control_whose_forked_process_fails_is_run_here(monkeypatch):
+    from eagle_probe import extract as ex_mod
+    from eagle_probe import forked
+
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
+    views = ("eagle", "fidelity", "verdict")
+    monkeypatch.setattr(forked, "available", lambda: False)
+    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    monkeypatch.setattr(forked, "available", lambda: True)
+    real, parent, calls = ex_mod._control, os.getpid(), []
+
+    def fails_in_the_child(*args):
+        if os.getpid() != parent:
+            raise RuntimeError("a child that fails")
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(ex_mod, "_control", fails_in_the_child)
+    result = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    assert calls == [1]  # the child's attempt failed, so it ran here
+    assert json.dumps(result.control["fidelity"].json) == json.dumps(here.control["fidelity"].json)
+    assert result.verdict == here.verdict

@@ -89,7 +89,8 @@ class Context:
     held_out: HeldOut  # prompts the views score on
     tuning: HeldOut  # other fresh prompts, for views that tune parameters (optimum)
     network_pred: np.ndarray  # (b, d', n')  the network's predictions on `held_out`
-    control: Context | None = None  # the same for an untrained model of the same configuration
+    # the untrained control's view results (`extract.Control`: `.results`), for the verdict
+    control: Any = None
     # fresh prompts that only check fitted steps for blow-ups (optimum), never fit or score
     validation: HeldOut | None = None
     results: dict[str, ViewResult] = field(default_factory=dict)  # views that ran before
