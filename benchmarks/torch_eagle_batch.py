@@ -10,9 +10,11 @@ solver's own; the wall seconds also hold the time other processes took the cores
 iterations, the info counts, the largest error against `torch.linalg.solve`, and its matrix
 products' time: three n × n batched products per problem and iteration (Σ over iterations of the
 problems still in the batch) at the rate one batched n × n product into preallocated memory runs
-here, measured between the solves (median), as wall and CPU seconds; then the ratios (OpenMP
-threads wait passively unless OMP_WAIT_POLICY says otherwise). --loop
-problems are then solved by the NumPy solver one at a time, its seconds scaled to the batch
+here, measured between the solves (median), as wall and CPU seconds; and the step's own three
+products at their shapes (Z = [A_l | κC_l] is n × (n + 1): ZᵀZ, TᵀVᵀ and Z T with T
+(n + 1) × (n + 1), `torch_eagle._solve`), in its slices of `SLICE` problems, timed the same
+way; then the ratios to both (OpenMP threads wait passively unless OMP_WAIT_POLICY says
+otherwise). --loop problems are then solved by the NumPy solver one at a time, its seconds scaled to the batch
 (--loop 0: skipped). The load average is printed before and after. Target (CPU): ≤ 1.0 s for
 10,000 20 × 20 to 1e-10, within 2× of the products' time.
 """
@@ -33,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from eagle_probe.solvers import solve_eagle  # noqa: E402
-from eagle_probe.torch_eagle import solve_eagle_torch  # noqa: E402
+from eagle_probe.torch_eagle import SLICE, solve_eagle_torch  # noqa: E402
 
 
 def main() -> None:
@@ -68,18 +70,36 @@ def main() -> None:
         sync()
         return time.perf_counter() - w0, time.process_time() - c0
 
+    # the step's three products at their shapes, into preallocated memory (torch_eagle._solve)
+    n = args.n
+    Z = torch.randn(args.problems, n, n + 1, dtype=A.dtype, device=device)
+    T = torch.randn(args.problems, n + 1, n + 1, dtype=A.dtype, device=device)
+    Vt = torch.randn(args.problems, n + 1, n, dtype=A.dtype, device=device)
+    P = torch.empty(min(SLICE, args.problems), n + 1, n + 1, dtype=A.dtype, device=device)
+    newVt, newZ = torch.empty_like(Vt), torch.empty_like(Z)
+
+    def step_products() -> None:  # a slice of SLICE problems at a time, as the solver runs them
+        for i in range(0, args.problems, SLICE):
+            j = min(args.problems, i + SLICE)
+            torch.bmm(Z[i:j].mT, Z[i:j], out=P[: j - i])
+            torch.bmm(T[i:j].mT, Vt[i:j], out=newVt[i:j])
+            torch.bmm(Z[i:j], T[i:j], out=newZ[i:j])
+
     solve_eagle_torch(A[:100], b[:100])  # warm-up
     torch.bmm(A, A, out=product)
-    runs, mms = [], []
+    step_products()
+    runs, mms, steps = [], [], []
     for _ in range(args.repeat):
         runs.append(timed(lambda: solve_eagle_torch(A, b, rtol=1e-10)))
         mms += [timed(lambda: torch.bmm(A, A, out=product)) for _ in range(3)]
+        steps += [timed(step_products) for _ in range(3)]
     x, info = solve_eagle_torch(A, b, rtol=1e-10)
     work, its = solve_eagle_torch.last_work, solve_eagle_torch.last_iterations
     wall, cpu = (statistics.median(t[i] for t in runs) for i in (0, 1))
     mm_wall, mm_cpu = (statistics.median(t[i] for t in mms) for i in (0, 1))
     per_problem = work / args.problems
     products_wall, products_cpu = 3 * mm_wall * per_problem, 3 * mm_cpu * per_problem
+    step_wall, step_cpu = (statistics.median(t[i] for t in steps) * per_problem for i in (0, 1))
     err = torch.linalg.vector_norm(x - ref, dim=1) / torch.linalg.vector_norm(ref, dim=1)
     codes, counts = torch.unique(info, return_counts=True)
     infos = ", ".join(f"{int(c)}: {int(k)}" for c, k in zip(codes, counts, strict=True))
@@ -95,6 +115,11 @@ def main() -> None:
         f"ms CPU ({2 * args.n**3 * args.problems / mm_wall / 1e9:.1f} GFLOP/s): products alone "
         f"{products_wall:.3f} s wall, {products_cpu:.3f} s CPU; ratio {wall / products_wall:.2f} "
         f"wall, {cpu / products_cpu:.2f} CPU"
+    )
+    print(
+        f"  the step's own three products ({n}x{n + 1} and {n + 1}x{n + 1} operands): "
+        f"{step_wall:.3f} s wall, {step_cpu:.3f} s CPU; ratio {wall / step_wall:.2f} wall, "
+        f"{cpu / step_cpu:.2f} CPU"
     )
     if args.loop > 0:
         An, bn = A[: args.loop].cpu().numpy(), b[: args.loop].cpu().numpy()
