@@ -14,9 +14,9 @@ here, measured between the solves (median), as wall and CPU seconds; and the ste
 products at their shapes (Z = [A_l | κC_l] is n × (n + 1): ZᵀZ, TᵀVᵀ and Z T with T
 (n + 1) × (n + 1), `torch_eagle._solve`), in its slices of `SLICE` problems, timed the same
 way; then the ratios to both (OpenMP threads wait passively unless OMP_WAIT_POLICY says
-otherwise). --loop problems are then solved by the NumPy solver one at a time, its seconds scaled to the batch
-(--loop 0: skipped). The load average is printed before and after. Target (CPU): ≤ 1.0 s for
-10,000 20 × 20 to 1e-10, within 2× of the products' time.
+otherwise). --loop problems are then solved by the NumPy solver one at a time, its seconds
+scaled to the batch (--loop 0: skipped). The load average is printed before and after. Target
+(CPU): ≤ 1.0 s for 10,000 20 × 20 to 1e-10, within 2× of the products' time.
 """
 
 from __future__ import annotations

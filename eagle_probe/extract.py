@@ -287,12 +287,16 @@ def start_beside(ctx: Context, names) -> Beside:
             done[name] = (VIEWS[name](ctx), time.perf_counter() - t0)
         return pickle.dumps(done)
 
-    for group in BESIDE:
-        group = [name for name in group if name in names]
-        if group:
-            nice = min(BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT) for name in group)
-            job = forked.Forked(lambda group=group: compute(group), nice=nice)
-            out.jobs.update({name: job for name in group})
+    try:
+        for group in BESIDE:
+            group = [name for name in group if name in names]
+            if group:
+                nice = min(BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT) for name in group)
+                job = forked.Forked(lambda group=group: compute(group), nice=nice)
+                out.jobs.update({name: job for name in group})
+    except BaseException:  # a fork that failed: none of them
+        out.close()
+        raise
     return out
 
 
@@ -648,7 +652,9 @@ def extract(
 
             # the control reads nothing of the model's views and only the verdict reads it:
             # with a second CPU it runs beside them, in a forked process
-            control_job = _start_control(run_control) if small else None
+            # (on the CPU only: a forked child cannot use the CUDA its parent initialised)
+            cpu = torch.device(device).type == "cpu"
+            control_job = _start_control(run_control) if small and cpu else None
         t0 = time.perf_counter()
         run_views(ctx, [v for v in names if v != "verdict"], timings, progress, beside)
         if control:
@@ -661,6 +667,7 @@ def extract(
                 control_results, timings["control"] = taken
             ctx = replace(ctx, control=Control(control_results))
     finally:
+        beside.close()  # every process beside is collected, whatever happened (idempotent)
         if control_job is not None:
             control_job.close()
     if "verdict" in names:

@@ -6,15 +6,19 @@ this way; whatever fails or hangs there is simply done again here.
     data = job.result(wait)   # the bytes, or None (failed, or not done within `wait` seconds)
     job.close()               # stop the child if it still runs and collect it (idempotent)
 
-A child never runs this process's exit handlers, never writes a file, and uses one torch thread
-(a thread pool of the parent's does not survive the fork)."""
+A child never runs this process's exit handlers, never writes a file, uses one thread in torch and
+in the OpenBLAS of NumPy and SciPy (a thread pool of the parent's does not survive the fork), dies
+with this process (Linux), and sends back the warnings it raised, which `result` raises here."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
+import sys
 import time
+import warnings
 from collections.abc import Callable
 
 
@@ -28,6 +32,20 @@ def available() -> bool:
     return hasattr(os, "fork") and cpus() > 1
 
 
+def _die_with(parent: int) -> None:
+    """In a forked child: be killed when `parent` dies, even by SIGKILL (Linux prctl
+    PR_SET_PDEATHSIG), so no work outlives the process that asked for it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the call above
+        os._exit(1)
+
+
 class Forked:
     """A forked child computing `fn()` (bytes); see the module docstring."""
 
@@ -35,18 +53,29 @@ class Forked:
         """`nice` > 0 lowers the child's priority by that much, so work beside this process
         takes the CPU this one leaves rather than sharing it equally."""
         read, write = os.pipe()
-        pid = os.fork()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            raise
         if pid == 0:  # the child: compute, write, leave without the parent's exit handlers
             code = 1
             try:
                 os.close(read)
+                _die_with(parent)
                 if nice > 0:
                     os.nice(nice)
-                import torch
+                from eagle_probe.cli.common import set_threads
 
-                torch.set_num_threads(1)
-                data = fn()
+                set_threads(1)
+                with warnings.catch_warnings(record=True) as caught:
+                    data = fn()
+                seen = list(dict.fromkeys((str(w.message), w.category) for w in caught))
+                raised = pickle.dumps(seen)
                 with os.fdopen(write, "wb") as pipe:
+                    pipe.write(len(raised).to_bytes(8, "little") + raised)
                     pipe.write(data)
                 code = 0
             finally:
@@ -73,7 +102,13 @@ class Forked:
                 chunks.append(chunk)
             _, status = os.waitpid(self.pid, 0)
             self._closed = True
-            return b"".join(chunks) if status == 0 else None
+            if status != 0:
+                return None
+            data = b"".join(chunks)
+            size = int.from_bytes(data[:8], "little")
+            for message, category in pickle.loads(data[8 : 8 + size]):  # our own child's
+                warnings.warn(message, category, stacklevel=2)
+            return data[8 + size :]
         finally:
             self.close()
 

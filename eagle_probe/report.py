@@ -483,10 +483,10 @@ def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
         drawn = _draw(ex, views)
     else:
         parts = _balanced({v: drawing_cost(ex, v) for v in views}, workers)
-        jobs = [
-            (part, forked.Forked(lambda part=part: _pack(_draw(ex, part)))) for part in parts[1:]
-        ]
+        jobs = []
         try:
+            for part in parts[1:]:
+                jobs.append((part, forked.Forked(lambda part=part: _pack(_draw(ex, part)))))
             start = time.monotonic()
             drawn = _draw(ex, parts[0])
             # a child stuck after the fork (a lock some thread held) must not hang the report
@@ -494,7 +494,9 @@ def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
             deadline = time.monotonic() + wait
             for part, job in jobs:
                 got = _unpack_or_none(job.result(deadline - time.monotonic()))
-                drawn.update(got if got is not None and set(got) == set(part) else _draw(ex, part))
+                if got is None or not set(got) <= set(part):
+                    got = _draw(ex, part)
+                drawn.update({v: got.get(v, {}) for v in part})  # a view may have no figures
         finally:
             for _, job in jobs:
                 job.close()

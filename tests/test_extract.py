@@ -388,10 +388,23 @@ def test_views_and_control_run_beside_in_forked_processes_give_the_same_numbers(
             started.append(self.pid)
 
     monkeypatch.setattr(forked, "Forked", Counted)
+    parent, ran_here = os.getpid(), []
+    for name, view in list(ex_mod.VIEWS.items()):
+
+        def counted(ctx, view=view, name=name):
+            if os.getpid() == parent:
+                ran_here.append(name)
+            return view(ctx)
+
+        monkeypatch.setitem(ex_mod.VIEWS, name, counted)
     beside = extract(model, task, probe_batch_size=32, test_batch=128)
+    beside_here = list(ran_here)
     monkeypatch.setattr(forked, "available", lambda: False)
     here = extract(model, task, probe_batch_size=32, test_batch=128)
     groups = [[v for v in group if v in here.views] for group in ex_mod.BESIDE]
+    # every view of a group came back from its process, and the control's views too
+    assert not {v for group in groups for v in group} & set(beside_here)
+    assert beside_here == [v for v in here.views if not any(v in g for g in groups)]
     assert len(started) == sum(map(bool, groups)) + 1  # each group of views and the control
     assert {"projection", "terms", "attribution"} <= {v for group in groups for v in group}
     for views_b, views_h in ((beside.views, here.views), (beside.control, here.control)):

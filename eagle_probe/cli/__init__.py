@@ -171,7 +171,8 @@ _ALLOCATION = ("can't allocate memory", "not enough memory", "out of memory")
 
 
 def entry() -> None:
-    """The `eagle-probe` console script (and `python -m eagle_probe`): `main()`, then `exit_now`."""
+    """The `eagle-probe` console script: `main()`, then `exit_now` (`python -m eagle_probe` exits
+    normally, so that profilers and coverage tools that wrap it still write their files)."""
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help, --version and usage errors
@@ -190,15 +191,19 @@ def exit_now(code: int | str | None) -> None:
     import os
     import threading
 
-    if isinstance(code, str):  # SystemExit("message"): printed, status 1
-        print(code, file=sys.stderr)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # SystemExit("message"): printed, status 1, as Python does
+        if sys.stderr is not None:
+            print(code, file=sys.stderr)
         code = 1
-    code = 0 if code is None else int(code)
     main_thread = threading.main_thread()
     if any(t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()):
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # closed before the start (`>&-`)
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):

@@ -1,0 +1,71 @@
+"""Work forked beside the process (`eagle_probe.forked`) and the command's quick exit."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from eagle_probe import forked
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def test_a_child_sends_its_bytes_and_the_warnings_it_raised():
+    def work() -> bytes:
+        warnings.warn("overflow in the child", RuntimeWarning, stacklevel=1)
+        warnings.warn("overflow in the child", RuntimeWarning, stacklevel=1)  # sent once
+        return b"x" * 200_000  # more than a pipe holds
+
+    job = forked.Forked(work, nice=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = job.result(30)
+    assert data == b"x" * 200_000
+    assert [(str(w.message), w.category) for w in caught] == [
+        ("overflow in the child", RuntimeWarning)
+    ]
+
+
+def test_a_child_that_fails_gives_none_and_is_collected():
+    def fails() -> bytes:
+        raise RuntimeError("in the child")
+
+    job = forked.Forked(fails)
+    assert job.result(30) is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(job.pid, os.WNOHANG)  # already collected
+
+
+def test_a_child_runs_on_one_thread():
+    def threads() -> bytes:
+        import torch
+
+        return f"{torch.get_num_threads()} {os.environ['OPENBLAS_NUM_THREADS']}".encode()
+
+    assert forked.Forked(threads).result(30) == b"1 1"
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "err"),
+    [("0", 0, ""), ("3", 3, ""), ("None", 0, ""), ("'bad input'", 1, "bad input\n")],
+)
+def test_exit_now_exits_as_python_would(code, status, err):
+    script = f"from eagle_probe.cli import exit_now; print('out', flush=False); exit_now({code})"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (status, "out\n", err)
+
+
+def test_exit_now_with_stdout_closed():
+    script = "from eagle_probe.cli import exit_now; exit_now(0)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        close_fds=True, timeout=60, capture_output=False,
+    )  # fmt: skip
+    closed = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "{script}" >&-'], capture_output=True, timeout=60
+    )
+    assert done.returncode == 0 and closed.returncode == 0 and closed.stderr == b""
