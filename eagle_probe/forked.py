@@ -55,7 +55,12 @@ class Forked:
         read, write = os.pipe()
         parent = os.getpid()
         try:
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns on every fork of a process with threads (torch's own are
+                # idle here); a child that hangs on a lock one of them held is stopped at its
+                # deadline and its work done here (`result`)
+                warnings.filterwarnings("ignore", "This process .* fork", DeprecationWarning)
+                pid = os.fork()
         except OSError:
             os.close(read)
             os.close(write)
