@@ -10,6 +10,7 @@ schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from eagle_probe import fit
+from eagle_probe import fit, forked
 from eagle_probe.capture import (
     capture,
     default_probe_batch,
@@ -239,14 +240,16 @@ BESIDE_BYTES = 2**30
 
 @dataclass
 class Beside:
-    """Views computing in forked processes (`start_beside`): a process per group of views."""
+    """Work computing in forked processes: a process per group of views (`start_beside`), and
+    the untrained control's."""
 
-    jobs: dict[str, Any] = field(default_factory=dict)  # view name -> its group's process
-    taken: dict[str, tuple[ViewResult, float]] = field(default_factory=dict)  # got, not read
+    jobs: dict[str, Any] = field(default_factory=dict)  # name -> its group's process
+    taken: dict[str, tuple[Any, float]] = field(default_factory=dict)  # got, not yet read
 
-    def take(self, name: str, waited: float) -> tuple[ViewResult, float] | None:
-        """The view's result and seconds from its process, or None (none runs it, it failed,
-        or it did not finish within max(BESIDE_WAIT, 10 × `waited`) more seconds)."""
+    def take(self, name: str, waited: float) -> tuple[Any, float] | None:
+        """The result of `name` (a view, or the control) and its seconds from its process, or
+        None (none runs it, it failed, or it did not finish within max(BESIDE_WAIT, 10 × `waited`)
+        more seconds)."""
         import pickle
 
         if name in self.taken:
@@ -260,8 +263,23 @@ class Beside:
             del self.jobs[k]
         if data is None:
             return None
-        self.taken.update(pickle.loads(data))  # our own child's {view: (ViewResult, seconds)}
+        self.taken.update(pickle.loads(data))  # our own child's {name: (result, seconds)}
         return self.taken.pop(name, None)
+
+    def fork(self, work: dict[str, Callable[[], Any]], nice: int) -> None:
+        """Compute `work` (name -> function) in one forked process, one after another, each
+        result taken with its seconds (`take`)."""
+        import pickle
+
+        def compute() -> bytes:
+            done = {}
+            for name, fn in work.items():
+                t0 = time.perf_counter()
+                done[name] = (fn(), time.perf_counter() - t0)
+            return pickle.dumps(done)
+
+        job = forked.Forked(compute, nice=nice)
+        self.jobs.update({name: job for name in work})
 
     def close(self) -> None:
         for job in self.jobs.values():
@@ -272,28 +290,15 @@ class Beside:
 
 def start_beside(ctx: Context, names) -> Beside:
     """Fork a process per group of BESIDE with views in `names` (none without a second CPU)."""
-    import pickle
-
-    from eagle_probe import forked
-
     out = Beside()
     if not forked.available():
         return out
-
-    def compute(group: list[str]) -> bytes:
-        done = {}
-        for name in group:
-            t0 = time.perf_counter()
-            done[name] = (VIEWS[name](ctx), time.perf_counter() - t0)
-        return pickle.dumps(done)
-
     try:
         for group in BESIDE:
             group = [name for name in group if name in names]
             if group:
                 nice = min(BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT) for name in group)
-                job = forked.Forked(lambda group=group: compute(group), nice=nice)
-                out.jobs.update({name: job for name in group})
+                out.fork({name: lambda name=name: VIEWS[name](ctx) for name in group}, nice)
     except BaseException:  # a fork that failed: none of them
         out.close()
         raise
@@ -309,7 +314,7 @@ def run_views(
 ) -> None:
     """Run the named views in registry order, storing each result in `ctx.results` (in that
     order); a view that `beside` computes is taken from there once a view that reads it is due,
-    or at the end (and run here if its process failed)."""
+    or at the end (and run here if its process failed). The caller closes `beside`."""
     order = [name for name in fit.ORDER if name in names]
     start = time.perf_counter()
     pending = [n for n in order if beside is not None and n in beside.jobs]
@@ -325,20 +330,16 @@ def run_views(
         else:
             ctx.results[name], seconds[name] = taken
 
-    try:
-        for name in progress(order, "views") if progress is not None else order:
-            if name in pending:
-                continue
-            for other in [k for k in READS.get(name, ()) if k in pending]:
-                take(other)
-            t0 = time.perf_counter()
-            ctx.results[name] = VIEWS[name](ctx)
-            seconds[name] = time.perf_counter() - t0
-        for name in list(pending):
-            take(name)
-    finally:
-        if beside is not None:
-            beside.close()
+    for name in progress(order, "views") if progress is not None else order:
+        if name in pending:
+            continue
+        for other in [k for k in READS.get(name, ()) if k in pending]:
+            take(other)
+        t0 = time.perf_counter()
+        ctx.results[name] = VIEWS[name](ctx)
+        seconds[name] = time.perf_counter() - t0
+    for name in list(pending):
+        take(name)
     done = {name: ctx.results.pop(name) for name in order}
     ctx.results.update(done)  # registry order, wherever each view ran
     if timings is not None:
@@ -569,32 +570,6 @@ def _control(
     return cctx.results
 
 
-def _start_control(run: Any) -> Any:
-    """`run()` (the control's views) in a forked process, or None without a second CPU."""
-    import pickle
-
-    from eagle_probe import forked
-
-    if not forked.available():
-        return None
-
-    def compute() -> bytes:
-        t0 = time.perf_counter()
-        results = run()
-        return pickle.dumps((results, time.perf_counter() - t0))
-
-    return forked.Forked(compute, nice=CONTROL_NICE)
-
-
-def _take_control(job: Any, waited: float) -> tuple[dict[str, ViewResult], float] | None:
-    """The control's results and seconds from its process, or None (none runs it, it failed, or
-    it did not finish within max(BESIDE_WAIT, 10 × `waited`) more seconds)."""
-    import pickle
-
-    data = None if job is None else job.result(max(BESIDE_WAIT, 10 * waited))
-    return None if data is None else pickle.loads(data)  # our own child's results
-
-
 def extract(
     model: LinearTransformer,
     task: TaskConfig,
@@ -641,7 +616,7 @@ def extract(
     timings["capture"] = time.perf_counter() - t0
     small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
     beside = start_beside(ctx, names) if small else Beside()
-    control_results, control_probes, control_job = None, 0, None
+    control_results, control_probes = None, 0
     try:
         if control:
             control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
@@ -651,16 +626,16 @@ def extract(
                                 chunk, device)  # fmt: skip
 
             # the control reads nothing of the model's views and only the verdict reads it:
-            # with a second CPU it runs beside them, in a forked process
-            # (on the CPU only: a forked child cannot use the CUDA its parent initialised)
-            cpu = torch.device(device).type == "cpu"
-            control_job = _start_control(run_control) if small and cpu else None
+            # with a second CPU it runs beside them, in a forked process (on the CPU only: a
+            # forked child cannot use the CUDA its parent initialised)
+            if small and torch.device(device).type == "cpu" and forked.available():
+                beside.fork({"control": run_control}, CONTROL_NICE)
         t0 = time.perf_counter()
         run_views(ctx, [v for v in names if v != "verdict"], timings, progress, beside)
         if control:
             t1 = time.perf_counter()
-            taken = _take_control(control_job, t1 - t0)
-            if taken is None:
+            taken = beside.take("control", t1 - t0)
+            if taken is None:  # not forked, or its process failed
                 control_results = run_control()
                 timings["control"] = time.perf_counter() - t1
             else:
@@ -668,8 +643,6 @@ def extract(
             ctx = replace(ctx, control=Control(control_results))
     finally:
         beside.close()  # every process beside is collected, whatever happened (idempotent)
-        if control_job is not None:
-            control_job.close()
     if "verdict" in names:
         run_views(ctx, ["verdict"], timings)
 

@@ -32,6 +32,39 @@ def available() -> bool:
     return hasattr(os, "fork") and cpus() > 1
 
 
+def set_threads(count: int) -> None:
+    """Use `count` CPU threads in torch, in NumPy's OpenBLAS (where it can be reached) and in
+    child processes."""
+    import ctypes
+    import glob
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(count)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(count)
+    # NumPy's and SciPy's wheels each bundle an OpenBLAS (SciPy's runs scipy.linalg, e.g. the
+    # Cholesky factorisations of the term fits), each with its own thread count
+    site = os.path.join(os.path.dirname(np.__file__), os.pardir)
+    libs = [p for d in ("numpy.libs", "scipy.libs") for p in glob.glob(os.path.join(site, d, "*"))]
+    for path in libs:
+        if "openblas" not in os.path.basename(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for fn in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads",
+        ):
+            if hasattr(lib, fn):
+                getattr(lib, fn)(count)
+                break
+
+
 def _die_with(parent: int) -> None:
     """In a forked child: be killed when `parent` dies, even by SIGKILL (Linux prctl
     PR_SET_PDEATHSIG), so no work outlives the process that asked for it."""
@@ -72,8 +105,6 @@ class Forked:
                 _die_with(parent)
                 if nice > 0:
                     os.nice(nice)
-                from eagle_probe.cli.common import set_threads
-
                 set_threads(1)
                 with warnings.catch_warnings(record=True) as caught:
                     data = fn()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from pathlib import Path
 from typing import NoReturn
 
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.forked import set_threads
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 
@@ -122,39 +122,6 @@ def torch_device(text: str):
     elif device.type != "cpu":
         raise EagleProbeError(f"--device {text}: use cpu, cuda, cuda:N or mps")
     return device
-
-
-def set_threads(count: int) -> None:
-    """Use `count` CPU threads in torch, in NumPy's OpenBLAS (where it can be reached) and in
-    child processes."""
-    import ctypes
-    import glob
-
-    import numpy as np
-    import torch
-
-    torch.set_num_threads(count)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(count)
-    # NumPy's and SciPy's wheels each bundle an OpenBLAS (SciPy's runs scipy.linalg, e.g. the
-    # Cholesky factorisations of the term fits), each with its own thread count
-    site = os.path.join(os.path.dirname(np.__file__), os.pardir)
-    libs = [p for d in ("numpy.libs", "scipy.libs") for p in glob.glob(os.path.join(site, d, "*"))]
-    for path in libs:
-        if "openblas" not in os.path.basename(path):
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for fn in (
-            "scipy_openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads",
-        ):
-            if hasattr(lib, fn):
-                getattr(lib, fn)(count)
-                break
 
 
 def _apply_compute(args: argparse.Namespace) -> None:
