@@ -3,4 +3,4 @@
 from eagle_probe.cli import main
 
 if __name__ == "__main__":  # a normal exit: profilers and coverage tools wrap this one
-    raise SystemExit(main())
+    raise SystemExit(main(whole_process=True))

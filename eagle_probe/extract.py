@@ -226,12 +226,15 @@ READS = {
     "symbolic": ("eagle",),
     "verdict": tuple(fit.ORDER),
 }
-# the processes beside run at a lower priority: the views here, which wait for none of them until
-# a reader is due, keep a whole CPU while those beside share the other; the projection, which the
-# optimum here reads soon, at this process's own (niced with the others, it waited its turn behind
-# them: planted n = 64, 0.63 s alone, 1.63 s beside them)
+# the processes beside run at a lower priority where the views here take longest: they keep a whole
+# CPU while those beside share the other. The projection, which the optimum here reads soon, runs
+# at this process's own (niced with the others, it waited its turn behind them: planted n = 64,
+# 0.63 s alone, 1.63 s beside them); so do all views beside at the paper's widths, where the term
+# discovery beside is the longest (views of centralized.pt 2.23 s against 2.42 s niced; planted
+# n = 64, width 66, the other way round: 5.75 s niced against 5.9 s)
 BESIDE_NICE = {"projection": 0}
 CONTROL_NICE = BESIDE_NICE_DEFAULT = 10
+EVEN_WIDTH = 32  # token widths up to this one: every view beside at this process's priority
 BESIDE_WAIT = 60.0  # seconds a view beside may always take; or ten times what ran here meanwhile
 # and only for extractions whose memory estimate (`extract_bytes`) is at most this: a view beside
 # holds its working memory while the others hold theirs (n = d = 64 is 0.85 GiB, 128 is 1.4)
@@ -288,6 +291,13 @@ class Beside:
         self.taken.clear()
 
 
+def beside_nice(name: str, geometry: Geometry) -> int:
+    """The niceness of the process that computes view `name` beside (see BESIDE_NICE)."""
+    if geometry.width <= EVEN_WIDTH:
+        return 0
+    return BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT)
+
+
 def start_beside(ctx: Context, names) -> Beside:
     """Fork a process per group of BESIDE with views in `names` (none without a second CPU)."""
     out = Beside()
@@ -297,7 +307,7 @@ def start_beside(ctx: Context, names) -> Beside:
         for group in BESIDE:
             group = [name for name in group if name in names]
             if group:
-                nice = min(BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT) for name in group)
+                nice = min(beside_nice(name, ctx.geometry) for name in group)
                 out.fork({name: lambda name=name: VIEWS[name](ctx) for name in group}, nice)
     except BaseException:  # a fork that failed: none of them
         out.close()

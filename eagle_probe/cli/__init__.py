@@ -13,12 +13,15 @@ To add a command `compare`: write `eagle_probe/cli/compare.py` with those three 
 line to `COMMANDS` below (`"compare": "compare",`) and, if it computes on torch, its name to
 `COMPUTING` (it then takes `--threads` and `--device`). Document its options in docs/cli.md.
 `eagle_probe.cli.cmd_<command>` is that command's `run`, looked up when the command runs.
+A command module may also define `loads(args)`: the modules its `run` will import, which the
+`eagle-probe` process imports first with the garbage collector paused (`_load`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import sys
 import warnings
@@ -174,7 +177,7 @@ def entry() -> None:
     """The `eagle-probe` console script: `main()`, then `exit_now` (`python -m eagle_probe` exits
     normally, so that profilers and coverage tools that wrap it still write their files)."""
     try:
-        code = main()
+        code = main(whole_process=True)
     except SystemExit as exc:  # argparse's --help, --version and usage errors
         code = exc.code
     exit_now(code)
@@ -211,7 +214,33 @@ def exit_now(code: int | str | None) -> None:
     os._exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _load(args: argparse.Namespace) -> None:
+    """Import the modules the command will load (its module's `loads(args)`) with the cyclic
+    garbage collector paused, then freeze what they built, so no later collection scans it.
+
+    Those objects (modules, classes, functions) live as long as the process, yet each collection
+    of the oldest generation scans all of them: importing what `extract` loads took 2.5 s with the
+    collector running and 2.1 s paused, and the freeze saves the extraction's own collections a
+    scan of 280,000 objects each. Only for a process that runs one command and exits
+    (`whole_process`): frozen objects are never collected, so a library caller keeps its
+    collector as it is."""
+    loads = getattr(_module(args.command), "loads", None)
+    names = loads(args) if loads is not None else ()
+    if not names or not gc.isenabled():
+        return
+    gc.disable()
+    try:
+        for name in names:
+            importlib.import_module(name)
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> int:
+    """Run the command `argv` (default: this process's arguments) and return its exit code.
+    `whole_process`: this process runs this one command and exits (the console script and
+    `python -m eagle_probe`), so the command's modules are loaded as `_load` says."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = False
     _replacing_streams()
@@ -222,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USER
+        if whole_process:
+            _load(args)
         _apply_compute(args)
         run = getattr(sys.modules[__name__], f"cmd_{args.command}")
         with contextlib.ExitStack() as outputs:  # the command's output claims, see common._claim

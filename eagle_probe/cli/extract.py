@@ -54,6 +54,12 @@ def _add_extract(parser: Parser) -> None:
     )
 
 
+def loads(args: argparse.Namespace) -> tuple[str, ...]:
+    """The modules `run` imports (the report's only with --out)."""
+    report = ("eagle_probe.report", "eagle_probe.plots") if args.out is not None else ()
+    return ("eagle_probe.extract", "eagle_probe.export", *report)
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 

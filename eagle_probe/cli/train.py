@@ -239,8 +239,12 @@ def _lead_process() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
 
 
-def run(args: argparse.Namespace) -> int:
+def loads(args: argparse.Namespace) -> tuple[str, ...]:
+    """The modules `run` imports."""
+    return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
 
+
+def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.model import ModelConfig
     from eagle_probe.tasks import TaskConfig
