@@ -64,6 +64,53 @@ def test_a_command_that_runs_imports_torch():
     assert last.startswith("CODE 2 HEAVY ") and "torch" in last.split()[-1].split(",")
 
 
+WHOLE = """
+import gc, sys
+from eagle_probe.cli import main
+try:
+    code = main(sys.argv[1:], whole_process=True)
+except SystemExit as exit:
+    code = exit.code
+heavy = "torch" in sys.modules
+print("CODE", code, "TORCH", heavy, "FROZEN", gc.get_freeze_count() > 0, "GC", gc.isenabled())
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, last",
+    [
+        (["extract", "--help"], "CODE 0 TORCH False FROZEN False GC True"),
+        (["evaluate", "m.pt", "--batch", "0"], "CODE 2 TORCH False FROZEN False GC True"),
+        # a command that runs: its modules loaded first, then frozen, the collector back on
+        (["evaluate", "does-not-exist.pt"], "CODE 2 TORCH True FROZEN True GC True"),
+    ],
+)
+def test_the_console_script_loads_a_commands_modules_then_freezes_them(argv, last):
+    done = subprocess.run(
+        [sys.executable, "-c", WHOLE, *argv], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == last
+
+
+def test_a_library_caller_keeps_its_collector_as_it_is():
+    import gc
+
+    frozen = gc.get_freeze_count()
+    assert cli.main(["evaluate", "does-not-exist.pt"]) == 2
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
+
+
+def test_every_command_module_loads_modules_that_exist():
+    import argparse
+    import importlib.util
+
+    args = argparse.Namespace(out="dir")
+    for name in cli.COMMANDS:
+        loads = getattr(cli._module(name), "loads", None)
+        for module in loads(args) if loads is not None else ():
+            assert importlib.util.find_spec(module) is not None, (name, module)
+
+
 def test_every_command_module_has_its_three_names():
     for name in cli.COMMANDS:
         module = cli._module(name)

@@ -47,6 +47,16 @@ def test_a_child_runs_on_one_thread():
     assert forked.Forked(threads).result(30) == b"1 1"
 
 
+def test_a_child_never_scans_what_it_inherited():
+    import gc
+
+    frozen = gc.get_freeze_count()
+    inherited = len(gc.get_objects())  # tracked here at the fork, all frozen in the child
+    got = forked.Forked(lambda: str(gc.get_freeze_count()).encode()).result(30)
+    assert int(got) >= min(inherited, frozen + 1000) > frozen
+    assert gc.get_freeze_count() == frozen  # this process's own collector is as it was
+
+
 @pytest.mark.parametrize(
     ("code", "status", "err"),
     [("0", 0, ""), ("3", 3, ""), ("None", 0, ""), ("'bad input'", 1, "bad input\n")],
