@@ -75,3 +75,26 @@ def test_exit_now_with_stdout_closed():
         ["sh", "-c", f'"{sys.executable}" -c "{script}" >&-'], capture_output=True, timeout=60
     )
     assert closed.returncode == 0 and closed.stderr == b""
+
+
+def test_a_reader_that_left_ends_the_command_quietly(tmp_path):
+    # `eagle-probe evaluate m.pt | head -1` where head has gone: no "Broken pipe" error line,
+    # the status of a process that SIGPIPE stopped (141), whichever write meets the closed pipe
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "trained_models" / "centralized.pt"
+    script = "from eagle_probe.cli import entry; entry()"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, "evaluate", str(model), "--batch", "64"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=os.environ | {"HF_HUB_OFFLINE": "1"},
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

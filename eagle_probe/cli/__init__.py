@@ -32,6 +32,7 @@ from eagle_probe import __version__
 from eagle_probe.cli.common import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_PIPE,
     EXIT_TERMINATED,
     EXIT_USER,
     Parser,
@@ -209,9 +210,23 @@ def exit_now(code: int | str | None) -> None:
             continue
         try:
             stream.flush()
+        except BrokenPipeError:  # the reader left: nothing to say, as `main` does
+            code = code or EXIT_PIPE
         except (OSError, ValueError):
             code = code or 120
     os._exit(code)
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout has left (`eagle-probe evaluate m.pt | head -1`): what is still
+    buffered goes nowhere, so the exit flushes nothing into the closed pipe and the command ends
+    without a word, as one that SIGPIPE stopped (its files, if any, are already published)."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _load(args: argparse.Namespace) -> None:
@@ -281,6 +296,9 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             file=sys.stderr,
         )
         return EXIT_USER
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
     except OSError as exc:
         if debug:
             raise

@@ -12,6 +12,7 @@ from eagle_probe.errors import EagleProbeError
 from eagle_probe.forked import set_threads
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
+EXIT_PIPE = 141  # the reader of stdout left (`… | head`): as a process that SIGPIPE stopped
 
 
 class UsageError(EagleProbeError):
