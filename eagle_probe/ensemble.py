@@ -134,13 +134,15 @@ def stacked_prediction(
     return readout * d_slot * scale
 
 
-def _streams(cfg: TrainConfig, seed: int) -> list[torch.Generator]:
-    """The training-prompt streams of `train.train` for `seed` in one process from step 0."""
+def _streams(cfg: TrainConfig, seed: int, start_step: int = 0) -> list[torch.Generator]:
+    """The training-prompt streams of `train.train` for `seed` in one process from
+    `start_step` (a resumed run draws from streams seeded by the step it starts from)."""
     data_seed = _seeds(seed)[1]
+    offset = 7919 * start_step
     if cfg.data_shards == 1:
-        return [make_generator(data_seed)]
+        return [make_generator(data_seed + offset)]
     return [
-        make_generator(1_000_003 * (data_seed + 1) + 101 * shard)
+        make_generator(1_000_003 * (data_seed + 1) + 101 * shard + offset)
         for shard in range(cfg.data_shards)
     ]
 
@@ -249,11 +251,16 @@ def train_ensemble(
     *,
     progress: bool = True,
     on_validate: Callable[[int, LinearTransformer, dict[str, Any]], None] | None = None,
+    resume: Sequence[tuple[dict[str, torch.Tensor], dict[str, Any]]] | None = None,
 ) -> list[tuple[LinearTransformer, dict[str, Any]]]:
     """Train one model per seed of `seeds` with `cfg` (its own `seed` is replaced by each);
     return [(model, metrics)] in the order of `seeds`, each what `train.train` returns for that
     seed. `on_validate(index, model_with_best_weights, metrics)` runs for every seed after every
-    validation. KeyboardInterrupt stops all seeds: their metrics say `interrupted: True`."""
+    validation. KeyboardInterrupt stops all seeds: their metrics say `interrupted: True`.
+
+    `resume` (one (state_dict, metrics) per seed, all at the same `steps_done`) continues each
+    seed as `train.train(resume=...)` continues it: from its checkpoint's weights, step count,
+    history and spikes, with fresh optimiser moments and the prompt streams of the step reached."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("give at least one seed")
@@ -275,6 +282,24 @@ def train_ensemble(
     cfg = replace(cfg, data_shards=shards)
     K, dtype = len(seeds), model_cfg.torch_dtype
     models = [LinearTransformer(model_cfg, generator=make_generator(_seeds(s)[0])) for s in seeds]
+    start_step = 0
+    if resume is not None:
+        if len(resume) != K:
+            raise ValueError(f"resume holds {len(resume)} checkpoints for {K} seeds")
+        done = sorted({int(metrics.get("steps_done", 0)) for _, metrics in resume})
+        if len(done) > 1:
+            raise ValueError(
+                f"the seeds' checkpoints have done different numbers of steps ({done}): resume "
+                "them one at a time"
+            )
+        start_step = done[0]
+        if not 0 <= start_step < cfg.steps:
+            raise ValueError(
+                f"the checkpoint has done {start_step} of {cfg.steps} steps; pass a larger "
+                "--steps to continue it"
+            )
+        for model, (state, _) in zip(models, resume, strict=True):
+            model.load_state_dict(state)
     params = {name: p.requires_grad_() for name, p in stack_models(models).items()}
     template = {k: v for k, v in models[0].state_dict().items() if k not in params}
     log_gain = None
@@ -285,7 +310,7 @@ def train_ensemble(
     qk_names = [n for n in params if n.endswith(("W_Q", "W_K"))]
     value_names = {n for n in params if n.endswith(("W_V", "W_P"))}
     freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
-    streams = [_streams(cfg, s) for s in seeds]
+    streams = [_streams(cfg, s, start_step) for s in seeds]
     shard_batch = cfg.batch // cfg.data_shards
     val_prompts = [
         sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)
@@ -296,23 +321,27 @@ def train_ensemble(
         if cfg.curriculum
         else None
     )
-    history: list[list[dict[str, Any]]] = [[] for _ in seeds]
-    spikes: list[list[dict[str, Any]]] = [[] for _ in seeds]
+    previous = [metrics for _, metrics in resume] if resume is not None else [{}] * K
+    history = [list(p.get("history", [])) for p in previous]
+    spikes = [list(p.get("spikes", [])) for p in previous]
     recent = [collections.deque(maxlen=200) for _ in seeds]
-    best = [
-        {
-            "val_selected": math.inf,
-            "val_mse": math.inf,
-            "step": 0,
-            "state": _state(model_cfg, template, params, k, log_gain),
-        }
-        for k in range(K)
-    ]
+    best = []
+    for k, p in enumerate(previous):
+        best_val = p.get("best_val_mse")
+        selected = p.get("best_val_selected", best_val)
+        best.append(
+            {
+                "val_selected": selected if selected is not None else math.inf,
+                "val_mse": best_val if best_val is not None else math.inf,
+                "step": p.get("best_step", 0),
+                "state": _state(model_cfg, template, params, k, log_gain),
+            }
+        )
     window_loss, window_steps, skipped = [0.0] * K, [0] * K, [0] * K
     lr_now = cfg.lr
     start = time.perf_counter()
     interrupted = False
-    step = 0
+    step = start_step
 
     @torch.no_grad()
     def validate(step: int) -> None:
@@ -361,8 +390,8 @@ def train_ensemble(
             "train_config": replace(cfg, seed=seeds[k]).to_dict(),
             "steps_done": steps_done,
             "wall_seconds": elapsed,
-            "seconds_per_step": elapsed / max(1, steps_done),
-            "resumed_from_step": 0,
+            "seconds_per_step": elapsed / max(1, steps_done - start_step),
+            "resumed_from_step": start_step,
             "best_step": b["step"],
             "best_val_mse": b["val_mse"] if math.isfinite(b["val_mse"]) else None,
             "best_val_selected": b["val_selected"] if math.isfinite(b["val_selected"]) else None,
@@ -376,9 +405,11 @@ def train_ensemble(
             "ensemble": {"seeds": seeds, "index": k},  # trained together; wall time is shared
         }
 
-    bar = tqdm(total=cfg.steps, disable=not progress, desc=f"train x{K}", unit="step")
+    bar = tqdm(
+        total=cfg.steps, initial=start_step, disable=not progress, desc=f"train x{K}", unit="step"
+    )
     try:
-        for step in range(cfg.steps):
+        for step in range(start_step, cfg.steps):
             factor = lr_factor(cfg, step)
             lr_now = cfg.lr * factor
             frozen = step >= freeze_at and cfg.freeze_values_last > 0

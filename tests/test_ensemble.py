@@ -106,6 +106,50 @@ def test_each_seed_equals_its_separate_run(name, monkeypatch):
     assert not torch.equal(first["blocks.0.attn.W_Q"], second["blocks.0.attn.W_Q"])
 
 
+@pytest.mark.parametrize("name", ["plain", "constrained-gains-shards"])
+def test_a_resumed_ensemble_equals_each_seeds_resumed_run(name, monkeypatch):
+    monkeypatch.setattr(ensemble, "PASS_PROMPTS", 20)
+    model_kw, run_kw = RUNS[name]
+    cfg = ModelConfig(**(BASE | model_kw))
+    first = replace(RUN, steps=16, **run_kw)
+    seeds = [2, 5]
+    halfway = train_ensemble(cfg, TASK, first, seeds, progress=False)
+    resume = [(model.state_dict(), metrics) for model, metrics in halfway]
+    longer = replace(first, steps=32)
+    together = train_ensemble(cfg, TASK, longer, seeds, progress=False, resume=resume)
+    for seed, (state, metrics), (model, got) in zip(seeds, resume, together, strict=True):
+        alone, want = train(
+            cfg, TASK, replace(longer, seed=seed), progress=False, resume=(state, metrics)
+        )
+        for key, value in alone.state_dict().items():
+            assert _relative(model.state_dict()[key], value) < 1e-8, (name, seed, key)
+        assert got["resumed_from_step"] == want["resumed_from_step"] == 16
+        assert got["steps_done"] == want["steps_done"] == 32
+        assert got["best_step"] == want["best_step"]
+        assert [r["step"] for r in got["history"]] == [r["step"] for r in want["history"]]
+        assert [r["step"] for r in got["history"]] == [8, 16, 24, 32]
+        for row, ref in zip(got["history"], want["history"], strict=True):
+            assert row["val_mse"] == pytest.approx(ref["val_mse"], rel=1e-8)
+    # the second half moved the weights (it trained, from the checkpoint's)
+    assert not torch.equal(
+        together[0][0].state_dict()["blocks.0.attn.W_Q"], resume[0][0]["blocks.0.attn.W_Q"]
+    )
+
+
+def test_resume_errors():
+    cfg = ModelConfig(**BASE)
+    run = replace(RUN, steps=8, eval_every=4)
+    done = train_ensemble(cfg, TASK, run, [0, 1], progress=False)
+    resume = [(m.state_dict(), metrics) for m, metrics in done]
+    with pytest.raises(ValueError, match="pass a larger --steps"):
+        train_ensemble(cfg, TASK, run, [0, 1], progress=False, resume=resume)
+    uneven = [resume[0], (resume[1][0], resume[1][1] | {"steps_done": 4})]
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        train_ensemble(cfg, TASK, replace(run, steps=12), [0, 1], progress=False, resume=uneven)
+    with pytest.raises(ValueError, match="2 seeds"):
+        train_ensemble(cfg, TASK, run, [0, 1], progress=False, resume=resume[:1])
+
+
 def test_clipping_is_per_seed():
     """A seed whose gradient is clipped does not scale another seed's update."""
     cfg = ModelConfig(**BASE)
@@ -162,11 +206,40 @@ def test_cli_train_seeds_writes_one_checkpoint_per_seed(tmp_path, capsys):
     assert not plain.exists()
 
 
+def test_cli_train_seeds_resume_continues_every_seed(tmp_path, capsys):
+    from eagle_probe import checkpoint
+    from eagle_probe.cli import main
+
+    out = tmp_path / "r_{seed}.pt"
+    assert main(["train", *TINY, "--seed", "3", "--seeds", "2", "-o", str(out)]) == 0
+    before = {s: checkpoint.load(tmp_path / f"r_{s}.pt")[2]["steps_done"] for s in (3, 4)}
+    argv = ["train", "--regime", "centralized", "--seed", "3", "--seeds", "2", "--resume"]
+    argv += ["--steps", "8", "--no-progress"]
+    assert main([*argv, "-o", str(out)]) == 0
+    assert "2 of 2 seeds" in capsys.readouterr().out
+    for seed in (3, 4):
+        _, _, metrics = checkpoint.load(tmp_path / f"r_{seed}.pt")
+        assert before[seed] == 4 and metrics["resumed_from_step"] == 4
+        assert metrics["steps_done"] == 8 and metrics["train_config"]["seed"] == seed
+        assert [r["step"] for r in metrics["history"]] == [2, 4, 6, 8]
+    # a seed whose checkpoint is another configuration's: one line, nothing replaced
+    other = tmp_path / "o_{seed}.pt"
+    assert main(["train", *TINY, "--seed", "3", "--seeds", "2", "-o", str(other)]) == 0
+    assert main(["train", *TINY, "--lr", "0.5", "--seed", "4", "-o", str(tmp_path / "o_4.pt"),
+                 "--force"]) == 0  # fmt: skip
+    capsys.readouterr()
+    kept = (tmp_path / "o_3.pt").read_bytes()
+    assert main([*argv, "--steps", "12", "-o", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "another configuration" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "o_3.pt").read_bytes() == kept
+
+
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (["--resume"], "does not combine with --resume"),
-        (["--save-every", "2"], "does not combine with --resume, --save-every"),
+        (["--resume"], "needs the seeds' checkpoints: no"),
+        (["--save-every", "2"], "does not combine with --save-every"),
         (["--seed", "4294967295"], "passes 2**32"),
         (["--seeds", "256", "--eval-batch", "1000", "--max-memory", "0.1"], "--seeds 256 needs"),
     ],

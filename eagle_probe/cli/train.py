@@ -185,7 +185,8 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run stored in --out (its configs; --steps may extend)",
+        help="continue the run stored in --out (its configs; --steps may extend); with --seeds, "
+        "the checkpoints of those seeds, together",
     )
     parser.add_argument(
         "--save-every",
@@ -250,10 +251,10 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.tasks import TaskConfig
     from eagle_probe.train import TrainConfig
 
-    if args.seeds > 1 and (args.resume or args.save_every is not None or not _lead_process()):
+    if args.seeds > 1 and (args.save_every is not None or not _lead_process()):
         raise EagleProbeError(
-            "--seeds trains fresh runs in one process: it does not combine with --resume, "
-            "--save-every or torchrun; run those one seed at a time"
+            "--seeds trains its seeds in one process: it does not combine with --save-every "
+            "or torchrun; run those one seed at a time"
         )
     if args.init_from is not None and (args.resume or args.seeds > 1):
         raise EagleProbeError(
@@ -267,6 +268,8 @@ def run(args: argparse.Namespace) -> int:
     outputs = _train_outputs(out) if args.seeds == 1 else []
     lead = _lead_process()
     resume = None
+    if args.resume and args.seeds > 1:
+        return _resume_seeds(args, out)
     if args.resume:
         if not out.is_file():
             raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
@@ -453,9 +456,47 @@ def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
     return paths
 
 
-def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
+def _resume_seeds(args, out: Path) -> int:
+    """`train --seeds K --resume`: the K seeds' checkpoints (`seed_paths` of --seed, --seeds),
+    continued together as `train --resume` continues each; their training records must agree
+    but for the seed, and have done the same steps."""
+    from eagle_probe import checkpoint
+    from eagle_probe.train import TrainConfig
+
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    paths = seed_paths(out, seeds)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise EagleProbeError(f"--resume needs the seeds' checkpoints: no {', '.join(missing)}")
+    loaded = [checkpoint.load(p, max_bytes=_budget(args)) for p in paths]
+    records = [_training_record(p, prev) for p, (_, _, prev) in zip(paths, loaded, strict=True)]
+    for path, seed, record in zip(paths, seeds, records, strict=True):
+        if record.get("seed") != seed:
+            raise EagleProbeError(f"{path} holds seed {record.get('seed')}, not {seed}")
+    first = {k: v for k, v in records[0].items() if k != "seed"}
+    model_cfg, task = loaded[0][0].cfg, loaded[0][1]
+    for path, record, (model, other_task, _) in zip(paths, records, loaded, strict=True):
+        same = {k: v for k, v in record.items() if k != "seed"} == first
+        if not same or model.cfg != model_cfg or other_task != task:
+            raise EagleProbeError(
+                f"{path} was trained with another configuration than {paths[0]}: resume them "
+                "one at a time"
+            )
+    fields = dict(records[0])
+    if args.steps is not None:
+        fields["steps"] = args.steps
+    try:
+        train_cfg = TrainConfig.from_dict(fields)
+    except (TypeError, ValueError) as exc:
+        raise EagleProbeError(f"{paths[0]} holds an invalid training record: {exc}") from None
+    resume = [(model.state_dict(), prev) for model, _, prev in loaded]
+    return _run_seeds(args, out, model_cfg, task, train_cfg, resume)
+
+
+def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
     """`train --seeds K`: the K seeds in one process (`ensemble.train_ensemble`), each seed's
-    checkpoint and summary what `train --seed S` writes for it."""
+    checkpoint and summary what `train --seed S` writes for it; `resume` (one (state, metrics)
+    per seed) continues them."""
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.cli.common import EXIT_USER, SEED_LIMIT
     from eagle_probe.ensemble import train_ensemble
@@ -473,7 +514,8 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
     budget.check(need, f"--seeds {args.seeds}", _budget(args))
     paths = seed_paths(out, seeds)
     outputs = [p for path in paths for p in _train_outputs(path)]
-    claim = _claim(args, files.output_files(outputs, force=args.force))
+    replace = outputs if resume is not None else []
+    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
     argv = " ".join(sys.argv[1:]) if sys.argv else ""
     provenance = {
         "command": f"eagle-probe {argv}".strip(),
@@ -495,7 +537,13 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         results = train_ensemble(
-            model_cfg, task, train_cfg, seeds, progress=not args.no_progress, on_validate=write
+            model_cfg,
+            task,
+            train_cfg,
+            seeds,
+            progress=not args.no_progress,
+            on_validate=write,
+            resume=resume,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
