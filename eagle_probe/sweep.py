@@ -8,6 +8,7 @@ the results are collected into one pandas table with a row per (regime, seed, la
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import string
@@ -211,6 +212,31 @@ def run_sweep(
     table = pd.DataFrame(rows)
     table.to_csv(out / "sweep.csv", index=False)
     return table
+
+
+def collect(lines: list[dict], log=print) -> pd.DataFrame:
+    """The sweep table of a plan's runs trained elsewhere (`sweep --plan`, then `--run` per line,
+    e.g. a Slurm array): every output of every line loaded and extracted as `run_sweep` does; an
+    output that is missing (its task failed or has not finished) is a row "failed: …". When every
+    output is missing nothing is returned and the error names them."""
+    from eagle_probe import checkpoint
+
+    results = []
+    for line in lines:
+        for seed, output in zip(line["seeds"], line["outputs"], strict=True):
+            run, path = Run(line["regime"], int(seed), Path(output)), Path(output)
+            if not path.is_file():
+                reason = f"no checkpoint at {path} (line {line['index']} failed or runs still)"
+                results.append((run, 1, 0.0, reason))
+                continue
+            seconds = checkpoint.load(path)[2].get("wall_seconds")
+            results.append((run, 0, float(seconds) if seconds is not None else math.nan, ""))
+    if all(code != 0 for _, code, _, _ in results):
+        raise EagleProbeError(
+            f"no run of the plan has its checkpoint ({len(results)} missing); nothing written - "
+            + "; ".join(tail for *_, tail in results[:3])
+        )
+    return pd.DataFrame(_rows(results, None, log))
 
 
 def failures(table: pd.DataFrame) -> list[str]:

@@ -164,3 +164,38 @@ def test_local_sweep_trains_seed_groups_in_one_process(tmp_path):
     }
     assert "--seeds 2" in commands[0] and commands[0] == commands[1]
     assert "--seeds" not in commands[2]
+
+
+def test_collect_extracts_what_the_plans_runs_wrote(tmp_path, capsys):
+    import pandas as pd
+
+    runs, out, table = tmp_path / "runs.jsonl", tmp_path / "out", tmp_path / "table"
+    argv = [*SWEEP, "--seeds", "0,1", "--out", str(out), "--plan", str(runs)]
+    assert main(argv) == 0
+    assert main(["sweep", "--run", str(runs), "--index", "0"]) == 0  # seed 1's line not run
+    capsys.readouterr()
+    assert main(["sweep", "--collect", str(runs), "--out", str(table)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "1 of 2 runs failed" in err[0] and "centralized_seed1.pt" in err[0]
+    rows = pd.read_csv(table / "sweep.csv")
+    ok = rows[rows.status == "ok"]
+    assert set(ok.seed) == {0} and sorted(ok.layer) == list(range(4))  # the default 4 layers
+    assert ok.improvement.notna().all() and ok.eta.notna().all()
+    assert rows[rows.seed == 1].status.str.startswith("failed: no checkpoint").all()
+    # the missing line run, collected again (--force replaces the table): every run is in it
+    assert main(["sweep", "--run", str(runs), "--index", "1"]) == 0
+    assert main(["sweep", "--collect", str(runs), "--out", str(table)]) == 2  # claimed already
+    assert main(["sweep", "--collect", str(runs), "--out", str(table), "--force"]) == 0
+    rows = pd.read_csv(table / "sweep.csv")
+    assert (rows.status == "ok").all() and set(rows.seed) == {0, 1}
+
+
+def test_collect_with_no_checkpoint_writes_nothing(tmp_path, capsys):
+    runs, table = tmp_path / "runs.jsonl", tmp_path / "table"
+    assert main([*SWEEP, "--seeds", "2", "--out", str(tmp_path / "o"), "--plan", str(runs)]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "--collect", str(runs), "--out", str(table)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no run of the plan has its checkpoint (2 missing)" in err[0]
+    assert not (table / "sweep.csv").exists()

@@ -80,6 +80,12 @@ def _add_sweep(parser: Parser) -> None:
         "--index", type=_nonneg_int, default=None, metavar="I", help="the line --run runs"
     )
     cluster.add_argument(
+        "--collect",
+        default=None,
+        metavar="FILE",
+        help="extract the checkpoints a plan's runs wrote into --out/sweep.csv",
+    )
+    cluster.add_argument(
         "--slurm", default=None, metavar="FILE", help="with --plan: write an sbatch array script"
     )
     cluster.add_argument("--submit", action="store_true", help="with --slurm: sbatch FILE")
@@ -106,10 +112,12 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import files
     from eagle_probe.budget import MAX_RUNS
     from eagle_probe.model import REGIMES
-    from eagle_probe.sweep import failures, run_sweep, spread
+    from eagle_probe.sweep import run_sweep
 
     if args.run is not None or args.index is not None:
         return _run_line(args)
+    if args.collect is not None:
+        return _collect(args)
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     for r in regimes:
         if r not in REGIMES:
@@ -193,21 +201,7 @@ def run(args: argparse.Namespace) -> int:
         max_bytes=_budget(args),
     )
     _publish(args)
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.precision", 3):
-        print(spread(table).to_string())
-    print(f"wrote {out / 'sweep.csv'}")
-    failed = failures(table)
-    if failed:  # the others are published; the exit code says the sweep is incomplete
-        runs = len(seeds) * len(regimes)
-        print(
-            f"eagle-probe: error: {len(failed)} of {runs} runs failed ({'; '.join(failed[:3])}"
-            f"{'; …' if len(failed) > 3 else ''}); the others are in {out / 'sweep.csv'}",
-            file=sys.stderr,
-        )
-        return EXIT_USER
-    return 0
+    return _report(table, out, len(seeds) * len(regimes))
 
 
 def _train_parser() -> Parser:
@@ -295,6 +289,41 @@ def _write_plan(args: argparse.Namespace, regimes: list[str], seeds: list[int], 
             raise EagleProbeError(f"sbatch {args.slurm} failed ({done.returncode}): {reason}")
         print(done.stdout.strip() or f"submitted {args.slurm}")
     return 0
+
+
+def _report(table, out, runs: int) -> int:
+    """Print the spread across seeds and the file written; one line naming the failed runs."""
+    import pandas as pd
+
+    from eagle_probe.sweep import failures, spread
+
+    with pd.option_context("display.width", 200, "display.precision", 3):
+        print(spread(table).to_string())
+    print(f"wrote {out / 'sweep.csv'}")
+    failed = failures(table)
+    if failed:  # the others are published; the exit code says the sweep is incomplete
+        print(
+            f"eagle-probe: error: {len(failed)} of {runs} runs failed ({'; '.join(failed[:3])}"
+            f"{'; …' if len(failed) > 3 else ''}); the others are in {out / 'sweep.csv'}",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    """`sweep --collect FILE --out DIR`: the plan's checkpoints extracted into DIR/sweep.csv."""
+    from eagle_probe import files, plan
+    from eagle_probe.sweep import collect
+
+    lines = plan.read_plan(args.collect)
+    out = files.as_path(args.out, "--out")
+    out.mkdir(parents=True, exist_ok=True)
+    claim = _claim(args, files.output_files([out / "sweep.csv"], force=args.force))
+    table = collect(lines)
+    claim.write_text(out / "sweep.csv", table.to_csv(index=False))
+    _publish(args)
+    return _report(table, out, sum(len(line["outputs"]) for line in lines))
 
 
 def _run_line(args: argparse.Namespace) -> int:
