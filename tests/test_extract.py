@@ -457,3 +457,19 @@ def test_a_control_whose_forked_process_fails_is_run_here(monkeypatch):
     assert calls == [1]  # the child's attempt failed, so it ran here
     assert json.dumps(result.control["fidelity"].json) == json.dumps(here.control["fidelity"].json)
     assert result.verdict == here.verdict
+
+
+def test_the_budget_counts_the_processes_beside(monkeypatch):
+    from eagle_probe import extract as ex_mod
+    from eagle_probe import forked
+    from eagle_probe.model import ModelConfig
+
+    cfg = ModelConfig(n=6, d=6, n_prime=1, d_prime=1, n_layers=2)
+    own = ex_mod.extract_bytes(cfg, 32)
+    monkeypatch.setattr(forked, "available", lambda: True)
+    assert ex_mod.tree_bytes(cfg, 32) == int(own * ex_mod.BESIDE_TREE) > own
+    monkeypatch.setattr(forked, "available", lambda: False)  # one CPU: nothing beside
+    assert ex_mod.tree_bytes(cfg, 32) == own
+    monkeypatch.setattr(forked, "available", lambda: True)
+    monkeypatch.setattr(ex_mod, "BESIDE_BYTES", own - 1)  # too large to fork: nothing beside
+    assert ex_mod.tree_bytes(cfg, 32) == own
