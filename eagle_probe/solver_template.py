@@ -410,8 +410,9 @@ def _range_inverse(K, rank, n, eta):
     """Spectral test of K (n × n, symmetric PSD) at numerical rank `rank`.
 
     Returns ("unconverged", steps) when K's `rank` largest eigenvalues are not clustered
-    (≥ (1 − CLUSTER) λ_max), else ("ok", solve, W_null, delta) with solve(F) = K⁺F on the
-    cluster's span and W_null an orthonormal basis of the rest (None when rank = n).
+    (≥ (1 − CLUSTER) λ_max), else ("ok", solve, W_null, delta, low) with solve(F) = K⁺F on the
+    cluster's span, W_null an orthonormal basis of the rest (None when rank = n) and low a lower
+    bound of the cluster's eigenvalues.
     The full-rank case avoids an eigen-decomposition: ‖I − K/μ‖_F ≤ δ (μ = trace/n) puts every
     eigenvalue of K/μ in [1 − δ, 1 + δ], and K⁻¹ is then a Neumann series in I − K/μ."""
     if rank == n:
@@ -431,7 +432,7 @@ def _range_inverse(K, rank, n, eta):
                         out = out + term
                     return out
 
-                return "ok", solve, None, delta
+                return "ok", solve, None, delta, (1.0 - delta) * mu
         lam = np.linalg.eigvalsh(K)
         return "unconverged", _steps_needed(lam[0] / max(lam[-1], 1e-300), eta)
     lam, W = np.linalg.eigh(K)
@@ -444,7 +445,7 @@ def _range_inverse(K, rank, n, eta):
     def solve(F):
         return Wc @ ((Wc.T @ F) / lc[:, None])
 
-    return "ok", solve, W[:, : n - rank], 1.0 - edge
+    return "ok", solve, W[:, : n - rank], 1.0 - edge, float(lc[0])
 
 
 class _Check:
@@ -483,7 +484,15 @@ def _lstsq_check(At, M, y, r0, xs, sv, rtol, eta, r0_err):
         check = _Check("unconverged", y, kappa=kappa, bound=bound)
         check.skip = found[1]
         return check
-    _, solve, W0, _ = found
+    _, solve, W0, _, low = found
+    # M itself, and G = fl(Ã M) with every product below, carry rounding of about eps ‖Ã‖‖M‖:
+    # against G's smallest singular value on the cluster it must be within the bound, or the
+    # estimate is rounding. On the range ‖M‖ is about 1/σ_r, so this is about κ̂ · eps, far
+    # inside the bound; but a numerical null space makes M grow there step after step (by
+    # 1/(1 − η) a step against the range): a rank-2 3 × 3 problem at κ̂ = 6.5e9, scaled by
+    # 1e-100, reached a rounding of 0.13, and its estimate said 1.2e-6 of an error of 2.3e-2.
+    top_m = _top_eig(M)[0]  # ‖M‖₂: M = m_l(ÃᵀÃ) is symmetric positive definite
+    rounding = EPS * float(s[0]) * top_m / math.sqrt(max(low, np.finfo(float).tiny))
     leak, Q = 0.0, None
     if W0 is not None:
         # x-space null directions are M W0 (Ã M W0 ≈ 0); they must be null by lstsq's cutoff.
@@ -496,6 +505,8 @@ def _lstsq_check(At, M, y, r0, xs, sv, rtol, eta, r0_err):
         return v if Q is None else v - Q @ (Q.T @ v)
 
     y = project(y)
+    if rounding > bound:  # the estimate below would be rounding
+        return _Check("inaccurate", y, rounding, kappa, bound)
     best = _Check("inaccurate", y, kappa=kappa, bound=bound)
     for _ in range(REFINE):
         # d = P M (ÃM)⁺ r is exactly the range error Ã⁺r of y (any invertible M): the
@@ -527,7 +538,7 @@ def _complete_check(A0, Al, Bl, C, D, sv, rtol, eta):
         check = _Check("unconverged", D, kappa=kappa, bound=bound)
         check.skip = found[1]
         return check, C
-    _, solve, W0, _ = found
+    _, solve, W0, _, _ = found
     leak, null_part = 0.0, 0.0
     if W0 is not None:
         leak, zeta = _null_leak(A0, W0, s, rank)
@@ -751,6 +762,9 @@ def lstsq(
          checks skip the steps it still needs (it grows by 1/(1 − η) a step).
       2. The other eigenvectors W_0 of K give the numerical null space Q = orth(M_l W_0); ‖Ã Q‖₂
          must be at most twice the cutoff. x is projected off Q (x keeps x0's null-space part).
+         The rounding that M_l and G carry, eps ‖Ã‖₂ ‖M_l‖₂ over G's smallest singular value on
+         the cluster, must be within the bound (about κ̂ · eps on a range, but a numerical null
+         space makes M_l grow there every step).
       3. With r = b − A x recomputed (not the recursive C block), d = P M_l G⁺ r (G⁺ on the
          cluster, P the projection) is exactly the range error A⁺r of x for any invertible M_l;
          since G is well conditioned (step 1), d is computed accurately. x ← x + d is applied

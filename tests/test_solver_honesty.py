@@ -137,6 +137,20 @@ def test_diagonal_system_is_solved_or_says_so(kappa):
         assert rel(D[:, 0], np.ones(2)) <= allowed(kappa)
 
 
+def test_a_null_space_grown_into_m_is_not_certified():
+    # found by the property suite: rank 2 of 3, κ 6.5e9, A scaled by 1e-100, b off the range.
+    # M's null direction had grown until the rounding of G = Ã M was 0.13 of its cluster, and
+    # the certificate's estimate said 1.2e-6 of an error of 2.3e-2
+    kappa = 6493816315.762114
+    A, b = problem(3, 3, 2, kappa, 19476424, consistent=False)
+    stats = {}
+    x, info = eagle.lstsq(A * 1e-100, b, stats=stats)
+    assert info > 0 and stats["reason"] == "stagnated"
+    assert stats["error_estimate"] > stats["bound"]  # what it says it could not certify
+    x, info = eagle.lstsq(A, b)  # unscaled, the null direction stays small: certified
+    assert info == 0 and rel(x, reference(A, b)) <= allowed(kappa)
+
+
 def test_tall_thin_consistent_system_at_kappa_1_4e9():
     for seed in range(5):
         A, b = problem(33, 2, 2, 1.4e9, seed)
