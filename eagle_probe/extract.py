@@ -310,9 +310,10 @@ def beside_nice(name: str, geometry: Geometry) -> int:
     return BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT)
 
 
-def start_beside(ctx: Context, names) -> Beside:
-    """Fork a process per group of BESIDE with views in `names` (none without a second CPU)."""
-    out = Beside()
+def start_beside(ctx: Context, names, out: Beside | None = None) -> Beside:
+    """Fork a process per group of BESIDE with views in `names` (none without a second CPU),
+    into `out` (default: a new Beside)."""
+    out = Beside() if out is None else out
     if not forked.available():
         return out
     try:
@@ -558,7 +559,9 @@ class Control:
 def _control(
     model: LinearTransformer,
     task: TaskConfig,
-    ctx: Context,
+    held_out: HeldOut,
+    tuning: HeldOut,
+    family: str | None,
     names,
     probe_batch_size: int,
     control_probes: int,
@@ -567,8 +570,8 @@ def _control(
     device,
 ) -> dict[str, ViewResult]:
     """The untrained control's views (`CONTROL_VIEWS`): a model of the same configuration with
-    fresh weights, probed on the first `control_probes` probe prompts and scored on the model's
-    held-out and tuning prompts."""
+    fresh weights, probed on the first `control_probes` probe prompts, scored on the model's
+    held-out and tuning prompts and read in the model's `family` (None: the sample layout)."""
     untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
     # the control's one-step gaps are ratios: the first probe prompts its budget affords
     iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
@@ -580,13 +583,13 @@ def _control(
         task,
         probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
         seed=seed,
-        held_out=ctx.held_out,
-        tuning=ctx.tuning,
+        held_out=held_out,
+        tuning=tuning,
         chunk=chunk,
         device=device,
         iterate=iterate,
         score=False,
-        family=None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name,
+        family=family,
     )
     run_views(cctx, control_views)
     return cctx.results
@@ -624,41 +627,57 @@ def extract(
         probe_batch_size = default_probe_batch(model.cfg)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    ctx = build_context(
-        model,
-        task,
-        probe_batch_size=probe_batch_size,
-        seed=seed,
-        test_batch=test_batch,
-        tuning_batch=tuning_batch,
-        chunk=chunk,
-        device=device,
-        progress=progress,
-    )
-    timings["capture"] = time.perf_counter() - t0
+    # the held-out and tuning prompts and the control's probe count depend on the model's sizes
+    # alone (`scoring_prompts`, `control_probe_batch`), so they are drawn before the capture
+    sizes = geometry_of(model, None)
+    held_out = _held_out(task, scoring_prompts(sizes, test_batch), seed + 7919)
+    tuning = _held_out(task, scoring_prompts(sizes, tuning_batch), seed + 104729)
+    control_probes = control_probe_batch(sizes, probe_batch_size) if control else 0
     small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
-    beside = start_beside(ctx, names) if small else Beside()
-    control_results, control_probes = None, 0
+    # the control reads nothing of the model's views and only the verdict reads it: with a
+    # second CPU it runs beside them, in a forked process (on the CPU only: a forked child cannot
+    # use the CUDA its parent initialised); where the regime admits one family (or the sample
+    # layout reads none) it needs nothing of the capture either and starts before it, on the CPU
+    # the capture leaves idle
+    fork_control = control and small and torch.device(device).type == "cpu" and forked.available()
+    early = fork_control and (sizes.samples or len(families.for_geometry(sizes)) == 1)
+
+    def run_control(family: str | None) -> dict[str, ViewResult]:
+        return _control(model, task, held_out, tuning, family, names, probe_batch_size,
+                        control_probes, seed, chunk, device)  # fmt: skip
+
+    beside = Beside()
+    control_results = None
     try:
-        if control:
-            control_probes = control_probe_batch(ctx.geometry, probe_batch_size)
-
-            def run_control() -> dict[str, ViewResult]:
-                return _control(model, task, ctx, names, probe_batch_size, control_probes, seed,
-                                chunk, device)  # fmt: skip
-
-            # the control reads nothing of the model's views and only the verdict reads it:
-            # with a second CPU it runs beside them, in a forked process (on the CPU only: a
-            # forked child cannot use the CUDA its parent initialised)
-            if small and torch.device(device).type == "cpu" and forked.available():
-                beside.fork({"control": run_control}, CONTROL_NICE)
+        if early:
+            family = None if sizes.samples else families.for_geometry(sizes)[0].name
+            beside.fork({"control": lambda: run_control(family)}, CONTROL_NICE)
+        ctx = build_context(
+            model,
+            task,
+            probe_batch_size=probe_batch_size,
+            seed=seed,
+            test_batch=test_batch,
+            tuning_batch=tuning_batch,
+            held_out=held_out,
+            tuning=tuning,
+            chunk=chunk,
+            device=device,
+            progress=progress,
+        )
+        timings["capture"] = time.perf_counter() - t0
+        family = None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name
+        if small:
+            start_beside(ctx, names, beside)
+        if fork_control and not early:
+            beside.fork({"control": lambda: run_control(family)}, CONTROL_NICE)
         t0 = time.perf_counter()
         run_views(ctx, [v for v in names if v != "verdict"], timings, progress, beside)
         if control:
             t1 = time.perf_counter()
             taken = beside.take("control", t1 - t0)
             if taken is None:  # not forked, or its process failed
-                control_results = run_control()
+                control_results = run_control(family)
                 timings["control"] = time.perf_counter() - t1
             else:
                 control_results, timings["control"] = taken

@@ -473,3 +473,42 @@ def test_the_budget_counts_the_processes_beside(monkeypatch):
     monkeypatch.setattr(forked, "available", lambda: True)
     monkeypatch.setattr(ex_mod, "BESIDE_BYTES", own - 1)  # too large to fork: nothing beside
     assert ex_mod.tree_bytes(cfg, 32) == own
+
+
+@pytest.mark.parametrize("regime", ["centralized", "distributed"])
+def test_the_control_starts_before_the_capture_where_one_family_is_admitted(regime, monkeypatch):
+    # one family (centralized, constrained, the sample layout): the control needs nothing of the
+    # capture and is forked before it; the distributed regime chooses its family from the
+    # capture, so its control is forked after. Either way the numbers are the in-process ones.
+    from eagle_probe import extract as ex_mod
+    from eagle_probe import forked
+    from eagle_probe.model import LinearTransformer, ModelConfig
+    from eagle_probe.tasks import TaskConfig, make_generator
+
+    task = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
+    machines = {"machines": 2} if regime == "distributed" else {}
+    cfg = ModelConfig(regime=regime, n=6, d=6, n_prime=1, d_prime=1, n_layers=2, **machines)
+    model = LinearTransformer(cfg, generator=make_generator(4))
+    views = ("eagle", "fidelity", "polynomial", "verdict")
+    monkeypatch.setattr(forked, "available", lambda: False)
+    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    monkeypatch.setattr(forked, "available", lambda: True)
+    events = []
+    real_fork, real_build = ex_mod.Beside.fork, ex_mod.build_context
+
+    def fork(self, work, nice):
+        events.append(tuple(work))
+        return real_fork(self, work, nice)
+
+    def build(*args, **kwargs):
+        events.append("capture")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(ex_mod.Beside, "fork", fork)
+    monkeypatch.setattr(ex_mod, "build_context", build)
+    beside = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
+    where = events.index(("control",))
+    assert (where < events.index("capture")) == (regime == "centralized")
+    for name, view in here.control.items():
+        assert json.dumps(beside.control[name].json) == json.dumps(view.json), name
+    assert beside.verdict == here.verdict
