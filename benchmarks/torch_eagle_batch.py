@@ -13,10 +13,12 @@ problems still in the batch) at the rate one batched n × n product into preallo
 here, measured between the solves (median), as wall and CPU seconds; and the step's own three
 products at their shapes (Z = [A_l | κC_l] is n × (n + 1): ZᵀZ, TᵀVᵀ and Z T with T
 (n + 1) × (n + 1), `torch_eagle._solve`), in its slices of `SLICE` problems, timed the same
-way; then the ratios to both (OpenMP threads wait passively unless OMP_WAIT_POLICY says
-otherwise). --loop problems are then solved by the NumPy solver one at a time, its seconds
-scaled to the batch (--loop 0: skipped). The load average is printed before and after. Target
-(CPU): ≤ 1.0 s for 10,000 20 × 20 to 1e-10, within 2× of the products' time.
+way; and all its products: those, the first bound's Gram matrix and squarings and the
+certificates' two n × n products per problem checked; then the ratios to each (OpenMP threads
+wait passively unless OMP_WAIT_POLICY says otherwise). --loop problems are then solved by the
+NumPy solver one at a time, its seconds scaled to the batch (--loop 0: skipped). The load
+average is printed before and after. Target (CPU): ≤ 1.0 s for 10,000 20 × 20 to 1e-10,
+within 2× of the products' time.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from eagle_probe import torch_eagle  # noqa: E402
 from eagle_probe.solvers import solve_eagle  # noqa: E402
-from eagle_probe.torch_eagle import SLICE, solve_eagle_torch  # noqa: E402
+from eagle_probe.torch_eagle import SLICE, SQUARINGS, solve_eagle_torch  # noqa: E402
 
 
 def main() -> None:
@@ -93,7 +96,18 @@ def main() -> None:
         runs.append(timed(lambda: solve_eagle_torch(A, b, rtol=1e-10)))
         mms += [timed(lambda: torch.bmm(A, A, out=product)) for _ in range(3)]
         steps += [timed(step_products) for _ in range(3)]
-    x, info = solve_eagle_torch(A, b, rtol=1e-10)
+    checked = []  # problems at each certificate check: two n × n products each (G, GᵀG)
+    certify = torch_eagle._certify
+
+    def counted(At, *rest):
+        checked.append(At.shape[0])
+        return certify(At, *rest)
+
+    torch_eagle._certify = counted
+    try:
+        x, info = solve_eagle_torch(A, b, rtol=1e-10)
+    finally:
+        torch_eagle._certify = certify
     work, its = solve_eagle_torch.last_work, solve_eagle_torch.last_iterations
     wall, cpu = (statistics.median(t[i] for t in runs) for i in (0, 1))
     mm_wall, mm_cpu = (statistics.median(t[i] for t in mms) for i in (0, 1))
@@ -120,6 +134,16 @@ def main() -> None:
         f"  the step's own three products ({n}x{n + 1} and {n + 1}x{n + 1} operands): "
         f"{step_wall:.3f} s wall, {step_cpu:.3f} s CPU; ratio {wall / step_wall:.2f} wall, "
         f"{cpu / step_cpu:.2f} CPU"
+    )
+    # and every other product it runs: the first bound of ‖Ã‖₂ (its Gram matrix and SQUARINGS − 1
+    # squarings, per problem) and the certificates' G = Ã M and GᵀG (per problem checked), at the
+    # rate of one batched n × n product (their refinement's matrix-vector products not counted)
+    others = (SQUARINGS * args.problems + 2 * sum(checked)) / args.problems
+    all_wall, all_cpu = step_wall + others * mm_wall, step_cpu + others * mm_cpu
+    print(
+        f"  all its products: the step's, the first bound's {SQUARINGS} per problem and the "
+        f"certificates' 2 per problem checked ({sum(checked)} checked): {all_wall:.3f} s wall, "
+        f"{all_cpu:.3f} s CPU; ratio {wall / all_wall:.2f} wall, {cpu / all_cpu:.2f} CPU"
     )
     if args.loop > 0:
         An, bn = A[: args.loop].cpu().numpy(), b[: args.loop].cpu().numpy()
