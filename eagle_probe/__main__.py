@@ -1,6 +1,15 @@
 """`python -m eagle_probe …` behaves like the `eagle-probe` command."""
 
-from eagle_probe.cli import main
+import sys
+
+from eagle_probe.cli import EXIT_PIPE, _quiet_stdout, _stdout_gone, main
 
 if __name__ == "__main__":  # a normal exit: profilers and coverage tools wrap this one
-    raise SystemExit(main(whole_process=True))
+    try:
+        code = main(whole_process=True)
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        code = exc.code
+    if _stdout_gone():  # the reader of stdout left: quietly, as the console script does
+        _quiet_stdout()
+        code = code or EXIT_PIPE
+    sys.exit(code)

@@ -217,8 +217,9 @@ def run_sweep(
 def collect(lines: list[dict], log=print) -> pd.DataFrame:
     """The sweep table of a plan's runs trained elsewhere (`sweep --plan`, then `--run` per line,
     e.g. a Slurm array): every output of every line loaded and extracted as `run_sweep` does; an
-    output that is missing (its task failed or has not finished) is a row "failed: …". When every
-    output is missing nothing is returned and the error names them."""
+    output that is missing or unfinished (its task failed, was stopped or still runs: `train`
+    publishes its best weights at every validation) is a row "failed: …". When no output is
+    finished nothing is returned and the error names them."""
     from eagle_probe import checkpoint
 
     results = []
@@ -229,12 +230,25 @@ def collect(lines: list[dict], log=print) -> pd.DataFrame:
                 reason = f"no checkpoint at {path} (line {line['index']} failed or runs still)"
                 results.append((run, 1, 0.0, reason))
                 continue
-            seconds = checkpoint.load(path)[2].get("wall_seconds")
+            metrics = checkpoint.load(path)[2]
+            # `train` publishes its best weights at every validation: finished is its test block
+            # and summary written, every step done, not interrupted
+            done, steps = metrics.get("steps_done"), metrics.get("train_config", {}).get("steps")
+            if (
+                "test" not in metrics
+                or metrics.get("interrupted")
+                or not path.with_suffix(".json").is_file()
+                or done != steps
+            ):
+                reason = f"unfinished: {path} holds {done} of {steps} steps, no test yet"
+                results.append((run, 1, 0.0, reason))
+                continue
+            seconds = metrics.get("wall_seconds")
             results.append((run, 0, float(seconds) if seconds is not None else math.nan, ""))
     if all(code != 0 for _, code, _, _ in results):
         raise EagleProbeError(
-            f"no run of the plan has its checkpoint ({len(results)} missing); nothing written - "
-            + "; ".join(tail for *_, tail in results[:3])
+            f"no run of the plan has finished ({len(results)} missing or unfinished); nothing "
+            "written - " + "; ".join(tail for *_, tail in results[:3])
         )
     return pd.DataFrame(_rows(results, None, log))
 

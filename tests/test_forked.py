@@ -77,23 +77,31 @@ def test_exit_now_with_stdout_closed():
     assert closed.returncode == 0 and closed.stderr == b""
 
 
-def test_a_reader_that_left_ends_the_command_quietly(tmp_path):
+@pytest.mark.parametrize(
+    "start",
+    [["-c", "from eagle_probe.cli import entry; entry()"], ["-m", "eagle_probe"]],
+    ids=["console script", "python -m"],
+)
+@pytest.mark.parametrize("argv", [["evaluate", "MODEL", "--batch", "64"], ["extract", "--help"]])
+def test_a_reader_that_left_ends_the_command_quietly(start, argv):
     # `eagle-probe evaluate m.pt | head -1` where head has gone: no "Broken pipe" error line,
     # the status of a process that SIGPIPE stopped (141), whichever write meets the closed pipe
+    # (stdout to a pipe is block-buffered: most of it meets the pipe at the exit's flush)
     from pathlib import Path
 
     model = Path(__file__).resolve().parents[1] / "trained_models" / "centralized.pt"
-    script = "from eagle_probe.cli import entry; entry()"
+    argv = [str(model) if a == "MODEL" else a for a in argv]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     read, write = os.pipe()
     os.close(read)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script, "evaluate", str(model), "--batch", "64"],
+            [sys.executable, *start, *argv],
             stdout=write,
             stderr=subprocess.PIPE,
             text=True,
             timeout=120,
-            env=os.environ | {"HF_HUB_OFFLINE": "1"},
+            env=env | {"HF_HUB_OFFLINE": "1"},
         )
     finally:
         os.close(write)

@@ -183,6 +183,13 @@ def test_collect_extracts_what_the_plans_runs_wrote(tmp_path, capsys):
     assert set(ok.seed) == {0} and sorted(ok.layer) == list(range(4))  # the default 4 layers
     assert ok.improvement.notna().all() and ok.eta.notna().all()
     assert rows[rows.seed == 1].status.str.startswith("failed: no checkpoint").all()
+    # a checkpoint published mid-run (no summary beside it yet) is not a finished run
+    first = out / "centralized_seed0.pt"
+    (out / "centralized_seed1.pt").write_bytes(first.read_bytes())
+    assert main(["sweep", "--collect", str(runs), "--out", str(table), "--force"]) == 2
+    capsys.readouterr()
+    rows = pd.read_csv(table / "sweep.csv")
+    assert rows[rows.seed == 1].status.str.startswith("failed: unfinished").all()
     # the missing line run, collected again (--force replaces the table): every run is in it
     assert main(["sweep", "--run", str(runs), "--index", "1"]) == 0
     assert main(["sweep", "--collect", str(runs), "--out", str(table)]) == 2  # claimed already
@@ -197,5 +204,5 @@ def test_collect_with_no_checkpoint_writes_nothing(tmp_path, capsys):
     capsys.readouterr()
     assert main(["sweep", "--collect", str(runs), "--out", str(table)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no run of the plan has its checkpoint (2 missing)" in err[0]
+    assert len(err) == 1 and "no run of the plan has finished (2 missing or unfinished)" in err[0]
     assert not (table / "sweep.csv").exists()

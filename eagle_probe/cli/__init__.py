@@ -217,6 +217,17 @@ def exit_now(code: int | str | None) -> None:
     os._exit(code)
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout's reader has left (what is still buffered cannot be written)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+    return False
+
+
 def _quiet_stdout() -> None:
     """The reader of stdout has left (`eagle-probe evaluate m.pt | head -1`): what is still
     buffered goes nowhere, so the exit flushes nothing into the closed pipe and the command ends
@@ -266,13 +277,13 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         if args.command is None:
             parser.print_help()
             return EXIT_USER
-        if whole_process:
-            _load(args)
-        _apply_compute(args)
         run = getattr(sys.modules[__name__], f"cmd_{args.command}")
         with contextlib.ExitStack() as outputs:  # the command's output claims, see common._claim
             args.outputs = outputs
-            with _warnings_as_lines(debug):
+            with _warnings_as_lines(debug):  # the imports' warnings too, one line each
+                if whole_process:
+                    _load(args)
+                _apply_compute(args)
                 code = run(args)
             if code not in (0, EXIT_INTERRUPTED):
                 raise _Failed(code)  # leaving the block with an exception discards the claims
@@ -296,10 +307,10 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             file=sys.stderr,
         )
         return EXIT_USER
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_PIPE
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and whole_process and _stdout_gone():
+            _quiet_stdout()
+            return EXIT_PIPE
         if debug:
             raise
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""

@@ -318,9 +318,11 @@ def _collect(args: argparse.Namespace) -> int:
 
     lines = plan.read_plan(args.collect)
     out = files.as_path(args.out, "--out")
+    if (out / "sweep.csv").exists() and not args.force:
+        files.check_file(out / "sweep.csv", force=False)  # one line before any work
+    table = collect(lines)
     out.mkdir(parents=True, exist_ok=True)
     claim = _claim(args, files.output_files([out / "sweep.csv"], force=args.force))
-    table = collect(lines)
     claim.write_text(out / "sweep.csv", table.to_csv(index=False))
     _publish(args)
     return _report(table, out, sum(len(line["outputs"]) for line in lines))

@@ -268,9 +268,10 @@ def run(args: argparse.Namespace) -> int:
     outputs = _train_outputs(out) if args.seeds == 1 else []
     lead = _lead_process()
     resume = None
+    seeds_resumed = None
     if args.resume and args.seeds > 1:
-        return _resume_seeds(args, out)
-    if args.resume:
+        model_cfg, task, train_cfg, seeds_resumed = _resume_seeds(args, out)
+    elif args.resume:
         if not out.is_file():
             raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
         model, task, previous = checkpoint.load(out, max_bytes=_budget(args))
@@ -347,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         args.init_source = source
         args.init_sha256 = checkpoint.sha256(args.init_from)
     if args.seeds > 1:
-        return _run_seeds(args, out, model_cfg, task, train_cfg)
+        return _run_seeds(args, out, model_cfg, task, train_cfg, seeds_resumed)
     from eagle_probe import (
         cli,
     )  # `_run_training` looked up on the package, where it can be replaced
@@ -456,10 +457,10 @@ def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
     return paths
 
 
-def _resume_seeds(args, out: Path) -> int:
+def _resume_seeds(args, out: Path):
     """`train --seeds K --resume`: the K seeds' checkpoints (`seed_paths` of --seed, --seeds),
-    continued together as `train --resume` continues each; their training records must agree
-    but for the seed, and have done the same steps."""
+    to continue together as `train --resume` continues each; their training records must agree
+    but for the seed. Returns (model config, task, train config, [(state, metrics)] per seed)."""
     from eagle_probe import checkpoint
     from eagle_probe.train import TrainConfig
 
@@ -489,8 +490,7 @@ def _resume_seeds(args, out: Path) -> int:
         train_cfg = TrainConfig.from_dict(fields)
     except (TypeError, ValueError) as exc:
         raise EagleProbeError(f"{paths[0]} holds an invalid training record: {exc}") from None
-    resume = [(model.state_dict(), prev) for model, _, prev in loaded]
-    return _run_seeds(args, out, model_cfg, task, train_cfg, resume)
+    return model_cfg, task, train_cfg, [(model.state_dict(), prev) for model, _, prev in loaded]
 
 
 def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
