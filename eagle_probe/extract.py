@@ -304,8 +304,9 @@ class Beside:
 
 
 def beside_nice(name: str, geometry: Geometry) -> int:
-    """The niceness of the process that computes view `name` beside (see BESIDE_NICE)."""
-    if geometry.width <= EVEN_WIDTH:
+    """The niceness of the process that computes view `name` beside (see BESIDE_NICE); the
+    residual width is d + d' in the sample layout."""
+    if (geometry.tokens if geometry.samples else geometry.width) <= EVEN_WIDTH:
         return 0
     return BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT)
 
