@@ -38,7 +38,7 @@ from tqdm import tqdm
 from eagle_probe.evaluate import summarize
 from eagle_probe.model import LinearTransformer, ModelConfig, qk_row_mask, token_mask
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
-from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor
+from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor, prompt_streams
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
 EPS = 1e-8
@@ -132,19 +132,6 @@ def stacked_prediction(
     else:
         readout = readout.view(K, 1, 1, 1)
     return readout * d_slot * scale
-
-
-def _streams(cfg: TrainConfig, seed: int, start_step: int = 0) -> list[torch.Generator]:
-    """The training-prompt streams of `train.train` for `seed` in one process from
-    `start_step` (a resumed run draws from streams seeded by the step it starts from)."""
-    data_seed = _seeds(seed)[1]
-    offset = 7919 * start_step
-    if cfg.data_shards == 1:
-        return [make_generator(data_seed + offset)]
-    return [
-        make_generator(1_000_003 * (data_seed + 1) + 101 * shard + offset)
-        for shard in range(cfg.data_shards)
-    ]
 
 
 def _state(
@@ -310,7 +297,7 @@ def train_ensemble(
     qk_names = [n for n in params if n.endswith(("W_Q", "W_K"))]
     value_names = {n for n in params if n.endswith(("W_V", "W_P"))}
     freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
-    streams = [_streams(cfg, s, start_step) for s in seeds]
+    streams = [prompt_streams(cfg, s, start_step) for s in seeds]
     shard_batch = cfg.batch // cfg.data_shards
     val_prompts = [
         sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)

@@ -101,6 +101,17 @@ def scoring_prompts(geometry: Geometry, wanted: int) -> int:
     )
 
 
+def scoring_sets(
+    task: TaskConfig, sizes: Geometry, test_batch: int, tuning_batch: int, seed: int
+) -> tuple[HeldOut, HeldOut]:
+    """The held-out and tuning prompts of a model: their counts (`scoring_prompts`) depend on
+    its sizes alone, not on the family the views read."""
+    return (
+        _held_out(task, scoring_prompts(sizes, test_batch), seed + 7919),
+        _held_out(task, scoring_prompts(sizes, tuning_batch), seed + 104729),
+    )
+
+
 def extract_bytes(cfg, probe_batch: int, chunk: int | None = None) -> int:
     """An estimate of an extraction's peak memory: the capture (`capture_bytes`), the views'
     copies of the probe stream (the EAGLE run of `fidelity` and one layer's products: about two
@@ -180,11 +191,11 @@ def build_context(
     qk = m64.W_QK().numpy()
     vp = m64.W_VP().numpy()
     geometry = geometry_of(m64, qk)
-    if held_out is None:
-        held_out = _held_out(task, scoring_prompts(geometry, test_batch), seed + 7919)
+    if held_out is None or tuning is None:
+        drawn = scoring_sets(task, geometry, test_batch, tuning_batch, seed)
+        held_out = drawn[0] if held_out is None else held_out
+        tuning = drawn[1] if tuning is None else tuning
     geometry, scores = choose_family(cap, geometry, family, qk, vp, held_out.z0)
-    if tuning is None:
-        tuning = _held_out(task, scoring_prompts(geometry, tuning_batch), seed + 104729)
     # as many as the held-out prompts: a blow-up of tuned steps on rare prompts shows on either
     validation = _held_out(task, held_out.prompts, seed + 1299709)
     held, tune = held_out, tuning
@@ -629,10 +640,9 @@ def extract(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     # the held-out and tuning prompts and the control's probe count depend on the model's sizes
-    # alone (`scoring_prompts`, `control_probe_batch`), so they are drawn before the capture
+    # alone (`scoring_sets`, `control_probe_batch`), so they are drawn before the capture
     sizes = geometry_of(model, None)
-    held_out = _held_out(task, scoring_prompts(sizes, test_batch), seed + 7919)
-    tuning = _held_out(task, scoring_prompts(sizes, tuning_batch), seed + 104729)
+    held_out, tuning = scoring_sets(task, sizes, test_batch, tuning_batch, seed)
     control_probes = control_probe_batch(sizes, probe_batch_size) if control else 0
     small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
     # the control reads nothing of the model's views and only the verdict reads it: with a

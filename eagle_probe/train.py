@@ -147,6 +147,24 @@ def _seeds(seed: int) -> tuple[int, int, int]:
     return 3 * seed, 3 * seed + 1, 3 * seed + 2
 
 
+def prompt_streams(
+    cfg: TrainConfig, seed: int, start_step: int = 0, rank: int = 0, world: int = 1
+) -> list[torch.Generator]:
+    """The training-prompt streams of the run with `seed` from `start_step` (a resumed run draws
+    from streams seeded by the step it starts from), one per data shard this process draws.
+
+    Shard j of every batch comes from its own stream, so a run on `world` processes that each
+    draw their own shards sees exactly the prompts of a one-process run with the same shards."""
+    data_seed = _seeds(seed)[1]
+    offset = 7919 * start_step
+    if cfg.data_shards == 1:
+        return [make_generator(data_seed + offset)]
+    return [
+        make_generator(1_000_003 * (data_seed + 1) + 101 * shard + offset)
+        for shard in range(rank, cfg.data_shards, world)
+    ]
+
+
 def check_growable(source: ModelConfig, target: ModelConfig) -> None:
     """Raise ValueError unless a model of config `source` can start one of `target` (`grow`):
     the same configuration but for the head count, and no more heads than the target has."""
@@ -215,7 +233,7 @@ def train(
             f"model sizes (n, d, n', d') = {sizes} do not match the task's "
             f"{(task.n, task.d, task.n_prime, task.d_prime)}"
         )
-    init_seed, data_seed, val_seed = _seeds(cfg.seed)
+    init_seed, _, val_seed = _seeds(cfg.seed)
     model = LinearTransformer(model_cfg, generator=make_generator(init_seed))
     if init_from is not None:
         if resume is not None:
@@ -245,16 +263,7 @@ def train(
             f"(one per process); pass a --batch that {shards} divides"
         )
     cfg = replace(cfg, data_shards=shards)  # the metrics record the shards that ran
-    # Shard j of every batch comes from its own stream, so a run on `world` processes that each
-    # draw their own shards sees exactly the prompts of a one-process run with the same shards.
-    offset = 7919 * start_step
-    if cfg.data_shards == 1:
-        streams = [make_generator(data_seed + offset)]
-    else:
-        streams = [
-            make_generator(1_000_003 * (data_seed + 1) + 101 * shard + offset)
-            for shard in range(rank, cfg.data_shards, world)
-        ]
+    streams = prompt_streams(cfg, cfg.seed, start_step, rank, world)
     shard_batch = cfg.batch // cfg.data_shards
     net = model
     if world > 1:

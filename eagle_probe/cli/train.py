@@ -235,6 +235,18 @@ def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
     return dict(record)
 
 
+def _resumed_config(path: Path, record: dict[str, Any], steps: int | None):
+    """The TrainConfig a resumed run continues with: the checkpoint's training record, --steps
+    (when given) extending it."""
+    from eagle_probe.train import TrainConfig
+
+    fields = dict(record) | ({"steps": steps} if steps is not None else {})
+    try:
+        return TrainConfig.from_dict(fields)
+    except (TypeError, ValueError) as exc:
+        raise EagleProbeError(f"{path} holds an invalid training record: {exc}") from None
+
+
 def _lead_process() -> bool:
     """False in the extra processes of a torchrun launch (rank 0 owns the outputs)."""
     return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
@@ -275,13 +287,7 @@ def run(args: argparse.Namespace) -> int:
         if not out.is_file():
             raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
         model, task, previous = checkpoint.load(out, max_bytes=_budget(args))
-        fields = _training_record(out, previous)
-        if args.steps is not None:
-            fields["steps"] = args.steps
-        try:
-            train_cfg = TrainConfig.from_dict(fields)
-        except (TypeError, ValueError) as exc:
-            raise EagleProbeError(f"{out} holds an invalid training record: {exc}") from None
+        train_cfg = _resumed_config(out, _training_record(out, previous), args.steps)
         model_cfg = model.cfg
         resume = (model.state_dict(), previous)
     else:
@@ -462,7 +468,6 @@ def _resume_seeds(args, out: Path):
     to continue together as `train --resume` continues each; their training records must agree
     but for the seed. Returns (model config, task, train config, [(state, metrics)] per seed)."""
     from eagle_probe import checkpoint
-    from eagle_probe.train import TrainConfig
 
     seeds = list(range(args.seed, args.seed + args.seeds))
     paths = seed_paths(out, seeds)
@@ -483,13 +488,7 @@ def _resume_seeds(args, out: Path):
                 f"{path} was trained with another configuration than {paths[0]}: resume them "
                 "one at a time"
             )
-    fields = dict(records[0])
-    if args.steps is not None:
-        fields["steps"] = args.steps
-    try:
-        train_cfg = TrainConfig.from_dict(fields)
-    except (TypeError, ValueError) as exc:
-        raise EagleProbeError(f"{paths[0]} holds an invalid training record: {exc}") from None
+    train_cfg = _resumed_config(paths[0], records[0], args.steps)
     return model_cfg, task, train_cfg, [(model.state_dict(), prev) for model, _, prev in loaded]
 
 
