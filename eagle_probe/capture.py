@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.model import LinearTransformer, ModelConfig, from_stream
+from eagle_probe.model import LinearTransformer, ModelConfig, d_slot, from_stream
 from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
@@ -51,6 +51,11 @@ class Capture:
     linearity_deviation: np.ndarray  # (L + 1,)  relative nonlinearity of D_l in the query
     target: np.ndarray  # (b, d', n')  the true D, original units
     layout: str = "features"  # the model's token layout ("features" or "samples")
+    # where each machine divides its own columns by its own ‖A^μ‖ (the paper's distributed
+    # regime), the scale of every stream column (b, 1, E), block orientation; `scale` is then
+    # that of the C/D columns (1). None: one scale per prompt
+    units: np.ndarray | None = None
+    copies: int = 1  # C/D copies on the stream (one per machine in the paper's distributed regime)
 
     @property
     def layers(self) -> int:
@@ -61,7 +66,8 @@ class Capture:
         return self.dx_heads.shape[2]
 
     def blocks(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(A, B, C, D_slot) of the residual stream entering layer `layer` (L: the output)."""
+        """(A, B, C, D_slot) of the residual stream entering layer `layer` (L: the output); with
+        C/D copies, C and D hold every copy (c n' columns)."""
         Z, d, n = self.Z[layer], self.d, self.n
         return Z[:, :d, :n], Z[:, d:, :n], Z[:, :d, n:], Z[:, d:, n:]
 
@@ -73,6 +79,7 @@ class Capture:
             self,
             Z=self.Z[:, :k],
             scale=self.scale[:k],
+            units=None if self.units is None else self.units[:k],
             x=self.x[:, :k],
             dx_heads=self.dx_heads[:, :k],
             target=self.target[:k],
@@ -262,7 +269,8 @@ def capture(
     model = on_device(float64_copy(model), device)
     z0_all = prompt.to(torch.float64).z0()  # (b, T, E) block orientation, prompt units
     b, L, d, n, dp, npr = z0_all.shape[0], cfg.n_layers, cfg.d, cfg.n, cfg.d_prime, cfg.n_prime
-    T, E = z0_all.shape[1:]
+    T, E = z0_all.shape[1], (cfg.width if not cfg.samples else z0_all.shape[2])
+    copies = (E - n) // npr if not cfg.samples else 1
     h = cfg.heads
     groups = math.ceil(d / npr)
     chunk = max(1, min(b, chunk if chunk is not None else probe_chunk(cfg)))
@@ -273,6 +281,7 @@ def capture(
     v = np.zeros((L + 1, b, dp, d))
     v_heads = np.empty((L, b, h, dp, d))
     scale = np.empty(b)
+    units = np.empty((b, 1, E)) if copies > 1 else None
     # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
     basis = torch.zeros(groups * npr, d, dtype=torch.float64, device=device)
     basis[:d] = torch.eye(d, dtype=torch.float64, device=device)
@@ -288,11 +297,16 @@ def capture(
         _, cache = model.run_with_cache(
             z0, names_filter=lambda name: name in names, return_cache_object=False
         )
-        s = cache["hook_scale"][:, 0, 0]  # (c,)
+        s_all = cache["hook_scale"]  # (c, 1, 1), or per prompt column (c, 1, n + n')
+        s_query = s_all if s_all.shape[-1] == 1 else s_all[..., n:]  # the C/D columns' scale
+        s = s_query[:, 0, 0]  # (c,)
         stream = [cache["hook_embed"]] + [cache[f"blocks.{i}.hook_resid_post"] for i in range(L)]
         for i, t in enumerate(stream):
             Z[i, sl] = from_stream(cfg, t).cpu().numpy()
         scale[sl] = s.cpu().numpy()
+        if units is not None:  # block orientation: the A/B columns, then every C/D copy
+            plain = s_all.expand(c, 1, n + npr).cpu().numpy()
+            units[sl] = np.concatenate([plain[..., :n]] + [plain[..., n:]] * copies, axis=-1)
         if not iterate:
             del cache, stream
             continue
@@ -303,8 +317,8 @@ def capture(
         else:
             del cache, stream
             probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (c, groups, T, E)
-            probe[:, :, :d, n:] = basis * s[:, None, None, None]  # C_internal = e_j
-            probe = probe.reshape(c * groups, T, E)
+            probe[:, :, :d, n:] = basis * s_query[:, None]  # C_internal = e_j
+            probe = probe.reshape(c * groups, T, z0.shape[2])  # plain prompts
             runs = [
                 _probe_slots(model, probe[i : i + per_run]) for i in range(0, c * groups, per_run)
             ]
@@ -320,8 +334,9 @@ def capture(
     x = sign * v.swapaxes(-1, -2)  # (L+1, b, d, d')
     dx_heads = sign * v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
 
-    C0 = Z[0, :, :d, n:]  # (b, d, n') internal queries
-    slots = Z[:, :, d:, n:]  # (L+1, b, d', n')
+    C0 = Z[0, :, :d, n : n + npr]  # (b, d, n') internal queries (every copy equal)
+    slots = Z[:, :, d:, n:]  # (L+1, b, d', c n')
+    slots = slots.reshape(*slots.shape[:-1], copies, npr).mean(-2)  # (L+1, b, d', n')
     gap = np.linalg.norm((slots - v @ C0).reshape(L + 1, -1), axis=1)
     size = np.linalg.norm(slots.reshape(L + 1, -1), axis=1)
     deviation = np.where(size > 1e-300, gap / np.maximum(size, 1e-300), 0.0)
@@ -337,6 +352,8 @@ def capture(
         linearity_deviation=deviation,
         target=prompt.D.to(torch.float64).cpu().numpy(),
         layout=cfg.tokens,
+        units=units,
+        copies=copies,
     )
 
 
@@ -360,10 +377,10 @@ def _probe_slots(
     heads: dict[int, torch.Tensor] = {}
 
     def keep_stream(t: torch.Tensor, hook) -> None:
-        slots[hook.layer()] = from_stream(cfg, t)[:, d:, n:].clone()
+        slots[hook.layer()] = d_slot(cfg, from_stream(cfg, t)).clone()
 
     def keep_heads(t: torch.Tensor, hook) -> None:  # t (p, T, h, E)
-        heads[hook.layer()] = from_stream(cfg, t.transpose(1, 2))[:, :, d:, n:].clone()
+        heads[hook.layer()] = d_slot(cfg, from_stream(cfg, t.transpose(1, 2))).clone()
 
     hooks = [(f"blocks.{i}.hook_resid_post", keep_stream) for i in range(cfg.n_layers)]
     hooks += [(f"blocks.{i}.attn.hook_result", keep_heads) for i in range(cfg.n_layers)]
@@ -377,7 +394,7 @@ def query_separable(model: LinearTransformer) -> bool:
     columns and the scores do not depend on the query, and the C/D columns are an affine function
     of it, computed exactly from the scores (`_separable_probes`)."""
     cfg = model.cfg
-    if cfg.samples or cfg.n_layers == 0:
+    if cfg.samples or cfg.n_layers == 0 or cfg.spec.copies:
         return False
     n = cfg.n
     qk, vp = model.W_QK(), model.W_VP()  # (L, h, E, E)

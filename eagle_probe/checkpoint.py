@@ -1,9 +1,15 @@
 """Checkpoint files: written atomically, read with `torch.load(weights_only=True)` only.
 
 A checkpoint is a dict
-    {"format": "eagle-probe", "format_version": 1, "model_config": {...}, "task_config": {...},
+    {"format": "eagle-probe", "format_version": 2, "model_config": {...}, "task_config": {...},
      "state_dict": {...}, "metrics": {...}}
 holding only tensors and plain Python values, so loading it never runs code.
+
+Format 1 files were written before the paper's distributed architecture was built: their regime
+"distributed" is the architecture now called "distributed-open" (values read every machine, one
+C/D block), and they load as that, with a one-line notice (`upgrade`); a format-1 constrained model
+with several heads loads as the multi-head constrained variant, also with a notice. They are never
+re-read in the paper's layout.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from eagle_probe.tasks import TaskConfig
 __all__ = ["atomic_write_bytes", "atomic_write_text", "jsonable", "load", "read", "save"]
 
 FORMAT = "eagle-probe"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # format 1 is upgraded on reading (`upgrade`)
 
 
 def save(
@@ -235,10 +242,10 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
             + import_hint(path, payload)
         )
     version = payload.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"checkpoint {path} has format version {version!r}; this eagle-probe reads version "
-            f"{FORMAT_VERSION} (the integer)"
+            f"checkpoint {path} has format version {version!r}; this eagle-probe reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))} (integers)"
         )
     unknown = sorted(map(str, set(payload) - set(KEYS)))
     if unknown:
@@ -251,7 +258,36 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
     if not isinstance(payload.get("metrics", {}), dict):
         raise CheckpointError(f"checkpoint {path} has 'metrics' that are not a dict")
     _check_values(path, payload)
-    return payload
+    return upgrade(path, payload)
+
+
+def upgrade(path: str | os.PathLike, payload: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 payload read as format 2 (module text): its distributed regime renamed
+    distributed-open, with a one-line notice (a UserWarning); a multi-head constrained model
+    noticed as the multi-head variant. Format-2 payloads are returned as they are."""
+    if payload["format_version"] == FORMAT_VERSION:
+        return payload
+    import warnings
+
+    config = dict(payload["model_config"])
+    regime, heads = config.get("regime"), config.get("n_heads")
+    if regime == "distributed":
+        config["regime"] = "distributed-open"
+        warnings.warn(
+            f"checkpoint {path} predates format 2: its distributed model is read as "
+            "distributed-open, the architecture it was trained in (values read every machine, "
+            "one C/D block), not the paper's distributed regime",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif regime == "constrained" and isinstance(heads, int) and heads > 1:
+        warnings.warn(
+            f"checkpoint {path} predates format 2: its {heads}-head constrained model is read as "
+            "the multi-head constrained variant (the paper's compute-limited model has one head)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return {**payload, "model_config": config, "format_version": FORMAT_VERSION}
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -148,7 +148,7 @@ class Comparison:
 def run_family(geo: Geometry, z0: np.ndarray, a_steps, c_steps, extra: int = 0) -> np.ndarray:
     """The family `geo` reads with the given steps, then `extra` steps at the theory's (η, γ)
     normalised by the current iterate; the prediction (b, d', n') in prompt units."""
-    Z = z0 / geo.prompt_scale(z0)[:, None, None]
+    Z = geo.internal(z0)
     L = len(a_steps)
     eta, gamma = THEORY
     with np.errstate(over="ignore", invalid="ignore"):

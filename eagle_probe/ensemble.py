@@ -36,7 +36,17 @@ import torch
 from tqdm import tqdm
 
 from eagle_probe.evaluate import summarize
-from eagle_probe.model import LinearTransformer, ModelConfig, qk_row_mask, token_mask
+from eagle_probe.model import (
+    LinearTransformer,
+    ModelConfig,
+    head_selector,
+    qk_row_mask,
+    readout,
+    stream_weights,
+    to_stream,
+    token_mask,
+)
+from eagle_probe.model import prompt_scale as model_prompt_scale
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor, prompt_streams
 
@@ -65,19 +75,20 @@ def _column_keys(cfg: ModelConfig) -> int | None:
     return cfg.keys if torch.equal(mask, column) else None
 
 
-def prompt_scale(cfg: ModelConfig, z0: torch.Tensor) -> torch.Tensor:
-    """`LinearTransformer.prompt_scale` for prompts (..., d + d', n + n'): (..., 1, 1)."""
-    if cfg.normalize == "none":
-        return torch.ones(*z0.shape[:-2], 1, 1, dtype=z0.dtype)
-    A = z0[..., : cfg.d, : cfg.n].detach()  # (..., d, n)
-    tiny = torch.finfo(z0.dtype).tiny
-    fro = torch.linalg.matrix_norm(A, ord="fro").clamp_min(tiny)  # (...)
-    if cfg.normalize == "frobenius":
-        return fro[..., None, None]
+def spectral_norm(A: torch.Tensor) -> torch.Tensor:
+    """‖A‖₂ of matrices A (…, d, n) from the largest eigenvalue of the smaller Gram matrix of
+    A / ‖A‖_F (cheaper than an SVD, no overflow): (…)."""
+    tiny = torch.finfo(A.dtype).tiny
+    fro = torch.linalg.matrix_norm(A, ord="fro").clamp_min(tiny)  # (…)
     unit = A / fro[..., None, None]  # ‖unit‖_F = 1: its Gram cannot overflow
-    gram = unit @ unit.mT if cfg.d <= cfg.n else unit.mT @ unit  # (..., min(d, n), min(d, n))
+    gram = unit @ unit.mT if A.shape[-2] <= A.shape[-1] else unit.mT @ unit
     top = torch.linalg.eigvalsh(gram)[..., -1].clamp_min(0.0)  # ‖unit‖₂²
-    return (fro * top.sqrt()).clamp_min(tiny)[..., None, None]
+    return fro * top.sqrt()
+
+
+def prompt_scale(cfg: ModelConfig, z0: torch.Tensor) -> torch.Tensor:
+    """`model.prompt_scale` for prompts (..., d + d', n + n') with the cheaper spectral norm."""
+    return model_prompt_scale(cfg, z0, spectral=spectral_norm)
 
 
 def stacked_prediction(
@@ -96,18 +107,22 @@ def stacked_prediction(
     dtype = cfg.torch_dtype
     h, E, T = cfg.heads, cfg.width, cfg.n_tokens
     z0 = z0.to(dtype)
-    scale = prompt_scale(cfg, z0)  # (K, b, 1, 1)
-    z = z0 / scale
-    z = z.transpose(-1, -2) if cfg.samples else z  # (K, b, T, E)
+    scale = prompt_scale(cfg, z0)  # (K, b, 1, 1) or (K, b, 1, n + n')
+    z = to_stream(cfg, z0 / scale)  # (K, b, T, E)
+    selector = head_selector(cfg)
+    selector = None if selector is None else selector.to(dtype)  # (h, E, head_input)
     key_norm = 1.0 / cfg.n if cfg.samples else 1.0
     keys = _column_keys(cfg)
     mask = token_mask(cfg).to(dtype) * key_norm  # (T, T)
     qk_mask = qk_row_mask(cfg).to(dtype)[None, :, :, None]  # (1, h, E, 1)
     for layer in range(cfg.n_layers):
         p = f"blocks.{layer}.attn."
-        W_Q, W_K = weights[p + "W_Q"] * qk_mask, weights[p + "W_K"] * qk_mask  # (K, h, E, qk)
+        W_Q, W_K, W_V = (
+            stream_weights(weights[p + name], selector, h) for name in ("W_Q", "W_K", "W_V")
+        )  # (K, h, E, k) each, as the heads apply them to the stream
+        W_Q, W_K = W_Q * qk_mask, W_K * qk_mask  # (K, h, E, qk)
         qk = (W_Q @ W_K.mT).permute(0, 2, 1, 3).reshape(K, E, h * E)  # (K, E, h·E)
-        vp = weights[p + "W_V"] @ weights[p + "W_P"].mT  # (K, h, E, E)
+        vp = W_V @ weights[p + "W_P"].mT  # (K, h, E, E)
         if log_gain is not None:
             vp = vp * log_gain[:, layer].exp()[:, :, None, None]
         y1 = z.reshape(K, b * T, E) @ qk  # (K, b·T, h·E): row (b, t), column (h, e) = z_t W_QK^h
@@ -124,14 +139,12 @@ def stacked_prediction(
             y2 = scores.view(K * b, T * h, T) @ zb  # (K·b, T·h, E)
         out = y2.view(K, b * T, h * E) @ vp.reshape(K, h * E, E)  # (K, b·T, E), heads summed
         z = z + out.view(K, b, T, E)
-    z = z.transpose(-1, -2) if cfg.samples else z  # (K, b, d + d', n + n')
-    d_slot = z[..., cfg.d :, cfg.n :]  # (K, b, d', n')
-    readout = weights.get("readout_scale")
-    if readout is None:
-        readout = torch.tensor(-1.0 if cfg.readout != "direct" else 1.0, dtype=dtype)
+    readout_scale = weights.get("readout_scale")
+    if readout_scale is None:
+        readout_scale = torch.tensor(-1.0 if cfg.readout != "direct" else 1.0, dtype=dtype)
     else:
-        readout = readout.view(K, 1, 1, 1)
-    return readout * d_slot * scale
+        readout_scale = readout_scale.view(K, 1, 1, 1)
+    return readout(cfg, z, scale, readout_scale)
 
 
 def _state(

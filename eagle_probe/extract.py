@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from eagle_probe import fit, forked
+from eagle_probe import fit, forked, regimes
 from eagle_probe.capture import (
     capture,
     default_probe_batch,
@@ -34,6 +34,7 @@ from eagle_probe.fit import families
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
 from eagle_probe.fit.eagle import choose_family
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
+from eagle_probe.layouts import state_products
 from eagle_probe.model import LinearTransformer
 from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
@@ -52,14 +53,20 @@ VIEWS_FOR_LAYOUT = {
     "features": fit.ORDER,
     "samples": fit.ORDER,
 }
-# Views that read one regime's own structure run only on models of that regime (every other view
-# runs on every regime).
-VIEWS_FOR_REGIME = {"communication": ("distributed",), "sketch": ("constrained",)}
+# Views that read one regime's own structure run only on the regimes that list them
+# (`Regime.views`); every other view runs on every regime.
+REGIME_VIEWS = frozenset(v for r in regimes.REGIMES.values() for v in r.views)
+
+
+def runs_on(view: str, regime: str) -> bool:
+    """Whether view `view` runs on a model of regime `regime`."""
+    return view not in REGIME_VIEWS or view in regimes.get(regime).views
 
 
 def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
     """The regime's shape read from the model (the constrained sketch from its W_QK)."""
     cfg = model.cfg
+    spec = cfg.spec
     return Geometry(
         regime=cfg.regime,
         d=cfg.d,
@@ -73,11 +80,11 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
         else np.ones((cfg.n_tokens, cfg.n_tokens)),
         readout=float(model.readout_scale.detach()),
         normalize=cfg.normalize,
-        machines=cfg.machines if cfg.regime == "distributed" else 1,
-        projector=sketch_projectors(qk, cfg.n)
-        if cfg.regime == "constrained" and qk is not None
-        else None,
+        machines=cfg.machines if spec.machines else 1,
+        projector=sketch_projectors(qk, cfg.n) if "sketch" in spec.views and qk is not None else None,
         layout=cfg.tokens,
+        copies=1 if cfg.samples else spec.copies_of(cfg),
+        local_scale=spec.copies and not cfg.samples,
     )
 
 
@@ -188,8 +195,7 @@ def build_context(
     m64 = float64_copy(model)
     prompts = probes if probes is not None else probe_batch(task, probe_batch_size, seed)
     cap = capture(m64, prompts, chunk=chunk, device=device, progress=progress, iterate=iterate)
-    qk = m64.W_QK().numpy()
-    vp = m64.W_VP().numpy()
+    qk, vp = state_products(m64)  # block orientation
     geometry = geometry_of(m64, qk)
     if held_out is None or tuning is None:
         drawn = scoring_sets(task, geometry, test_batch, tuning_batch, seed)
@@ -633,7 +639,7 @@ def extract(
         v
         for v in names
         if v in VIEWS_FOR_LAYOUT[model.cfg.tokens]
-        and model.cfg.regime in VIEWS_FOR_REGIME.get(v, (model.cfg.regime,))
+        and runs_on(v, model.cfg.regime)
     )
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
@@ -711,7 +717,7 @@ def extract(
         "normalize": cfg.normalize,
         "readout": cfg.readout,
         "dtype": cfg.dtype,
-        "machines": cfg.machines if cfg.regime == "distributed" else 1,
+        "machines": cfg.machines if cfg.spec.machines else 1,
         "family": None if cfg.samples else families.of_geometry(ctx.geometry).name,
         "task": task.to_dict(),
         "probe_batch": probe_batch_size,

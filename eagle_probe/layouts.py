@@ -47,7 +47,13 @@ import torch
 from eagle_probe import budget, files
 from eagle_probe.conventions import plan_import
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.model import DTYPES, LinearTransformer, ModelConfig
+from eagle_probe.model import (
+    DTYPES,
+    LinearTransformer,
+    ModelConfig,
+    grouped_products,
+    stream_products,
+)
 from eagle_probe.tasks import TaskConfig
 
 LAYOUTS = ("eagle-probe", "samples", "ahn")
@@ -76,9 +82,13 @@ def products_to_state(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> dict[
     """A state_dict for `cfg` whose layers have the products qk, vp (L, h, E, E).
 
     Needs full-width heads (cfg.qk >= E and cfg.vp >= E): W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I,
-    zero-padded to the head widths.
+    zero-padded to the head widths. Products are in block orientation (`state_products`); heads
+    that read only their machine's block take them exactly (`narrow_products_to_state`).
     """
     qk, vp = _checked_products(cfg, qk, vp)
+    if cfg.spec.local_values and not cfg.samples:
+        return narrow_products_to_state(cfg, qk, vp)
+    qk, vp = stream_products(cfg, qk), stream_products(cfg, vp)
     L, h, E = cfg.n_layers, cfg.heads, cfg.width
     if cfg.qk < E or cfg.vp < E:
         raise EagleProbeError(
@@ -116,14 +126,69 @@ def _factor(P: np.ndarray, width: int, name: str, where: str) -> tuple[np.ndarra
     return X, Y
 
 
+def _local_products_to_state(
+    cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray
+) -> dict[str, torch.Tensor]:
+    """The state_dict of a model whose heads read only their machine's block (stream order
+    products qk, vp (L, h, E, E)): per head its local W_QK block (W_Q = I, W_K = W_QKᵀ) and the
+    local rows of W_VP (W_V = I, W_P = those rows transposed), exactly. Refuses a product that
+    reads another machine's columns, and heads whose local W_QK differ where the machines share
+    one W_Q, W_K (their local W_VP rows must then agree on W_V = I, which always holds)."""
+    spec = cfg.spec
+    L, h = cfg.n_layers, cfg.heads
+    state = {k: v.clone() for k, v in LinearTransformer(cfg).state_dict().items()}
+    w, hw, dtype = cfg.head_input, cfg.weight_heads, cfg.torch_dtype
+    for layer in range(L):
+        local_qk = np.zeros((h, w, w))
+        W_P = np.zeros((h, cfg.width, w))
+        for head in range(h):
+            where = f"layer {layer}, head {head}"
+            cols = spec.machine_columns(cfg, head)
+            outside = np.ones(cfg.width, dtype=bool)
+            outside[cols] = False
+            Q, V = qk[layer, head], vp[layer, head]
+            scale = max(float(np.abs(Q).max()), float(np.abs(V).max()), 1e-300)
+            if max(np.abs(Q[outside]).max(), np.abs(Q[:, outside]).max()) > 1e-12 * scale:
+                raise EagleProbeError(
+                    f"W_QK of {where} reads columns outside machine {head}'s block: a "
+                    f"{cfg.regime} head cannot hold it"
+                )
+            if np.abs(V[outside]).max() > 1e-12 * scale:
+                raise EagleProbeError(
+                    f"W_VP of {where} reads columns outside machine {head}'s block: a "
+                    f"{cfg.regime} head's value is local"
+                )
+            local_qk[head] = Q[np.ix_(cols, cols)]
+            W_P[head] = V[cols].T  # (E, w): W_V = I, so W_VP's local rows are W_Pᵀ
+        if hw == 1 and not np.allclose(local_qk, local_qk[:1], rtol=0, atol=1e-12 * scale):
+            raise EagleProbeError(
+                f"the heads of layer {layer} have different W_QK blocks, but the machines share "
+                "one W_Q, W_K (plant with share_heads=False)"
+            )
+        eye = np.broadcast_to(np.eye(w), (hw, w, w))
+        weights = {
+            "W_Q": eye,
+            "W_K": local_qk[:hw].swapaxes(-1, -2),
+            "W_V": eye,
+            "W_P": W_P,
+        }
+        for k, value in weights.items():
+            state[f"blocks.{layer}.attn.{k}"] = torch.tensor(np.array(value), dtype=dtype)
+    return state
+
+
 def narrow_products_to_state(
     cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray
 ) -> dict[str, torch.Tensor]:
-    """A state_dict for heads of any width whose products are qk, vp (L, h, E, E): each product
-    factored through its SVD (W_Q W_Kᵀ = W_QK, W_V W_Pᵀ = W_VP). Refuses products a head cannot
-    hold: a rank above the head's width, or (distributed) a W_QK that reads outside the head's
-    own column block."""
+    """A state_dict for heads of any width whose products are qk, vp (L, h, E, E, block
+    orientation, `model.grouped_products`): each product factored through its SVD
+    (W_Q W_Kᵀ = W_QK, W_V W_Pᵀ = W_VP), or placed exactly on local heads. Refuses products a head
+    cannot hold: a rank above the head's width, or (machine regimes) a W_QK that reads outside
+    the head's own column block (and, where values are local, a W_VP that does)."""
     qk, vp = _checked_products(cfg, qk, vp)
+    qk, vp = stream_products(cfg, qk), stream_products(cfg, vp)
+    if cfg.spec.local_values and not cfg.samples:
+        return _local_products_to_state(cfg, qk, vp)
     L, h, E = cfg.n_layers, cfg.heads, cfg.width
     model = LinearTransformer(cfg)
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -169,7 +234,7 @@ def plant(
             f"need {cfg.n_layers} a-steps and c-steps (one per layer), "
             f"got {len(a_steps)} and {len(c_steps)}"
         )
-    name = family or families.FOR_REGIME[cfg.regime][0]
+    name = family or cfg.spec.families[0]
     fam = families.get(name)
     if cfg.regime not in fam.regimes:
         raise EagleProbeError(
@@ -196,10 +261,12 @@ def model_from_products(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> Lin
 
 
 def state_products(model: LinearTransformer) -> tuple[np.ndarray, np.ndarray]:
-    """The products (W_QK, W_VP) of a model as float64 arrays (L, h, E, E)."""
+    """The products (W_QK, W_VP) of a model as float64 arrays (L, h, E, E), block orientation
+    (`model.grouped_products`)."""
+    cfg = model.cfg
     return (
-        model.W_QK().to(torch.float64).numpy(),
-        model.W_VP().to(torch.float64).numpy(),
+        grouped_products(cfg, model.W_QK().to(torch.float64).numpy()),
+        grouped_products(cfg, model.W_VP().to(torch.float64).numpy()),
     )
 
 

@@ -53,16 +53,20 @@ hooks carry the stream as the layers see it: T = n + n', E = d + d' in the sampl
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.names import NORMALIZE, READOUTS, REGIMES, TOKEN_MASKS
+from eagle_probe import regimes
+from eagle_probe.names import NORMALIZE, READOUTS, TOKEN_MASKS
 from eagle_probe.tasks import Prompt
 
 INITS = ("normal", "orthogonal_half")
@@ -74,14 +78,14 @@ TOKEN_LAYOUTS = ("features", "samples")
 class ModelConfig:
     """Architecture of one model. Sizes must match the prompts it is given."""
 
-    regime: str = "centralized"  # one of REGIMES
+    regime: str = "centralized"  # one of regimes.NAMES (`eagle_probe.regimes`)
     n: int = 18  # columns of A (samples)
     d: int = 18  # rows of A (features)
     n_prime: int = 2  # columns of C, D (queries)
     d_prime: int = 2  # rows of B, D (outputs)
     n_layers: int = 4  # number of attention layers
-    n_heads: int | None = None  # heads per layer; None: 1, or `machines` when distributed
-    machines: int = 3  # distributed: column blocks M (must divide n), one head each
+    n_heads: int | None = None  # heads per layer; None: 1, or one per machine
+    machines: int = 3  # distributed regimes: column blocks M (must divide n), one head each
     rank: int = 5  # constrained: query/key width r (1 <= r <= n)
     qk_width: int | None = None  # override the query/key width of each head
     vp_width: int | None = None  # override the value/projection width of each head
@@ -98,10 +102,12 @@ class ModelConfig:
     dtype: str = "float32"  # parameter dtype, one of DTYPES
     # one of TOKEN_LAYOUTS: tokens are the d + d' feature rows of Z, or the n + n' samples (H = Zᵀ)
     tokens: str = "features"
+    # distributed: the machines apply one W_Q, W_K, W_V (the paper's); False gives each its own
+    share_heads: bool = True
 
     def __post_init__(self) -> None:
         choices = {
-            "regime": REGIMES,
+            "regime": regimes.NAMES,
             "token_mask": TOKEN_MASKS,
             "readout": READOUTS,
             "normalize": NORMALIZE,
@@ -119,24 +125,15 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.regime == "distributed":
-            if self.n % self.machines:
-                raise ValueError(
-                    f"machines={self.machines} must divide n={self.n} (equal column blocks)"
-                )
-            if self.n_heads not in (None, self.machines):
-                raise ValueError(
-                    f"the distributed regime has one head per machine: n_heads must be "
-                    f"{self.machines} (or unset), got {self.n_heads}"
-                )
-        if self.regime == "constrained" and self.rank > self.n:
-            raise ValueError(f"rank r={self.rank} must not exceed n={self.n}")
+        regimes.get(self.regime).check(self)
         if self.token_mask == "block_diagonal" and self.d % self.shards:
             raise ValueError(f"shards={self.shards} must divide d={self.d}")
         if not 0.0 < self.mask_density <= 1.0:
             raise ValueError(f"mask_density must lie in (0, 1], got {self.mask_density!r}")
         if not (self.init_std > 0.0 and math.isfinite(self.init_std)):
             raise ValueError(f"init_std must be a positive number, got {self.init_std!r}")
+        if not isinstance(self.share_heads, bool):
+            raise ValueError(f"share_heads must be true or false, got {self.share_heads!r}")
         if self.tokens == "samples" and (
             self.regime != "centralized" or self.token_mask != "visible"
         ):
@@ -149,10 +146,15 @@ class ModelConfig:
             object.__setattr__(self, "n_heads", self.heads)
 
     @property
+    def spec(self) -> regimes.Regime:
+        """The regime's registry entry (`eagle_probe.regimes`)."""
+        return regimes.get(self.regime)
+
+    @property
     def heads(self) -> int:
         if self.n_heads is not None:
             return self.n_heads
-        return self.machines if self.regime == "distributed" else 1
+        return self.spec.heads(self)
 
     @property
     def samples(self) -> bool:
@@ -171,8 +173,9 @@ class ModelConfig:
 
     @property
     def width(self) -> int:
-        """Residual width E: n + n' (feature layout) or d + d' (sample layout)."""
-        return self.d + self.d_prime if self.samples else self.n + self.n_prime
+        """Residual width E: n + n' (feature layout; n + M n' where every machine holds a C/D
+        copy) or d + d' (sample layout)."""
+        return self.d + self.d_prime if self.samples else self.spec.width(self)
 
     @property
     def d_model(self) -> int:
@@ -201,25 +204,31 @@ class ModelConfig:
 
     @property
     def block(self) -> int:
-        """Columns per machine in the distributed regime."""
-        return self.n // self.machines
+        """A/B columns per machine in the machine regimes (n outside them)."""
+        return self.spec.block(self)
 
     @property
     def qk(self) -> int:
         if self.qk_width is not None:
             return self.qk_width
-        return {"centralized": self.width, "distributed": self.block, "constrained": self.rank}[
-            self.regime
-        ]
+        return self.width if self.samples else self.spec.qk(self)
 
     @property
     def vp(self) -> int:
         if self.vp_width is not None:
             return self.vp_width
-        if self.samples:
-            return self.width  # full value width d + d'
-        extra = {"centralized": self.n, "distributed": self.block, "constrained": self.rank}
-        return extra[self.regime] + self.n_prime
+        return self.width if self.samples else self.spec.vp(self)
+
+    @property
+    def head_input(self) -> int:
+        """Rows of the stored W_Q, W_K, W_V: the columns a head reads (its machine's block where
+        values are local, else the whole stream)."""
+        return self.width if self.samples else self.spec.head_input(self)
+
+    @property
+    def weight_heads(self) -> int:
+        """Head axis of the stored W_Q, W_K, W_V: 1 where the machines share one set."""
+        return self.spec.weight_heads(self)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -257,30 +266,55 @@ def token_mask(cfg: ModelConfig) -> torch.Tensor:
 
 
 def qk_row_mask(cfg: ModelConfig) -> torch.Tensor:
-    """Which embedding coordinates each head's query/key may read: (h, E).
+    """Which stream columns each head's query and key read: (h, E) (`Regime.reads`). Machine
+    regimes: head μ reads only machine μ's columns (local attention)."""
+    if cfg.samples:
+        return torch.ones(cfg.heads, cfg.width, dtype=torch.float64)
+    return torch.from_numpy(cfg.spec.reads(cfg, "qk").astype(float))
 
-    Distributed: head μ reads only its own column block A^μ (local attention).
-    """
-    mask = torch.ones(cfg.heads, cfg.width, dtype=torch.float64)
-    if cfg.regime == "distributed":
-        mask.zero_()
-        for mu in range(cfg.heads):
-            mask[mu, mu * cfg.block : (mu + 1) * cfg.block] = 1.0
-    return mask
+
+def head_selector(cfg: ModelConfig) -> torch.Tensor | None:
+    """(h, E, head_input) 0/1 matrices placing each head's local W_Q, W_K, W_V on its machine's
+    stream columns, or None where every head reads the whole stream (`Regime.selector`)."""
+    sel = None if cfg.samples else cfg.spec.selector(cfg)
+    return None if sel is None else torch.from_numpy(sel)
+
+
+def stream_weights(
+    W: torch.Tensor, selector: torch.Tensor | None, heads: int
+) -> torch.Tensor:
+    """A stored W_Q, W_K or W_V (…, h_w, head_input, k) as each head applies it to the stream:
+    (…, h, E, k). Where the machines share one set (h_w = 1) every head gets it, on its own
+    machine's columns (selector (h, E, head_input)); without a selector, W itself."""
+    if selector is None:
+        return W
+    return selector @ W.expand(*W.shape[:-3], heads, *W.shape[-2:])  # (…, h, E, k)
 
 
 class Attention(nn.Module):
-    """One linear-attention layer, all heads at once."""
+    """One linear-attention layer, all heads at once.
+
+    The stored W_Q, W_K, W_V are (h_w, head_input, k): where a head reads only its machine's
+    block (the paper's distributed regime) they are local weights, placed on each machine's
+    columns by a fixed selector, and h_w = 1 when the machines share them; elsewhere they are
+    (h, E, k) as they act. W_P is always (h, E, vp): the projection writes anywhere."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         h, E, dtype = cfg.heads, cfg.width, cfg.torch_dtype
-        self.W_Q = nn.Parameter(torch.zeros(h, E, cfg.qk, dtype=dtype))  # (h, E, qk)
-        self.W_K = nn.Parameter(torch.zeros(h, E, cfg.qk, dtype=dtype))  # (h, E, qk)
-        self.W_V = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
+        hw, rows = cfg.weight_heads, cfg.head_input
+        self.W_Q = nn.Parameter(torch.zeros(hw, rows, cfg.qk, dtype=dtype))  # (h_w, rows, qk)
+        self.W_K = nn.Parameter(torch.zeros(hw, rows, cfg.qk, dtype=dtype))  # (h_w, rows, qk)
+        self.W_V = nn.Parameter(torch.zeros(hw, rows, cfg.vp, dtype=dtype))  # (h_w, rows, vp)
         self.W_P = nn.Parameter(torch.zeros(h, E, cfg.vp, dtype=dtype))  # (h, E, vp)
+        self.heads = h
         self.register_buffer("qk_mask", qk_row_mask(cfg).to(dtype))  # (h, E)
         self.register_buffer("mask", token_mask(cfg).to(dtype))  # (T, T)
+        selector = head_selector(cfg)
+        # fixed by the config, so not in the state dict: (h, E, head_input) or None
+        self.register_buffer(
+            "selector", None if selector is None else selector.to(dtype), persistent=False
+        )
         # the sample layout averages over the n keys (the 1/n of von Oswald et al. and Ahn et al.)
         self.key_norm = 1.0 / cfg.n if cfg.samples else 1.0
         self.hook_q = HookPoint()  # [b, T, h, qk]
@@ -292,9 +326,15 @@ class Attention(nn.Module):
         self.hook_result = HookPoint()  # [b, T, h, E]
 
     def effective_qk(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_Q, W_K with the locality mask applied: (h, E, qk) each."""
+        """W_Q, W_K as each head applies them to the stream, the locality mask on: (h, E, qk)."""
         m = self.qk_mask.unsqueeze(-1)
-        return self.W_Q * m, self.W_K * m
+        W_Q = stream_weights(self.W_Q, self.selector, self.heads)
+        W_K = stream_weights(self.W_K, self.selector, self.heads)
+        return W_Q * m, W_K * m
+
+    def effective_v(self) -> torch.Tensor:
+        """W_V as each head applies it to the stream: (h, E, vp)."""
+        return stream_weights(self.W_V, self.selector, self.heads)
 
     @property
     def W_O(self) -> torch.Tensor:
@@ -310,12 +350,13 @@ class Attention(nn.Module):
     @property
     def OV(self) -> FactoredMatrix:
         """This layer's W_V W_Pᵀ = W_V W_O per head as a `FactoredMatrix` [h, E, E]."""
-        return FactoredMatrix(self.W_V.detach(), self.W_O.detach())
+        return FactoredMatrix(self.effective_v().detach(), self.W_O.detach())
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # z: (b, T, E)
         b, T, E = z.shape
         W_Q, W_K = self.effective_qk()
-        h, qk, vp = W_Q.shape[0], W_Q.shape[-1], self.W_V.shape[-1]
+        W_V = self.effective_v()
+        h, qk, vp = W_Q.shape[0], W_Q.shape[-1], W_V.shape[-1]
         flat = z.reshape(b * T, E)  # all heads in one GEMM each: (bT, E) @ (E, h·k)
 
         def per_head(W: torch.Tensor, width: int) -> torch.Tensor:
@@ -324,7 +365,7 @@ class Attention(nn.Module):
 
         q = self.hook_q(per_head(W_Q, qk))  # (b, T, h, qk)
         k = self.hook_k(per_head(W_K, qk))  # (b, T, h, qk)
-        v = self.hook_v(per_head(self.W_V, vp))  # (b, T, h, vp)
+        v = self.hook_v(per_head(W_V, vp))  # (b, T, h, vp)
         scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)  # (b, h, T, T)
         scores = self.hook_attn_scores(scores * (self.mask * self.key_norm))  # (b, h, T, T)
         pattern = self.hook_pattern(scores)  # no softmax: the scores weight the values
@@ -401,12 +442,13 @@ class LinearTransformer(HookedRootModule):
     @property
     def OV(self) -> FactoredMatrix:
         """W_V W_Pᵀ of every layer and head as a `FactoredMatrix` [L, h, E, E] (detached)."""
-        W_V = torch.stack([b.attn.W_V for b in self.blocks]).detach()  # (L, h, E, vp)
+        W_V = torch.stack([b.attn.effective_v() for b in self.blocks]).detach()  # (L, h, E, vp)
         W_P = torch.stack([b.attn.W_P for b in self.blocks]).detach()  # (L, h, E, vp)
         return FactoredMatrix(W_V, W_P.transpose(-1, -2))
 
-    # TransformerLens's stacked weights, [L, h, E, width] (W_O: [L, h, vp, E]), detached; W_Q and
-    # W_K with the locality mask applied, so W_Q @ W_Kᵀ is `QK`
+    # TransformerLens's stacked weights, [L, h, E, width] (W_O: [L, h, vp, E]), detached, as each
+    # head applies them to the stream (local weights placed on the head's machine; W_Q and W_K with
+    # the locality mask applied), so W_Q @ W_Kᵀ is `QK`
     @property
     def W_Q(self) -> torch.Tensor:
         return torch.stack([b.attn.effective_qk()[0] for b in self.blocks]).detach()
@@ -417,7 +459,7 @@ class LinearTransformer(HookedRootModule):
 
     @property
     def W_V(self) -> torch.Tensor:
-        return torch.stack([b.attn.W_V for b in self.blocks]).detach()
+        return torch.stack([b.attn.effective_v() for b in self.blocks]).detach()
 
     @property
     def W_O(self) -> torch.Tensor:
@@ -429,7 +471,7 @@ class LinearTransformer(HookedRootModule):
 
     def W_VP(self, layer: int | None = None) -> torch.Tensor:
         """`OV` as a plain tensor: (L, h, E, E), or (h, E, E) for one layer."""
-        return self._per_layer(layer, lambda a: torch.einsum("hev,hfv->hef", a.W_V, a.W_P))
+        return self._per_layer(layer, lambda a: torch.einsum("hev,hfv->hef", a.effective_v(), a.W_P))
 
     def _per_layer(self, layer, fn) -> torch.Tensor:
         with torch.no_grad():
@@ -467,14 +509,9 @@ class LinearTransformer(HookedRootModule):
             raise EagleProbeError("prompt contains NaN or Inf entries")
 
     def prompt_scale(self, z0: torch.Tensor) -> torch.Tensor:
-        """Per-prompt scale the prompt is divided by before the layers: (b, 1, 1)."""
-        cfg = self.cfg
-        if cfg.normalize == "none":
-            return torch.ones(z0.shape[0], 1, 1, dtype=z0.dtype, device=z0.device)
-        A = z0[:, : cfg.d, : cfg.n].detach()
-        ord_ = "fro" if cfg.normalize == "frobenius" else 2
-        norm = torch.linalg.matrix_norm(A, ord=ord_).clamp_min(torch.finfo(z0.dtype).tiny)
-        return norm[:, None, None]
+        """Per-prompt scale the prompt is divided by before the layers: (b, 1, 1), or per column
+        (b, 1, n + n') where each machine divides by its own ‖A^μ‖ (`prompt_scale`)."""
+        return prompt_scale(self.cfg, z0)
 
     def forward(self, z0: torch.Tensor | Prompt) -> torch.Tensor:
         """Predict D for prompts z0 = [[A, C], [B, 0]]: (b, d + d', n + n') → (b, d', n').
@@ -484,12 +521,11 @@ class LinearTransformer(HookedRootModule):
         self.check_prompt(z0)
         cfg = self.cfg
         z0 = z0.to(cfg.torch_dtype)
-        scale = self.hook_scale(self.prompt_scale(z0))  # (b, 1, 1)
+        scale = self.hook_scale(self.prompt_scale(z0))  # (b, 1, 1) or (b, 1, n + n')
         z = self.hook_embed(to_stream(cfg, z0 / scale))  # (b, T, E)
         for block in self.blocks:
             z = block(z)
-        d_slot = from_stream(cfg, z)[:, cfg.d :, cfg.n :]  # (b, d', n')
-        return self.hook_prediction(self.readout_scale * d_slot * scale)
+        return self.hook_prediction(readout(cfg, z, scale, self.readout_scale))
 
     def complete(self, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
         """Predict D from the visible blocks A (b, d, n), B (b, d', n), C (b, d, n')."""
@@ -501,14 +537,98 @@ class LinearTransformer(HookedRootModule):
         return self(torch.cat([top, bottom], dim=-2))
 
 
+# --- the stream's layout (`Regime.stream_columns`), shared by the model, the ensemble and capture --
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """(stream_columns, grouped) index arrays where the stream is not the prompt's own columns."""
+    if cfg.samples or not cfg.spec.copies:
+        return None
+    return cfg.spec.stream_columns(cfg), cfg.spec.grouped(cfg)
+
+
 def to_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
-    """Block prompt (…, d + d', n + n') → the stream's orientation: itself, or H = Zᵀ."""
-    return z.transpose(-1, -2) if cfg.samples else z
+    """Block prompt (…, d + d', n + n') → the stream (…, T, E): itself, H = Zᵀ (sample layout),
+    or machine blocks [A^μ | C] / [B^μ | D] with the C/D columns copied into every block."""
+    if cfg.samples:
+        return z.transpose(-1, -2)
+    cols = _columns(cfg)
+    return z if cols is None else z[..., torch.from_numpy(cols[0]).to(z.device)]
 
 
 def from_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
-    """Stream (…, T, E) → block orientation [[A, C], [B, D]] (…, d + d', n + n')."""
-    return z.transpose(-1, -2) if cfg.samples else z
+    """Stream (…, T, E) → block orientation [[A, C], [B, D]] (…, d + d', n + c n'), the c C/D
+    copies one after another after the n A/B columns in the prompt's order."""
+    if cfg.samples:
+        return z.transpose(-1, -2)
+    cols = _columns(cfg)
+    return z if cols is None else z[..., torch.from_numpy(cols[1]).to(z.device)]
+
+
+def grouped_products(cfg: ModelConfig, P):
+    """Products (…, E, E) in stream order → block orientation (`from_stream`'s column order); the
+    views and the plants read products this way. Works on tensors and arrays alike."""
+    cols = _columns(cfg)
+    return P if cols is None else P[..., cols[1], :][..., cols[1]]
+
+
+def stream_products(cfg: ModelConfig, P):
+    """Products (…, E, E) in block orientation → stream order (the inverse of
+    `grouped_products`)."""
+    cols = _columns(cfg)
+    if cols is None:
+        return P
+    inverse = np.argsort(cols[1])
+    return P[..., inverse, :][..., inverse]
+
+
+def d_slot(cfg: ModelConfig, blocks: torch.Tensor) -> torch.Tensor:
+    """The D slot (…, d', n') of a stream in block orientation: the mean of its C/D copies."""
+    D = blocks[..., cfg.d :, cfg.n :]  # (…, d', c n')
+    copies = D.shape[-1] // cfg.n_prime
+    if copies == 1:
+        return D
+    return D.unflatten(-1, (copies, cfg.n_prime)).mean(-2)
+
+
+def readout(
+    cfg: ModelConfig, z: torch.Tensor, scale: torch.Tensor, readout_scale: torch.Tensor
+) -> torch.Tensor:
+    """The prediction (…, d', n') in prompt units from a final stream z (…, T, E) in internal units
+    and the prompt scale (…, 1, 1) or (…, 1, n + n'): readout_scale · D slot · scale."""
+    slot = d_slot(cfg, from_stream(cfg, z))  # (…, d', n')
+    return readout_scale * slot * (scale if scale.shape[-1] == 1 else scale[..., cfg.n :])
+
+
+def prompt_scale(
+    cfg: ModelConfig,
+    z0: torch.Tensor,
+    spectral: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The per-prompt scale a model divides its prompts z0 (…, d + d', n + n') by: the chosen norm
+    of A, (…, 1, 1); where each machine scales its own columns (`Regime.scale_groups`), per column
+    (…, 1, n + n'): ‖A^μ‖ on machine μ's A/B columns, 1 on the C/D columns. `spectral` replaces
+    torch's 2-norm (the ensemble's cheaper one)."""
+    if cfg.normalize == "none":
+        return torch.ones(*z0.shape[:-2], 1, 1, dtype=z0.dtype, device=z0.device)
+    tiny = torch.finfo(z0.dtype).tiny
+    A = z0[..., : cfg.d, : cfg.n].detach()  # (…, d, n)
+    copies = _columns(cfg) is not None
+    if copies:  # each machine's own block: (…, M, d, n / M)
+        A = A.unflatten(-1, (cfg.machines, cfg.block)).movedim(-2, -3)
+    if cfg.normalize == "frobenius":
+        norm = torch.linalg.matrix_norm(A, ord="fro")
+    elif spectral is not None:
+        norm = spectral(A)
+    else:
+        norm = torch.linalg.matrix_norm(A, ord=2)
+    norm = norm.clamp_min(tiny)
+    if not copies:
+        return norm[..., None, None]
+    ones = torch.ones(*norm.shape[:-1], cfg.n_prime, dtype=norm.dtype, device=norm.device)
+    per_column = torch.cat([norm.repeat_interleave(cfg.block, dim=-1), ones], dim=-1)
+    return per_column.unsqueeze(-2)  # (…, 1, n + n')
 
 
 def eagle_weights(
@@ -560,5 +680,4 @@ def forward_products(
         mask = block.attn.mask.to(dtype) * block.attn.key_norm  # (T, T)
         scores = torch.einsum("bte,hef,bsf->bhts", z, qk[layer], z) * mask  # (b, h, T, T)
         z = z + torch.einsum("bhts,bse,hef->btf", scores, z, vp[layer])
-    z = from_stream(cfg, z)
-    return model.readout_scale.to(dtype) * z[:, cfg.d :, cfg.n :] * scale
+    return readout(cfg, z, scale, model.readout_scale.to(dtype))

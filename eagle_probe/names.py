@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-REGIMES = ("centralized", "distributed", "constrained")
+REGIMES = ("centralized", "distributed", "distributed-open", "constrained")  # `regimes.REGIMES`
 TOKEN_MASKS = ("visible", "block_diagonal", "sparse")
 READOUTS = ("negate", "learned", "direct")
 NORMALIZE = ("none", "frobenius", "spectral")

@@ -71,7 +71,6 @@ def layer_passes(ctx: Context) -> int:
 def attribution_view(ctx: Context) -> ViewResult:
     geo = ctx.geometry
     held, _ = ctx.scoring(layer_passes(ctx), limit=PROMPTS)
-    s = geo.prompt_scale(held.z0)[:, None, None]
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)
     base = held.mse(geo.readout_of(stream[-1], held.z0))
     L, H = ctx.qk.shape[:2]
@@ -81,7 +80,7 @@ def attribution_view(ctx: Context) -> ViewResult:
         with np.errstate(over="ignore", invalid="ignore"):
             for later in range(layer + 1, L):
                 Z = geo.layer(Z, ctx.qk[later], ctx.vp[later])
-            return held.mse(geo.readout * Z[:, geo.d :, geo.n :] * s)
+            return held.mse(geo.readout_of(Z, held.z0))
 
     rows = []
     for layer in range(L):

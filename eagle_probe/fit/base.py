@@ -150,13 +150,32 @@ def register(name: str) -> Callable[[View], View]:
 
 
 def prompt_units(cap: Capture) -> np.ndarray:
-    """Per-prompt factor s² that turns a squared gap in internal units into prompt units: (b,)."""
-    return cap.scale**2
+    """The factor that turns a squared gap of the stream (b, T, E) in internal units into prompt
+    units: s² per prompt (b, 1, 1), or per column (b, 1, E) where each machine has its own
+    scale (`Capture.units`)."""
+    if cap.units is not None:
+        return cap.units**2
+    return (cap.scale**2)[:, None, None]
 
 
 def table1(gap2: np.ndarray, cap: Capture) -> float:
-    """The paper's Table-1 metric ‖·‖²_F / #entries in prompt units, of squared gaps (b, …) in
-    internal units."""
-    s2 = prompt_units(cap).reshape((-1,) + (1,) * (gap2.ndim - 1))
+    """The paper's Table-1 metric ‖·‖²_F / #entries in prompt units, of squared gaps of the
+    stream (b, T, E) in internal units."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.mean(gap2 * s2))
+        return float(np.mean(gap2 * prompt_units(cap)))
+
+
+def table1_blocks(gap2: np.ndarray, cap: Capture, geometry: Geometry) -> dict[str, float]:
+    """`table1` of squared stream gaps (b, T, E) per block (A, B, C, D) and in total."""
+    units = prompt_units(cap)  # (b, 1, 1) or (b, 1, E)
+    if units.shape[-1] == 1:
+        unit_blocks = (units,) * 4
+    else:  # the columns of each block: A/B the first n, C/D the rest
+        n = geometry.split[0]
+        unit_blocks = (units[..., :n], units[..., :n], units[..., n:], units[..., n:])
+    out = {}
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k, g, u in zip("ABCD", geometry.blocks(gap2), unit_blocks, strict=True):
+            out[k] = float(np.mean(g * u))
+        out["total"] = float(np.mean(gap2 * units))
+    return out

@@ -33,20 +33,30 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from eagle_probe import regimes
 from eagle_probe.fit.geometry import Geometry
 
 # rank cut of a head's W_QK A-block: its sketch range (relative to its largest singular value)
 RANGE_RTOL = 1e-6
 
 
-def _embed(geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0) -> np.ndarray:
+def _embed(
+    geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0, head: int | None = None
+) -> np.ndarray:
     """diag(a_part, c_part I) as an E × E matrix (a_part k × k over the first coordinate kind,
-    or None for 0)."""
+    or None for 0). With a C/D copy per machine and a head given, the C part is machine `head`'s
+    copy written into every copy (rows of copy μ, columns of all copies): what machine μ sends
+    of its C/D result."""
     k, rest = geo.split
     M = np.zeros((k + rest, k + rest))
     if a_part is not None:
         M[:k, :k] = a_part
-    M[k:, k:] = c_part * np.eye(rest)
+    if geo.copies > 1 and head is not None:
+        n_prime = geo.n_prime
+        rows = slice(k + head * n_prime, k + (head + 1) * n_prime)
+        M[rows, k:] = c_part * np.tile(np.eye(n_prime), (1, geo.copies))
+    else:
+        M[k:, k:] = c_part * np.eye(rest)
     return M
 
 
@@ -77,7 +87,7 @@ class Family:
     """One algorithm family (module text)."""
 
     name: str
-    regimes: tuple[str, ...]  # model regimes that admit it
+    regimes: tuple[str, ...]  # model regimes that admit it (each lists it in `Regime.families`)
     reading: str  # Geometry.reading that runs its step
     export: str  # solver_template.REGIME of its exported solver
     update: str  # the update, one line
@@ -124,7 +134,7 @@ class Family:
         step with the per-head level, so their steps are the means over heads."""
         a = (-heads.q * heads.v * geo.key_scale).groupby(heads.layer).sum().to_numpy()
         c = (-heads.q * heads.w * geo.key_scale).groupby(heads.layer).sum().to_numpy()
-        if geo.regime == "distributed":
+        if geo.machines > 1:
             a, c = a / geo.heads, c / geo.heads
         return a, c
 
@@ -148,7 +158,7 @@ class Family:
                 elif self.name == "eagle-distributed":
                     own = own_block(geo, head)
                     qk[layer, head] = _embed(geo, own)
-                    vp[layer, head] = _embed(geo, -a * own, -c)
+                    vp[layer, head] = _embed(geo, -a * own, -c, head)
                 elif self.name == "eagle-over-machines":
                     qk[layer, head] = _embed(geo, own_block(geo, head))
                     vp[layer, head] = _embed(geo, -a * np.eye(n), -c)
@@ -168,7 +178,7 @@ def _isotropic(geo: Geometry, head: int, qk_head: np.ndarray):
 
 def _local(geo: Geometry, head: int, qk_head: np.ndarray):
     own = _embed(geo, own_block(geo, head))
-    return [own], [own, _embed(geo, None, 1.0)], ("q",), ("v", "w")
+    return [own], [own, _embed(geo, None, 1.0, head)], ("q",), ("v", "w")
 
 
 def _over_machines(geo: Geometry, head: int, qk_head: np.ndarray):
@@ -195,7 +205,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "eagle-distributed",
-            ("distributed",),
+            ("distributed", "distributed-open"),
             "distributed",
             "distributed",
             "per machine μ: A^μ −= a A^μ A^μᵀA^μ, B^μ −= a B^μ A^μᵀA^μ; "
@@ -206,7 +216,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "eagle-over-machines",
-            ("distributed",),
+            ("distributed-open",),
             "centralized",
             "centralized",
             "the centralized update across machines: A −= a Σ_μ A^μ A^μᵀ A (every column), "
@@ -228,14 +238,6 @@ FAMILIES: dict[str, Family] = {
     )
 }
 
-# the families each regime admits, the paper's own first
-FOR_REGIME = {
-    "centralized": ("eagle",),
-    "distributed": ("eagle-distributed", "eagle-over-machines"),
-    "constrained": ("eagle-sketched",),
-}
-
-
 def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
     """The regime terms' matrices (`fit.library.Factors.structures`) of a layer of this model:
     the machines' column selectors for a distributed model, the layer's sketch projector for a
@@ -243,10 +245,10 @@ def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
     if geo.samples:
         return {}
     out: dict[str, list] = {}
-    if geo.regime == "distributed" and geo.machines > 1:
+    if geo.machines > 1:
         selectors = [own_block(geo, mu) for mu in range(geo.machines)]
         out["local"] = [(sel, sel) for sel in selectors]
-    if geo.regime == "constrained" and not geo.sketch_is_identity(layer):
+    if geo.projector is not None and not geo.sketch_is_identity(layer):
         out["sketch"] = [(np.asarray(geo.projector[layer], dtype=np.float64),) * 2]
     return out
 
@@ -259,14 +261,15 @@ def get(name: str) -> Family:
 
 
 def for_geometry(geo: Geometry) -> tuple[Family, ...]:
-    """The families a model of this geometry admits, the paper's own for its regime first."""
-    return tuple(FAMILIES[name] for name in FOR_REGIME[geo.regime])
+    """The families a model of this geometry admits, the paper's own for its regime first
+    (`Regime.families`)."""
+    return tuple(FAMILIES[name] for name in regimes.get(geo.regime).families)
 
 
 def of_geometry(geo: Geometry) -> Family:
     """The family a geometry's reading runs (the sample layout's row-tied family reads as
     `eagle` here: its products have the same shape)."""
-    if geo.regime == "distributed":
-        local = geo.reading == "distributed"
-        return FAMILIES["eagle-distributed" if local else "eagle-over-machines"]
-    return FAMILIES[FOR_REGIME[geo.regime][0]]
+    for fam in for_geometry(geo):
+        if fam.reading == geo.reading:
+            return fam
+    return for_geometry(geo)[0]

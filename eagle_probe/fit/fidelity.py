@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, ViewResult, register, table1
+from eagle_probe.fit.base import Context, ViewResult, register, table1_blocks
 
 BLOCKS = ("A", "B", "C", "D")
 PAPER_TABLE1 = {  # ×1e-4 in the paper; layers 1–4 (BRIEF §4)
@@ -35,9 +35,7 @@ PAPER_TABLE1 = {  # ×1e-4 in the paper; layers 1–4 (BRIEF §4)
 
 def _split(ctx: Context, gap2: np.ndarray) -> dict[str, float]:
     """Table-1 metric of squared gaps (b, T, E) per block and in total."""
-    out = {k: table1(g, ctx.cap) for k, g in zip(BLOCKS, ctx.geometry.blocks(gap2), strict=True)}
-    out["total"] = table1(gap2, ctx.cap)
-    return out
+    return table1_blocks(gap2, ctx.cap, ctx.geometry)
 
 
 def fidelity_table(ctx: Context, a_steps, c_steps) -> pd.DataFrame:

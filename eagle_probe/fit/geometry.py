@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from eagle_probe import regimes
+
 # prompts per block of `Geometry.layer` (4,096 held-out prompts of an 8-head model: 0.23 s at once,
 # 0.08 s in blocks of 64 to 256, one core)
 LAYER_CHUNK = 128
@@ -34,7 +36,7 @@ _SCALES: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 class Geometry:
     """How one model's architecture shapes the algorithm it can run."""
 
-    regime: str  # "centralized", "distributed" or "constrained"
+    regime: str  # a name of `eagle_probe.regimes` (the model's)
     d: int  # rows of A (features)
     n: int  # columns of A (samples)
     d_prime: int  # rows of B, D (outputs)
@@ -44,14 +46,23 @@ class Geometry:
     mask: np.ndarray  # (T, T) token mask M: M[i, j] = 1 where token i attends to token j
     readout: float = -1.0  # prediction = readout · D slot (the slot carries −D_EAGLE)
     normalize: str = "none"  # "none", "frobenius" or "spectral": prompt divided by this norm of A
-    machines: int = 1  # distributed: column blocks
+    machines: int = 1  # distributed regimes: column blocks
     projector: np.ndarray | None = None  # constrained: (L, n, n) projector onto the sketch range
-    reading: str = ""  # distributed: "local" (per-machine Gram) or "centralized"; else the regime
+    # the A/B update's Gram: "distributed" (each machine's own), "centralized" or "constrained"
+    # (through the sketch); "" is the regime's own
+    reading: str = ""
     layout: str = "features"  # token layout: "features" (tokens = rows of Z) or "samples" (H = Zᵀ)
+    # C/D copies on the stream, one per machine in the paper's distributed regime: the stream is
+    # read grouped, [[A, C^0 … C^{c−1}], [B, D^0 … D^{c−1}]] (`Regime.grouped`), and the
+    # prediction is the mean of the D copies
+    copies: int = 1
+    # each machine divides its own A^μ, B^μ columns by its own ‖A^μ‖ and the C/D columns are not
+    # scaled (`regimes` module text); False: one scale for the whole prompt
+    local_scale: bool = False
 
     def __post_init__(self) -> None:
         if not self.reading:
-            object.__setattr__(self, "reading", self.regime)
+            object.__setattr__(self, "reading", regimes.get(self.regime).reading)
 
     @property
     def tokens(self) -> int:
@@ -59,7 +70,8 @@ class Geometry:
 
     @property
     def width(self) -> int:
-        return self.n + self.n_prime
+        """Residual width of the feature layout: n + c n' (c C/D copies)."""
+        return self.n + self.copies * self.n_prime
 
     @property
     def samples(self) -> bool:
@@ -70,7 +82,7 @@ class Geometry:
     def split(self) -> tuple[int, int]:
         """How the residual coordinates of the products W_QK, W_VP split into two kinds: (n, n')
         sample/query columns in the feature layout, (d, d') features/labels in the sample one."""
-        return (self.d, self.d_prime) if self.samples else (self.n, self.n_prime)
+        return (self.d, self.d_prime) if self.samples else (self.n, self.copies * self.n_prime)
 
     @property
     def coords(self) -> tuple[str, str]:
@@ -96,24 +108,50 @@ class Geometry:
     # --- prompt units ---------------------------------------------------------------------------
 
     def prompt_scale(self, z0: np.ndarray) -> np.ndarray:
-        """Per-prompt scale s the prompt is divided by before the first layer: (b,), read-only.
+        """Per-prompt norm of A the whole prompt is divided by before the first layer: (b,),
+        read-only. A model whose machines scale their own columns has none (`scales`).
 
         The spectral norm costs an SVD per prompt and every view asks for it on the same
         held-out arrays or their first rows (`HeldOut.first`), so it is kept for as long as the
         array `z0` lives, keyed by its memory: a later array on the same memory with as many rows
         or fewer gets the first rows of the kept scales (prompt arrays are never modified in
         place)."""
+        if self.local_scale:
+            raise ValueError("each machine scales its own columns: read Geometry.scales")
         if self.normalize == "none":
             return np.ones(z0.shape[0])
+        return self._norms(z0, self.d, self.n, 1)[:, 0]
+
+    def scales(self, z0: np.ndarray) -> np.ndarray:
+        """The scale each prompt column is divided by: (b, 1, 1) where one scale divides the
+        prompt, (b, 1, n + n') where each machine divides its own A^μ, B^μ columns by ‖A^μ‖ (the
+        C/D columns by 1)."""
+        if not self.local_scale:
+            return self.prompt_scale(z0)[:, None, None]
+        b = z0.shape[0]
+        if self.normalize == "none":
+            return np.ones((b, 1, 1))
+        norms = self._norms(z0, self.d, self.n, self.machines)  # (b, M)
+        per_col = np.concatenate(
+            [np.repeat(norms, self.n // self.machines, axis=1), np.ones((b, self.n_prime))], 1
+        )
+        return per_col[:, None, :]
+
+    def _norms(self, z0: np.ndarray, d: int, n: int, groups: int) -> np.ndarray:
+        """The chosen norm of each of `groups` equal column blocks of A: (b, groups), kept while
+        z0 lives (`prompt_scale`)."""
         b = z0.shape[0]
         key = (z0.__array_interface__["data"][0], z0.strides, z0.shape[1:], z0.dtype.str)
-        key += (self.normalize, self.d, self.n)
+        key += (self.normalize, d, n, groups)
         hit = _SCALES.get(key)
         if hit is not None and hit[0]() is not None and hit[1].shape[0] >= b:
             return hit[1][:b]
-        A = z0[:, : self.d, : self.n]
+        A = z0[:, :d, :n]
+        if groups > 1:  # (b, groups, d, n / groups)
+            A = A.reshape(b, d, groups, n // groups).swapaxes(1, 2)
         ord_ = "fro" if self.normalize == "frobenius" else 2
         scale = np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
+        scale = scale.reshape(b, groups)
         scale.flags.writeable = False
         try:
             # dropped with its array, unless a later, longer array on the same memory replaced it
@@ -125,6 +163,24 @@ class Geometry:
             return scale
         _SCALES[key] = (ref, scale)
         return scale
+
+    def internal(self, z0: np.ndarray) -> np.ndarray:
+        """Prompts z0 (b, d + d', n + n') as the first layer sees them, in block orientation:
+        divided by their scales, the C/D columns copied `copies` times (b, T, E)."""
+        Z = z0 / self.scales(z0)
+        if self.copies == 1:
+            return Z
+        return np.concatenate([Z[..., : self.n]] + [Z[..., self.n :]] * self.copies, axis=-1)
+
+    def d_scale(self, scales: np.ndarray) -> np.ndarray:
+        """The part of `scales` (b, 1, 1) or (b, 1, n + n') on the D columns: (b, 1, 1 or n')."""
+        return scales if scales.shape[-1] == 1 else scales[..., self.n :]
+
+    def read_d(self, D: np.ndarray) -> np.ndarray:
+        """The D estimate (…, d', n') of D slots (…, d', c n'): the mean of the c copies."""
+        if self.copies == 1:
+            return D
+        return D.reshape(*D.shape[:-1], self.copies, self.n_prime).mean(-2)
 
     def blocks(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(A, B, C, D) views of a stream (…, T, E)."""
@@ -176,7 +232,7 @@ class Geometry:
     def stream(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
         """Residual stream of the products qk, vp (L, h, E, E) from prompts z0 (b, T, E) in prompt
         units: (L + 1, b, T, E) in internal units (the prompt divided by its scale)."""
-        Z = [z0 / self.prompt_scale(z0)[:, None, None]]
+        Z = [self.internal(z0)]
         with np.errstate(over="ignore", invalid="ignore"):
             for layer in range(qk.shape[0]):
                 Z.append(self.layer(Z[-1], qk[layer], vp[layer]))
@@ -185,7 +241,7 @@ class Geometry:
     def predict(self, z0: np.ndarray, qk: np.ndarray, vp: np.ndarray) -> np.ndarray:
         """The prediction of D (b, d', n') of the products qk, vp in prompt units (`stream`'s last
         layer, without keeping and stacking the others)."""
-        Z = z0 / self.prompt_scale(z0)[:, None, None]
+        Z = self.internal(z0)
         with np.errstate(over="ignore", invalid="ignore"):
             for layer in range(qk.shape[0]):
                 Z = self.layer(Z, qk[layer], vp[layer])
@@ -194,9 +250,9 @@ class Geometry:
     def readout_of(self, Z: np.ndarray, z0: np.ndarray) -> np.ndarray:
         """Prediction (b, d', n') in prompt units from a final stream Z (b, T, E) in internal
         units."""
-        s = self.prompt_scale(z0)[:, None, None]
+        s = self.d_scale(self.scales(z0))
         with np.errstate(over="ignore", invalid="ignore"):
-            return self.readout * Z[:, self.d :, self.n :] * s
+            return self.readout * self.read_d(Z[:, self.d :, self.n :]) * s
 
     # --- EAGLE's shape in this regime ------------------------------------------------------------
 
@@ -242,8 +298,26 @@ class Geometry:
         """The four EAGLE directions of a stream Z (b, T, E): A K, B K, A P Aᵀ C, B P Aᵀ C."""
         A, B, C, _ = self.blocks(Z)
         K = self.gram(A, layer)
+        if self.copies > 1:
+            FC, FD = self._copied_query_features(A, B, C)
+            return A @ K, B @ K, FC, FD
         AtC = self.query_operator(layer) @ (A.swapaxes(-1, -2) @ C)  # (b, n, n')
         return A @ K, B @ K, A @ AtC, B @ AtC
+
+    def _copied_query_features(
+        self, A: np.ndarray, B: np.ndarray, C: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """With a C copy per machine, machine μ sees only its own copy C^μ: the C/D directions
+        Σ_μ A^μ A^μᵀ C^μ and Σ_μ B^μ A^μᵀ C^μ (b, ·, n'), written into every copy (b, ·, c n').
+        Equal copies give A Aᵀ C and B Aᵀ C, the centralized directions."""
+        b, d = A.shape[:2]
+        M, size, n_prime = self.copies, self.n // self.copies, self.n_prime
+        Ab = A.reshape(b, d, M, size).swapaxes(1, 2)  # (b, M, d, n/M)
+        Bb = B.reshape(b, B.shape[1], M, size).swapaxes(1, 2)  # (b, M, d', n/M)
+        Cm = C.reshape(b, d, M, n_prime).swapaxes(1, 2)  # (b, M, d, n')  machine μ's copy
+        AtC = Ab.swapaxes(-1, -2) @ Cm  # (b, M, n/M, n')
+        FC, FD = (Ab @ AtC).sum(1), (Bb @ AtC).sum(1)
+        return np.tile(FC, (1, 1, M)), np.tile(FD, (1, 1, M))
 
     def eagle_step(self, Z: np.ndarray, layer: int, a: float, c: float) -> np.ndarray:
         """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated (BRIEF §3):
@@ -282,7 +356,9 @@ class Geometry:
         return qk, vp
 
     def to_json(self) -> dict:
-        return {
+        # the C/D copies and per-machine scales are named where a model has them
+        own = {"copies": self.copies, "local_scale": self.local_scale} if self.copies > 1 else {}
+        return own | {
             "regime": self.regime,
             "reading": self.reading,
             "sizes": {"d": self.d, "n": self.n, "d_prime": self.d_prime, "n_prime": self.n_prime},

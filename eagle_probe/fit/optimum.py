@@ -66,7 +66,7 @@ def _rows_jacobian(
     """`eagle_jacobian` for the sample layout's row-tied family (B moves with c and C with a), with
     every tangent carried through every block."""
     L = len(a_steps)
-    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
+    s = geo.scales(z0) if scale is None else scale
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
     D[...] = 0.0
     b, p = z0.shape[0], 2 * L
@@ -94,8 +94,8 @@ def _rows_jacobian(
             nD[:, L + layer] -= BM
             dA, dB, dC, dD = nA, nB, nC, nD
             A, B, C, D = A - a * AK, B - sB * BK, C - sC * AM, D - c * BM
-        pred = geo.readout * D * s
-        jac = geo.readout * dD * s[:, None]
+        pred = geo.readout * D * geo.d_scale(s)
+        jac = geo.readout * dD * geo.d_scale(s)[:, None]
     return pred, jac
 
 
@@ -103,7 +103,10 @@ def eagle_jacobian(
     geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """EAGLE's prediction (b, d', n') in prompt units and its Jacobian (b, 2L, d', n')
-    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1}); `scale` is geo.prompt_scale(z0) if given.
+    with respect to (a_0 … a_{L−1}, c_0 … c_{L−1}); `scale` is geo.scales(z0) if given.
+
+    Plain prompts (b, d + d', n + n'): a family run from the input keeps every machine's C/D
+    copy equal, so the copies of the paper's distributed regime need not be carried.
 
     Only the tangents that can be nonzero are carried: before layer l only a_0 … a_{l−1} and
     c_0 … c_{l−1} have acted, and the c's never reach A or B, so the c tangents live in the n'
@@ -111,7 +114,7 @@ def eagle_jacobian(
     if geo.samples:
         return _rows_jacobian(geo, z0, a_steps, c_steps, scale)
     L = len(a_steps)
-    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
+    s = geo.scales(z0) if scale is None else scale
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
     D[...] = 0.0
     b = z0.shape[0]
@@ -144,8 +147,8 @@ def eagle_jacobian(
             tCa, tDa = _grow(nCa, np.zeros_like(C)), _grow(nDa, np.zeros_like(D))
             tCc, tDc = _grow(nCc, -AM), _grow(nDc, -BM)
             A, B, C, D = A - a * AK, B - a * BK, C - c * AM, D - c * BM
-        pred = geo.readout * D * s
-        jac = geo.readout * np.concatenate([tDa, tDc], axis=1) * s[:, None]
+        pred = geo.readout * D * geo.d_scale(s)
+        jac = geo.readout * np.concatenate([tDa, tDc], axis=1) * geo.d_scale(s)[:, None]
     return pred, jac
 
 
@@ -295,7 +298,8 @@ def fit_steps(
     L = len(a0)
     theta = np.concatenate([np.asarray(a0, float), np.asarray(c0, float)])
     m = target.size
-    scale = geo.prompt_scale(prompts.z0)  # (b,), once: the spectral norm costs an SVD per prompt
+    # (b, 1, 1) or (b, 1, n + n'), once: the spectral norm costs an SVD per prompt
+    scale = geo.scales(prompts.z0)
     # the plain Gram: one SVD per prompt, then O(L² r) per Jacobian (`spectral_jacobian`)
     factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None  # its own scale
     if chunk is None:
@@ -393,8 +397,8 @@ def predict(
     geo: Geometry, z0: np.ndarray, a_steps, c_steps, scale: np.ndarray | None = None
 ) -> np.ndarray:
     """EAGLE's prediction of D (b, d', n') in prompt units, in the order of operations of
-    `eagle_jacobian` (the same numbers); `scale` is geo.prompt_scale(z0) if given."""
-    s = (geo.prompt_scale(z0) if scale is None else scale)[:, None, None]
+    `eagle_jacobian` (the same numbers); `scale` is geo.scales(z0) if given."""
+    s = geo.scales(z0) if scale is None else scale
     A, B, C, D = (x.copy() for x in geo.blocks(z0 / s))
     D[...] = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
@@ -404,7 +408,7 @@ def predict(
             M = geo.query_operator(layer) @ (At @ C)
             sB, sC = (c, a) if geo.samples else (a, c)  # the row-tied family swaps them
             A, B, C, D = A - a * (A @ K), B - sB * (B @ K), C - sC * (A @ M), D - c * (B @ M)
-        return geo.readout * D * s
+        return geo.readout * D * geo.d_scale(s)
 
 
 # Cost, in layer passes of the network's products per prompt (`fit.base.layer_flops`): one EAGLE
@@ -468,7 +472,7 @@ def normalised_steps(geo: Geometry, z0: np.ndarray, eta, gamma) -> tuple[list, l
     # the plain Gram keeps A's singular vectors, σ ← σ − a σ³ (`spectral_jacobian`): the norms
     # from the prompts' kept singular values, not an SVD per prompt and layer
     sigma = spectral_factors(geo, z0)[0] if spectral(geo) else None  # (b, r)
-    A = None if sigma is not None else geo.blocks(z0 / geo.prompt_scale(z0)[:, None, None])[0]
+    A = None if sigma is not None else geo.blocks(z0 / geo.scales(z0))[0]
     a_steps, c_steps, norm2 = [], [], 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         for layer, (e, g) in enumerate(zip(eta, gamma, strict=True)):

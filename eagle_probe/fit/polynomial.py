@@ -195,7 +195,10 @@ def dynamic_steps(cap: Capture) -> pd.DataFrame:
     slope ≈ −2: steps scale like ‖A‖₂⁻² per prompt (dynamic); slope ≈ 0: constant steps.
     """
     A = cap.blocks(0)[0]
-    norm = np.linalg.norm(A, ord=2, axis=(-2, -1)) * cap.scale  # original units
+    if cap.units is None:
+        norm = np.linalg.norm(A, ord=2, axis=(-2, -1)) * cap.scale  # original units
+    else:  # each machine's columns in their own units: back to the prompt's
+        norm = np.linalg.norm(A * cap.units[..., : cap.n], ord=2, axis=(-2, -1))
     rows = []
     for layer in range(cap.layers):
         r = residual_direction(cap, layer)

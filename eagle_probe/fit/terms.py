@@ -469,7 +469,7 @@ def run_from_input(
 ) -> np.ndarray:
     """Predictions (b, d', n') of the discovered terms applied layer by layer from prompts z0
     (b, T, E) in prompt units."""
-    Z = z0 / g.prompt_scale(z0)[:, None, None]
+    Z = g.internal(z0)
     for layer, fitted in enumerate(per_layer):
         Z = apply_layer(Z, fitted, g, structures[layer] if structures else None)
     return g.readout_of(Z, z0)
