@@ -88,6 +88,18 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
     )
 
 
+def _units(cfg) -> str:
+    """What the numbers of an extraction are measured in, for its JSON."""
+    if cfg.normalize == "none":
+        return "prompt units"
+    if cfg.spec.copies and not cfg.samples:
+        return (
+            "steps in internal units (each machine's A/B columns divided by its own norm of A^μ, "
+            "C and D in prompt units); MSE and fidelity in prompt units"
+        )
+    return "steps in internal units (prompt divided by its norm of A); MSE and fidelity in prompt units"
+
+
 def _held_out(task: TaskConfig, batch: int, seed: int) -> HeldOut:
     p = sample(task, batch, make_generator(seed), dtype=torch.float64)
     return HeldOut(z0=p.z0().numpy(), D=p.D.numpy())
@@ -707,6 +719,9 @@ def extract(
     cfg = model.cfg
     info = {
         "regime": cfg.regime,
+        "architecture": "sample layout: tokens are the rows [x, y]"
+        if cfg.samples
+        else cfg.spec.describe(cfg),
         "tokens": cfg.tokens,
         "layers": cfg.n_layers,
         "heads": cfg.heads,
@@ -718,6 +733,11 @@ def extract(
         "readout": cfg.readout,
         "dtype": cfg.dtype,
         "machines": cfg.machines if cfg.spec.machines else 1,
+        **(
+            {"local_scale": True, "share_heads": cfg.share_heads, "copies": cfg.machines}
+            if cfg.spec.copies and not cfg.samples
+            else {}
+        ),
         "family": None if cfg.samples else families.of_geometry(ctx.geometry).name,
         "task": task.to_dict(),
         "probe_batch": probe_batch_size,
@@ -727,10 +747,7 @@ def extract(
         "control_probe_batch": control_probes if control else 0,
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
-        "units": "steps in internal units (prompt divided by its norm of A); MSE and fidelity "
-        "in prompt units"
-        if cfg.normalize != "none"
-        else "prompt units",
+        "units": _units(cfg),
     }
     return Extraction(
         info=info,

@@ -219,11 +219,17 @@ def plant(
     family: str | None = None,
     sketch_seed: int = 0,
     sketches: np.ndarray | None = None,
+    cross_a: float = 0.0,
 ) -> LinearTransformer:
     """A model of configuration `cfg` whose layers run `family` (default: the paper's family of
     the regime: eagle, eagle-distributed or eagle-sketched) exactly with the given steps, in
     eval mode. The sketched family draws per layer a random n × r orthonormal S (r = cfg.rank)
-    from `sketch_seed` unless `sketches` (L, n, r) are given; W_QK's A-block is S Sᵀ."""
+    from `sketch_seed` unless `sketches` (L, n, r) are given; W_QK's A-block is S Sᵀ.
+
+    `cross_a` (machine regimes) adds A traffic the family never has: in every layer head μ also
+    writes −cross_a times its own A/B update into machine μ + 1's A/B columns (column j of its
+    block into column j of the next machine's), so machine μ + 1 moves by
+    −cross_a · A^μ A^μᵀ A^μ as well."""
     from eagle_probe.extract import geometry_of
     from eagle_probe.fit import families
 
@@ -248,6 +254,15 @@ def plant(
             sketches = families.random_sketches(cfg.n, cfg.rank, cfg.n_layers, rng)
         projectors = np.einsum("lnr,lmr->lnm", sketches, sketches)
     qk, vp = fam.products(geo, a_steps, c_steps, projectors)
+    if cross_a:
+        if geo.machines < 2:
+            raise EagleProbeError("a cross-machine A write needs a regime with several machines")
+        size = cfg.n // geo.machines
+        for layer, a in enumerate(a_steps):
+            for mu in range(geo.machines):
+                own = np.arange(mu * size, (mu + 1) * size)
+                other = (own + size) % cfg.n  # machine μ + 1's columns, in the same order
+                vp[layer, mu][own, other] += -cross_a * float(a)
     model = LinearTransformer(cfg)
     model.load_state_dict(narrow_products_to_state(cfg, qk, vp))
     return _finite_in_dtype(model.eval(), "plant with --dtype float64, or smaller steps")

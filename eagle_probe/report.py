@@ -163,6 +163,7 @@ def render_text(ex: Extraction, name: str = "model") -> str:
         "probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
+        *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
         f"held-out MSE {_g(net['mse'])} (zero predictor {_g(net['zero_mse'])}, "
         f"{net['zero_mse'] / net['mse']:.1f}x below it)"
         if net["mse"] > 0

@@ -52,6 +52,9 @@ NORMALIZE = "none"
 REGIME = "centralized"
 MACHINES = 1
 PROJECTORS = None
+# True: each machine divided its own A, B columns by its own norm and C by nothing (the paper's
+# distributed architecture); False: one scale for the whole prompt.
+LOCAL_SCALE = False
 # --- END RECOVERED CONSTANTS ---
 
 THEORY_ETA, THEORY_GAMMA = 1.0 / 3.0, 1.0
@@ -228,10 +231,17 @@ def _faithful(A, B, C):
         else PROJECTORS is not None and len(PROJECTORS[0]) != n
     ):
         raise ValueError(f"the faithful {REGIME} solver takes the training size, not n = {n}")
-    s = _prompt_scale(A)
-    if s == 0.0:
-        return np.zeros((B.shape[0], C.shape[1])), 0
-    A, B, C = A / s, B / s, C / s
+    if LOCAL_SCALE:  # each machine its own scale on its A, B columns; C and D in prompt units
+        block = n // MACHINES
+        cols = np.repeat([_prompt_scale(A[:, m * block : (m + 1) * block]) for m in range(MACHINES)], block)
+        if not np.all(cols > 0.0):
+            return np.zeros((B.shape[0], C.shape[1])), 0
+        A, B, s = A / cols, B / cols, 1.0
+    else:
+        s = _prompt_scale(A)
+        if s == 0.0:
+            return np.zeros((B.shape[0], C.shape[1])), 0
+        A, B, C = A / s, B / s, C / s
     D = np.zeros((B.shape[0], C.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
         for layer, coef in enumerate(LAYERS):

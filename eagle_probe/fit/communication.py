@@ -1,49 +1,58 @@
 """What crosses machines in a distributed model: where each head's W_VP writes, and what the
-function loses when the writes into other machines' A columns are removed.
+function loses when each kind of cross-machine write is removed.
 
-Head μ is machine μ; it owns the A/B columns μ·n/M … (μ+1)·n/M − 1 and shares the n' C/D columns
-with every machine. Its W_QK is zero outside its own block (the architecture), so the only way
-one machine reaches another is through W_VP: one layer adds ((Z W_QK^μ Zᵀ) ⊙ M) Z W_VP^μ, whose
-column j lands in column j of the stream, the column machine owner(j) holds. The columns (outputs)
-of W_VP^μ therefore split its squared Frobenius norm three ways, summing to 1:
+Head μ is machine μ; it owns the A/B columns μ·n/M … (μ+1)·n/M − 1. In the paper's distributed
+regime every machine also holds its own copy of the C/D columns (the stream read grouped,
+[[A, C^0 … C^{M−1}], [B, D^0 … D^{M−1}]]) and its query, key and value read only its own block,
+so the only way one machine reaches another is through W_VP's columns (outputs): one layer adds
+((Z W_QK^μ Zᵀ) ⊙ M) Z W_VP^μ, whose column j lands in column j of the stream, the column
+machine owner(j) holds. A cross-machine write is then either A traffic (into another machine's
+A/B columns) or C/D traffic (into another machine's C/D copy). In distributed-open (values read
+every machine, one C/D block shared by all) the C/D columns are the shared channel.
+
+The columns of W_VP^μ split its squared Frobenius norm by destination, summing to 1:
 
 - `own_share`: the columns of machine μ's own A/B block (nothing sent);
-- `cross_cd_share`: the n' shared C/D columns, from any input row. This is the channel the paper's
-  eagle-distributed uses: it reports W_VP^μ outside its own A block as diag(0_n, α' I_n'), i.e.
-  all of it in the C rows × C/D columns block, each machine sending its C/D result
-  ((d + d') n' floats per round). `cd_from_a_share` is the part of it whose inputs are A/B rows
-  (off the paper's shape, but the same channel and the same cost);
-- `cross_a_share`: the columns of the other machines' A/B blocks, from any input row: machine μ
-  writing into machine ν's A^ν, B^ν, the A communication eagle-distributed never does and
-  eagle-over-machines (the centralized update across machines, Σ_μ A^μ A^μᵀ A = A Aᵀ A) needs.
+- `own_cd_share`: machine μ's own C/D copy (paper's regime; 0 in distributed-open);
+- `cross_cd_share`: the C/D columns of the other machines (paper's regime), or the shared C/D
+  block (distributed-open). This is the channel the paper's eagle-distributed uses: it reports
+  W_VP^μ outside its own A block as diag(0_n, α' I_n'), each machine sending its C/D result;
+  `cd_from_a_share` is the part of all C/D writes whose inputs are A/B rows (off the paper's
+  shape, but the same channel and the same cost);
+- `cross_a_share`: the columns of the other machines' A/B blocks: machine μ writing into machine
+  ν's A^ν, B^ν, the A communication eagle-distributed never does and eagle-over-machines (the
+  centralized update across machines, Σ_μ A^μ A^μᵀ A = A Aᵀ A) needs.
 
-Values are read across machines too: row i of W_VP^μ takes stream column i, so rows of another
-machine's A/B columns are that machine's columns sent to μ. `cross_a_any_share` is the share of
-every entry that reads or writes another machine's A/B columns (either crossing),
-and `cross_a_any_ablation` zeroes all of them — the whole A channel between machines. The two
-ablations differ because reads and writes partly cancel: on the shipped distributed model,
-removing the writes alone breaks the function far more than removing reads and writes together.
+`cross_a_fraction` is the A traffic's part of the cross-machine energy,
+cross_a_share / (cross_a_share + cross_cd_share), the paper's question in one number.
 
-`off_family_share` is the share outside eagle-distributed's own shape (everything but the own
-block's rows × own block's columns and the C rows × C/D columns): it adds to `cross_a_share` the
-other machines' A/B inputs written into the own block and the A/B inputs written into C/D.
+In distributed-open the values are read across machines too: row i of W_VP^μ takes stream column
+i, so rows of another machine's A/B columns are that machine's columns sent to μ.
+`cross_a_any_share` is the share of every entry that reads or writes another machine's A/B columns
+(either crossing), and `cross_a_any_ablation` zeroes all of them — the whole A channel between
+machines (in the paper's regime the values read nothing across, and it equals the writes alone).
+`off_family_share` is the share outside eagle-distributed's own shape (own A/B rows into own A/B
+columns, and C/D rows into C/D columns: in the paper's regime, machine μ's copy into every copy).
 
-Function, on held-out prompts: `cross_a_ablation` is the MSE with those cross-machine A output
+Function, on held-out prompts: `cross_a_ablation` is the MSE with the cross-machine A output
 columns of W_VP zeroed (one layer, every head; and every layer at once) over the MSE of the
-unchanged products (both NumPy forwards, so a layer with nothing there scores exactly 1). A layer
-relies on A columns from other machines (`a_columns_relied`) when that ratio is at least
-USED_BLOCK or at most its inverse: the function depends on what crosses, whichever way. USED_BLOCK
-(2×) is the verdict's rule for a used weight block, so the two readings agree. A layer sends A
-columns (`a_columns_sent`) when it relies on them or when a head writes at least SENT_SHARE of its
-‖W_VP‖²_F into other machines' A/B columns: those writes are communication whatever they are worth
-to the output.
+unchanged products (both NumPy forwards, so a layer with nothing there scores exactly 1);
+`cross_cd_ablation` (paper's regime) the same with the writes into other machines' C/D copies
+zeroed. A layer relies on A columns from other machines (`a_columns_relied`) when that ratio is at
+least USED_BLOCK or at most its inverse: the function depends on what crosses, whichever way.
+USED_BLOCK (2×) is the verdict's rule for a used weight block, so the two readings agree. A layer
+sends A columns (`a_columns_sent`) when it relies on them or when a head writes (or reads) at
+least SENT_SHARE of its ‖W_VP‖²_F across machines' A/B columns: those writes are communication
+whatever they are worth to the output.
 
 Cost: a machine sends d + d' floats (one stream column over the d + d' tokens) for every column
 outside its own block it writes, per layer (a round). `floats_per_machine_round.network` counts
 the columns the network's heads write with at least WRITE_SHARE of the head's ‖W_VP‖²_F (the
-largest count over heads and layers); eagle-distributed writes the n' C/D columns only,
-(d + d') n'. (This counts writes; the `sends` line of eagle-over-machines in `fit.families`
-counts each machine broadcasting its own n/M columns instead: the same order, O(d n / M).)
+largest count over heads and layers), split into A and C/D traffic (`floats_a`, `floats_cd`);
+eagle-distributed writes the n' C/D columns only: (d + d') n' into the shared block, or
+(d + d') n' (M − 1) into the M − 1 other copies. (This counts writes; the `sends` line of
+eagle-over-machines in `fit.families` counts each machine broadcasting its own n/M columns
+instead: the same order, O(d n / M).)
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import numpy as np
 import pandas as pd
 
 from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.geometry import Geometry
 from eagle_probe.fit.verdict import USED_BLOCK
 
 # a column of W_VP^μ counts as written when it holds at least this share of ‖W_VP^μ‖²_F; the
@@ -78,59 +88,87 @@ def machine_of(n: int, machines: int) -> np.ndarray:
     return np.arange(n) // (n // machines)
 
 
-def cross_a_columns(n: int, width: int, machines: int, head: int) -> np.ndarray:
-    """Boolean (E,): the A/B columns of every machine but `head`'s."""
-    cols = np.zeros(width, dtype=bool)
-    cols[:n] = machine_of(n, machines) != head
-    return cols
+def destinations(geo: Geometry, head: int) -> dict[str, np.ndarray]:
+    """Boolean (E,) masks of the stream columns (block orientation) by what they are to machine
+    `head`: its own A/B columns, other machines' A/B columns, its own C/D copy, and the C/D columns
+    it shares with or sends to others (the other copies, or the one shared block)."""
+    n, E = geo.n, geo.width
+    own_ab, cross_ab = np.zeros(E, dtype=bool), np.zeros(E, dtype=bool)
+    own_ab[:n] = machine_of(n, geo.machines) == head
+    cross_ab[:n] = ~own_ab[:n]
+    own_cd, cross_cd = np.zeros(E, dtype=bool), np.zeros(E, dtype=bool)
+    if geo.copies > 1:
+        own_cd[n + head * geo.n_prime : n + (head + 1) * geo.n_prime] = True
+        cross_cd[n:] = ~own_cd[n:]
+    else:
+        cross_cd[n:] = True
+    return {"own_ab": own_ab, "cross_ab": cross_ab, "own_cd": own_cd, "cross_cd": cross_cd}
 
 
-def shares(vp_head: np.ndarray, n: int, machines: int, head: int) -> dict[str, float]:
+SHARES = (
+    "cross_a_share",
+    "cross_cd_share",
+    "own_share",
+    "own_cd_share",
+    "cd_from_a_share",
+    "off_family_share",
+    "cross_a_any_share",
+    "cross_a_fraction",
+)
+
+
+def shares(vp_head: np.ndarray, geo: Geometry, head: int) -> dict[str, float]:
     """Where one head's W_VP (E, E) writes, as shares of its squared Frobenius norm (module
     text); a zero W_VP has every share 0."""
-    E = vp_head.shape[-1]
     sq = vp_head**2  # (E, E)  rows: value input coordinate, columns: output coordinate
     total = float(sq.sum())
     if total == 0.0:
         return dict.fromkeys(SHARES, 0.0)
-    cross = cross_a_columns(n, E, machines, head)
-    own = np.zeros(E, dtype=bool)
-    own[:n] = ~cross[:n]
+    n = geo.n
+    dest = destinations(geo, head)
+    cross, own = dest["cross_ab"], dest["own_ab"]
+    cd_rows = np.zeros(sq.shape[0], dtype=bool)
+    cd_rows[n:] = True
+    # eagle-distributed's own shape: own A/B rows into own A/B columns, C/D rows into C/D columns
+    family = sq[np.ix_(own, own)].sum() + sq[np.ix_(cd_rows, cd_rows)].sum()
+    cross_a = float(sq[:, cross].sum()) / total
+    cross_cd = float(sq[:, dest["cross_cd"]].sum()) / total
     return {
-        "cross_a_share": float(sq[:, cross].sum()) / total,
-        "cross_cd_share": float(sq[:, n:].sum()) / total,
+        "cross_a_share": cross_a,
+        "cross_cd_share": cross_cd,
         "own_share": float(sq[:, own].sum()) / total,
+        "own_cd_share": float(sq[:, dest["own_cd"]].sum()) / total,
         "cd_from_a_share": float(sq[:n, n:].sum()) / total,
-        # outside eagle-distributed's shape: all but own block -> own block and C -> C/D
-        "off_family_share": 1.0 - float(sq[np.ix_(own, own)].sum() + sq[n:, n:].sum()) / total,
+        "off_family_share": 1.0 - float(family) / total,
         "cross_a_any_share": float(sq[cross].sum() + sq[np.ix_(~cross, cross)].sum()) / total,
+        "cross_a_fraction": cross_a / (cross_a + cross_cd) if cross_a + cross_cd > 0 else 0.0,
     }
 
 
-def written_outside(vp_head: np.ndarray, n: int, machines: int, head: int) -> int:
-    """Columns outside the head's own A/B block (other machines' A/B columns and the C/D
-    columns) holding at least WRITE_SHARE of ‖W_VP‖²_F."""
+def written_outside(vp_head: np.ndarray, geo: Geometry, head: int) -> tuple[int, int]:
+    """Columns outside the head's own block holding at least WRITE_SHARE of ‖W_VP‖²_F: (other
+    machines' A/B columns, C/D columns sent)."""
     col = (vp_head**2).sum(0)  # (E,)  squared norm written into each output column
     total = float(col.sum())
     if total == 0.0:
-        return 0
-    outside = cross_a_columns(n, vp_head.shape[-1], machines, head)
-    outside[n:] = True
-    return int(np.sum(outside & (col >= WRITE_SHARE * total)))
+        return 0, 0
+    dest = destinations(geo, head)
+    big = col >= WRITE_SHARE * total
+    return int(np.sum(dest["cross_ab"] & big)), int(np.sum(dest["cross_cd"] & big))
 
 
-def without_cross_a(
-    vp: np.ndarray, n: int, machines: int, layers, reads: bool = False
+def without(
+    vp: np.ndarray, geo: Geometry, layers, kind: str = "cross_ab", reads: bool = False
 ) -> np.ndarray:
-    """W_VP (L, h, E, E) with every head's cross-machine A output columns zeroed in `layers`
-    (and, with `reads`, its rows reading other machines' A/B columns as well)."""
+    """W_VP (L, h, E, E) with every head's output columns of `kind` (`destinations`) zeroed in
+    `layers` (and, with `reads`, its rows reading those columns as well)."""
     out = vp.copy()
     for layer in layers:
         for head in range(vp.shape[1]):
-            cross = cross_a_columns(n, vp.shape[-1], machines, head)
-            out[layer, head][:, cross] = 0.0
+            cols = destinations(geo, head)[kind]
+            out[layer, head][:, cols] = 0.0
             if reads:
-                out[layer, head][cross, :] = 0.0
+                out[layer, head][cols, :] = 0.0
     return out
 
 
@@ -150,9 +188,19 @@ def _ratio(mse: float, base: float) -> float:
 
 
 def _sentence(
-    layers: list[dict], sent: bool, ratio: float, any_ratio: float, floats: dict, M: int
+    layers: list[dict],
+    sent: bool,
+    ratio: float,
+    any_ratio: float,
+    floats: dict,
+    M: int,
+    cd_ratio: float | None,
 ) -> str:
     network, paper = floats["network"], floats["eagle-distributed"]
+    cd = traffic = ""
+    if cd_ratio is not None:  # C/D copies: both kinds of traffic named
+        cd = f"; zeroing the writes into other machines' C/D copies changes it ×{cd_ratio:.3g}"
+        traffic = f"{100 * _fraction(layers):.3g}% of the cross-machine ‖W_VP‖² is A traffic"
     if sent:
         used = [lay for lay in layers if lay["a_columns_sent"]] or layers
         where = ", ".join(str(lay["layer"]) for lay in used)
@@ -162,69 +210,99 @@ def _sentence(
             f"A columns cross machines: in layer(s) {where} a head writes up to "
             f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns "
             f"({100 * top_any:.2g}% reading or writing them), and zeroing those writes in every "
-            f"layer changes the held-out MSE ×{ratio:.3g} (reads and writes: ×{any_ratio:.3g}); "
-            f"the network sends about {network} floats per machine per round where "
+            f"layer changes the held-out MSE ×{ratio:.3g} (reads and writes: ×{any_ratio:.3g}"
+            f"{cd}); {traffic + '; ' if traffic else ''}the network sends about {network} floats per machine per round where "
             f"eagle-distributed sends {paper} (the C/D results only)."
         )
     top = max((h["cross_a_share"] for lay in layers for h in lay["heads"]), default=0.0)
     return (
         f"Only the C/D results cross machines: at most {100 * top:.2g}% of any head's ‖W_VP‖² "
-        f"writes other machines' A/B columns and zeroing it changes the held-out MSE by "
-        f"{ratio:.3g}×, as in eagle-distributed ({network} floats per machine per round; the "
-        f"family sends {paper})."
+        f"writes other machines' A/B columns{f' ({traffic})' if traffic else ''} and zeroing "
+        f"it changes the held-out MSE by {ratio:.3g}×{cd}, as in eagle-distributed ({network} "
+        f"floats per machine per round; the family sends {paper})."
     )
+
+
+def _fraction(layers: list[dict]) -> float:
+    """The A traffic's part of all cross-machine ‖W_VP‖² energy, over every layer and head (each
+    head's shares weighted by its ‖W_VP‖²)."""
+    a = sum(h["cross_a_share"] * h["norm2"] for lay in layers for h in lay["heads"])
+    cd = sum(h["cross_cd_share"] * h["norm2"] for lay in layers for h in lay["heads"])
+    return a / (a + cd) if a + cd > 0 else 0.0
 
 
 @register("communication")
 def communication_view(ctx: Context) -> ViewResult:
     """Per layer and head where W_VP writes; per layer and all at once what the cross-machine
-    A writes are worth in held-out MSE (module text)."""
+    A writes (and, with C/D copies, the C/D writes) are worth in held-out MSE (module text)."""
     geo = ctx.geometry
-    n, M, L = geo.n, geo.machines, geo.layers
+    M, L = geo.machines, geo.layers
+    copies = geo.copies > 1
     floats_col = geo.d + geo.d_prime  # one stream column: d + d' tokens
-    # passes: the stream, each layer's ablation from that layer on, every layer ablated at once
-    held, _ = ctx.scoring(L + L * (L + 1) + 2 * L, limit=PROMPTS)
+    # passes: the stream, each layer's ablations from that layer on, every layer ablated at once
+    kinds = 3 if copies else 2
+    held, _ = ctx.scoring(L + kinds * L * (L + 1) / 2 + kinds * L, limit=PROMPTS)
     stream = geo.stream(held.z0, ctx.qk, ctx.vp)  # (L + 1, b, T, E)  internal units
     base = held.mse(geo.readout_of(stream[-1], held.z0))
     rows, layers = [], []
-    written = 0
+    written = (0, 0)
+    ablations = [("cross_ab", False), ("cross_ab", True)] + ([("cross_cd", False)] if copies else [])
     for layer in range(L):
         heads = []
         for head in range(ctx.vp.shape[1]):
-            s = shares(ctx.vp[layer, head], n, M, head)
-            cols = written_outside(ctx.vp[layer, head], n, M, head)
-            written = max(written, cols)
-            heads.append({"head": head, **s, "floats_sent": floats_col * cols})
+            s = shares(ctx.vp[layer, head], geo, head)
+            cols = written_outside(ctx.vp[layer, head], geo, head)
+            written = max(written, cols, key=sum)
+            norm2 = float(np.sum(ctx.vp[layer, head] ** 2))
+            heads.append(
+                {
+                    "head": head,
+                    **s,
+                    "floats_sent": floats_col * sum(cols),
+                    "floats_a": floats_col * cols[0],
+                    "floats_cd": floats_col * cols[1],
+                    "norm2": norm2,
+                }
+            )
             rows.append({"layer": layer, **heads[-1]})
         # the layers before `layer` are unchanged: run on from their stream
         ratios = []
-        for reads in (False, True):
-            vp = without_cross_a(ctx.vp, n, M, [layer], reads)
+        for kind, reads in ablations:
+            vp = without(ctx.vp, geo, [layer], kind, reads)
             Z = stream[layer]
             with np.errstate(over="ignore", invalid="ignore"):
                 for later in range(layer, L):
                     Z = geo.layer(Z, ctx.qk[later], vp[later])
             ratios.append(_ratio(held.mse(geo.readout_of(Z, held.z0)), base))
-        ratio, any_ratio = ratios
-        layers.append(
-            {
-                "layer": layer,
-                "heads": heads,
-                "cross_a_ablation": ratio,
-                "cross_a_any_ablation": any_ratio,
-                "a_columns_relied": _sent(ratio) or _sent(any_ratio),
-                "a_columns_sent": _sent(ratio)
-                or _sent(any_ratio)
-                or max(h["cross_a_any_share"] for h in heads) >= SENT_SHARE,
-            }
-        )
-    vp = without_cross_a(ctx.vp, n, M, range(L))
-    ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp)), base)
-    vp_any = without_cross_a(ctx.vp, n, M, range(L), reads=True)
-    any_ratio = _ratio(held.mse(geo.predict(held.z0, ctx.qk, vp_any)), base)
+        ratio, any_ratio = ratios[:2]
+        entry = {
+            "layer": layer,
+            "heads": heads,
+            "cross_a_ablation": ratio,
+            "cross_a_any_ablation": any_ratio,
+            "a_columns_relied": _sent(ratio) or _sent(any_ratio),
+            "a_columns_sent": _sent(ratio)
+            or _sent(any_ratio)
+            or max(h["cross_a_any_share"] for h in heads) >= SENT_SHARE,
+        }
+        if copies:
+            entry["cross_cd_ablation"] = ratios[2]
+        layers.append(entry)
+    whole = []
+    for kind, reads in ablations:
+        vp = without(ctx.vp, geo, range(L), kind, reads)
+        whole.append(_ratio(held.mse(geo.predict(held.z0, ctx.qk, vp)), base))
+    ratio, any_ratio = whole[:2]
+    cd_ratio = whole[2] if copies else None
     relied = _sent(ratio) or _sent(any_ratio) or any(lay["a_columns_relied"] for lay in layers)
     sent = relied or any(lay["a_columns_sent"] for lay in layers)
-    floats = {"network": floats_col * written, "eagle-distributed": floats_col * geo.n_prime}
+    family_cols = geo.n_prime * (M - 1 if copies else 1)
+    floats = {
+        "network": floats_col * sum(written),
+        "network_a": floats_col * written[0],
+        "network_cd": floats_col * written[1],
+        "eagle-distributed": floats_col * family_cols,
+    }
     warnings = []
     if sent:
         warnings.append(
@@ -233,22 +311,21 @@ def communication_view(ctx: Context) -> ViewResult:
             + f" (zeroing those writes: MSE ×{ratio:.3g}): A columns cross machines, which "
             "eagle-distributed never does"
         )
-    return ViewResult(
-        "communication",
-        {
-            "layers": layers,
-            "cross_a_ablation": ratio,
-            "cross_a_any_ablation": any_ratio,
-            "a_columns_sent": bool(sent),
-            "a_columns_relied": bool(relied),
-            "floats_per_machine_round": floats,
-            "threshold": USED_BLOCK,
-            "sent_share": SENT_SHARE,
-            "write_share": WRITE_SHARE,
-            "network_mse": base,
-            "prompts": held.prompts,
-            "sentence": _sentence(layers, sent, ratio, any_ratio, floats, M),
-        },
-        {"communication": pd.DataFrame(rows)},
-        warnings,
-    )
+    out = {
+        "layers": layers,
+        "cross_a_ablation": ratio,
+        "cross_a_any_ablation": any_ratio,
+        "a_columns_sent": bool(sent),
+        "a_columns_relied": bool(relied),
+        "floats_per_machine_round": floats,
+        "threshold": USED_BLOCK,
+        "sent_share": SENT_SHARE,
+        "write_share": WRITE_SHARE,
+        "network_mse": base,
+        "prompts": held.prompts,
+        "sentence": _sentence(layers, sent, ratio, any_ratio, floats, M, cd_ratio),
+    }
+    if copies:
+        out["cross_cd_ablation"] = cd_ratio
+        out["cross_a_fraction"] = _fraction(layers)
+    return ViewResult("communication", out, {"communication": pd.DataFrame(rows)}, warnings)
