@@ -372,7 +372,6 @@ def _probe_slots(
     """Run the probes (p, T, E) and keep only the D slots, per layer: the stream's (p, d', n')
     and each head's contribution's (p, h, d', n')."""
     cfg = model.cfg
-    d, n = cfg.d, cfg.n
     slots: dict[int, torch.Tensor] = {}
     heads: dict[int, torch.Tensor] = {}
 

@@ -81,7 +81,9 @@ def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
         readout=float(model.readout_scale.detach()),
         normalize=cfg.normalize,
         machines=cfg.machines if spec.machines else 1,
-        projector=sketch_projectors(qk, cfg.n) if "sketch" in spec.views and qk is not None else None,
+        projector=sketch_projectors(qk, cfg.n)
+        if "sketch" in spec.views and qk is not None
+        else None,
         layout=cfg.tokens,
         copies=1 if cfg.samples else spec.copies_of(cfg),
         local_scale=spec.copies and not cfg.samples,
@@ -97,7 +99,10 @@ def _units(cfg) -> str:
             "steps in internal units (each machine's A/B columns divided by its own norm of A^μ, "
             "C and D in prompt units); MSE and fidelity in prompt units"
         )
-    return "steps in internal units (prompt divided by its norm of A); MSE and fidelity in prompt units"
+    return (
+        "steps in internal units (prompt divided by its norm of A); MSE and fidelity in prompt "
+        "units"
+    )
 
 
 def _held_out(task: TaskConfig, batch: int, seed: int) -> HeldOut:
@@ -648,10 +653,7 @@ def extract(
             f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
         )
     names = tuple(
-        v
-        for v in names
-        if v in VIEWS_FOR_LAYOUT[model.cfg.tokens]
-        and runs_on(v, model.cfg.regime)
+        v for v in names if v in VIEWS_FOR_LAYOUT[model.cfg.tokens] and runs_on(v, model.cfg.regime)
     )
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)

@@ -64,8 +64,8 @@ from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from eagle_probe.errors import EagleProbeError
 from eagle_probe import regimes
+from eagle_probe.errors import EagleProbeError
 from eagle_probe.names import NORMALIZE, READOUTS, TOKEN_MASKS
 from eagle_probe.tasks import Prompt
 
@@ -280,9 +280,7 @@ def head_selector(cfg: ModelConfig) -> torch.Tensor | None:
     return None if sel is None else torch.from_numpy(sel)
 
 
-def stream_weights(
-    W: torch.Tensor, selector: torch.Tensor | None, heads: int
-) -> torch.Tensor:
+def stream_weights(W: torch.Tensor, selector: torch.Tensor | None, heads: int) -> torch.Tensor:
     """A stored W_Q, W_K or W_V (…, h_w, head_input, k) as each head applies it to the stream:
     (…, h, E, k). Where the machines share one set (h_w = 1) every head gets it, on its own
     machine's columns (selector (h, E, head_input)); without a selector, W itself."""
@@ -471,7 +469,9 @@ class LinearTransformer(HookedRootModule):
 
     def W_VP(self, layer: int | None = None) -> torch.Tensor:
         """`OV` as a plain tensor: (L, h, E, E), or (h, E, E) for one layer."""
-        return self._per_layer(layer, lambda a: torch.einsum("hev,hfv->hef", a.effective_v(), a.W_P))
+        return self._per_layer(
+            layer, lambda a: torch.einsum("hev,hfv->hef", a.effective_v(), a.W_P)
+        )
 
     def _per_layer(self, layer, fn) -> torch.Tensor:
         with torch.no_grad():
@@ -537,7 +537,7 @@ class LinearTransformer(HookedRootModule):
         return self(torch.cat([top, bottom], dim=-2))
 
 
-# --- the stream's layout (`Regime.stream_columns`), shared by the model, the ensemble and capture --
+# --- the stream's layout (`Regime.stream_columns`): shared by the model, ensemble and capture ---
 
 
 @functools.lru_cache(maxsize=64)

@@ -570,46 +570,59 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
 def extraction_communication(ex: Extraction) -> dict[str, Figure]:
     """Distributed models: per layer and head the share of ‖W_VP^μ‖²_F written into other
     machines' A/B columns (view `communication`), each layer labelled with what zeroing those
-    writes does to the held-out MSE."""
+    writes does to the held-out MSE; with a C/D copy per machine (the paper's architecture) a
+    second panel shows the share written into the other machines' C/D copies, labelled with
+    what zeroing those does."""
     c = ex.views["communication"].json
     layers = c.get("layers", [])
     if not layers:
         return {}
-    share = np.array([[h["cross_a_share"] for h in lay["heads"]] for lay in layers])  # (L, h)
-    L, h = share.shape
-    fig = _figure(max(6.0, 0.7 * h + 4.5), 0.5 * L + 1.9)
-    ax = fig.subplots()
-    im = ax.imshow(share, cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-    for (i, j), v in np.ndenumerate(share):
-        ax.text(
-            j,
-            i,
-            f"{100 * v:.0f}%",
-            ha="center",
-            va="center",
-            fontsize=7,
-            color="w" if v > 0.6 else "k",
+    copies = "cross_cd_ablation" in c
+    panels = [("cross_a_share", "Reds", "into other machines' A/B columns", "cross_a_ablation")]
+    if copies:
+        panels.append(
+            ("cross_cd_share", "Blues", "into other machines' C/D copies", "cross_cd_ablation")
         )
-    labels = [
-        f"{lay['layer']}: MSE ×{lay['cross_a_ablation']:.3g}"
-        + (
-            f", with reads ×{lay['cross_a_any_ablation']:.3g}"
-            if "cross_a_any_ablation" in lay
-            else ""
+    L, h = len(layers), len(layers[0]["heads"])
+    fig = _figure(max(6.0, (0.7 * h + 3.4) * len(panels) + 1.2), 0.5 * L + 2.1)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (key, cmap, where, ablation) in zip(axes, panels, strict=True):
+        share = np.array([[hd[key] for hd in lay["heads"]] for lay in layers])  # (L, h)
+        im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+        for (i, j), v in np.ndenumerate(share):
+            ax.text(
+                j,
+                i,
+                f"{100 * v:.0f}%",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="w" if v > 0.6 else "k",
+            )
+        labels = [
+            f"{lay['layer']}: ×{lay[ablation]:.3g}"
+            + (
+                f", with reads ×{lay['cross_a_any_ablation']:.3g}"
+                if key == "cross_a_share" and not copies and "cross_a_any_ablation" in lay
+                else ""
+            )
+            + (" (sent)" if key == "cross_a_share" and lay["a_columns_sent"] else "")
+            for lay in layers
+        ]
+        ax.set_yticks(range(L), labels, fontsize=8)
+        ax.set_xticks(range(h), [str(j) for j in range(h)])
+        ax.set_xlabel("head = machine μ")
+        ax.set_ylabel("layer: MSE with these\nwrites zeroed", fontsize=8)
+        fig.colorbar(im, ax=ax, label="share of ‖W_VP^μ‖²_F", shrink=0.9)
+        ax.set_title(
+            f"W_VP^μ written {where}\n(every layer zeroed at once: MSE ×{c[ablation]:.3g})",
+            fontsize=9,
         )
-        + (" (sent)" if lay["a_columns_sent"] else "")
-        for lay in layers
-    ]
-    ax.set_yticks(range(L), labels, fontsize=8)
-    ax.set_xticks(range(h), [str(j) for j in range(h)])
-    ax.set_xlabel("head = machine μ")
-    ax.set_ylabel("layer: MSE with its\ncross-machine A writes zeroed", fontsize=8)
-    fig.colorbar(im, ax=ax, label="share of ‖W_VP^μ‖²_F")
-    ax.set_title(
-        "W_VP^μ written into other machines' A/B columns\n"
-        f"(every layer zeroed at once: MSE ×{c['cross_a_ablation']:.3g})",
-        fontsize=9,
-    )
+    if copies:
+        fig.suptitle(
+            f"A traffic: {100 * c['cross_a_fraction']:.3g}% of the cross-machine ‖W_VP‖²",
+            fontsize=10,
+        )
     return {"communication": fig}
 
 

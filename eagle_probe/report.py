@@ -310,11 +310,25 @@ CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # figure name (or its pref
         "well above it for the label to count."
     ),
     "communication": lambda ex: (
-        "eagle-distributed writes nothing into other machines' A/B columns (every cell 0%): a "
-        "red cell is a head sending A columns, and the row label says how much the held-out MSE "
-        "moves when that layer's cross-machine A writes are zeroed, and when the values reading "
-        "other machines' A/B columns are zeroed with them (the whole A channel; sent: a head "
-        "reads or writes 5% of its ‖W_VP‖² there, or either ablation moves the MSE 2× or more)."
+        (
+            "In the paper's distributed architecture each head reads only its own machine's "
+            "block, so everything that crosses machines is a write of W_VP. eagle-distributed "
+            "writes nothing into other machines' A/B columns (every red cell 0%) and sends its C/D "
+            "result into every other machine's C/D copy (the blue cells); the row labels say how "
+            "much the held-out MSE moves when that layer's writes of each kind are zeroed (sent: "
+            "a head writes 5% of its ‖W_VP‖² into A/B columns, or zeroing them moves the MSE 2× "
+            "or more)."
+        )
+        if "cross_cd_ablation" in ex.views["communication"].json
+        else (
+            "eagle-distributed writes nothing into other machines' A/B columns (every cell 0%): a "
+            "red cell is a head sending A columns, and the row label says how much the held-out "
+            "MSE moves when that layer's cross-machine A writes are zeroed, and when the values "
+            "reading other machines' A/B columns are zeroed with them (the whole A channel; sent: "
+            "a head reads or writes 5% of its ‖W_VP‖² there, or either ablation moves the MSE 2× "
+            "or more). This is distributed-open, whose values read every machine: not the "
+            "paper's architecture."
+        )
     ),
     "sketch": lambda ex: (
         "A head on a learned sketch α S Sᵀ follows the dashed step (flat at 1 for r values, "

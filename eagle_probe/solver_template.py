@@ -233,7 +233,9 @@ def _faithful(A, B, C):
         raise ValueError(f"the faithful {REGIME} solver takes the training size, not n = {n}")
     if LOCAL_SCALE:  # each machine its own scale on its A, B columns; C and D in prompt units
         block = n // MACHINES
-        cols = np.repeat([_prompt_scale(A[:, m * block : (m + 1) * block]) for m in range(MACHINES)], block)
+        cols = np.repeat(
+            [_prompt_scale(A[:, m * block : (m + 1) * block]) for m in range(MACHINES)], block
+        )
         if not np.all(cols > 0.0):
             return np.zeros((B.shape[0], C.shape[1])), 0
         A, B, s = A / cols, B / cols, 1.0

@@ -10,14 +10,14 @@ import torch
 
 from eagle_probe import checkpoint, layouts
 from eagle_probe.cli import main
-from eagle_probe.extract import VIEWS_FOR_REGIME, extract
+from eagle_probe.extract import extract, runs_on
 from eagle_probe.fit import VIEWS
 from eagle_probe.fit.algorithm import R2_MIN
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
 
 # the views of a centralized model (the communication and sketch views read other regimes)
-CENTRAL_VIEWS = {v for v in VIEWS if "centralized" in VIEWS_FOR_REGIME.get(v, ("centralized",))}
+CENTRAL_VIEWS = {v for v in VIEWS if runs_on(v, "centralized")}
 
 ROOT = Path(__file__).resolve().parents[1]
 D, N = 4, 10

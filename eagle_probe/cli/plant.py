@@ -10,6 +10,7 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
+    _finite_float,
     _finite_outputs,
     _nonneg_int,
     _positive_int,
@@ -30,8 +31,17 @@ def _add_plant(parser: Parser) -> None:
     parser.add_argument(
         "--regime",
         default="centralized",
-        help="centralized (eagle, the default), distributed (eagle-distributed, one head per "
-        "machine) or constrained (eagle-sketched, a random rank-r sketch per layer)",
+        help="centralized (eagle, the default), distributed (eagle-distributed, the paper's "
+        "architecture: one head per machine, C/D copied on every machine), distributed-open "
+        "(eagle-distributed, values reading every machine) or constrained (eagle-sketched, a "
+        "random rank-r sketch per layer)",
+    )
+    parser.add_argument(
+        "--cross-a",
+        type=_finite_float,
+        default=0.0,
+        help="distributed regimes: every head also writes this multiple of its A/B update into "
+        "the next machine's A/B columns (A traffic the family never has; 0)",
     )
     parser.add_argument(
         "--machines", type=_positive_int, default=3, help="distributed: machines M (3)"
@@ -46,7 +56,7 @@ def _add_plant(parser: Parser) -> None:
         "--heads",
         type=_positive_int,
         default=None,
-        help="heads per layer (1; distributed: one per machine)",
+        help="heads per layer (1; distributed regimes: one per machine)",
     )
     parser.add_argument("--dtype", default="float32", help="float32 or float64 (float32)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output")
@@ -69,9 +79,9 @@ def loads(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eagle_probe import budget, checkpoint, files
+    from eagle_probe import budget, checkpoint, files, regimes
     from eagle_probe.layouts import plant
-    from eagle_probe.model import DTYPES, REGIMES, ModelConfig
+    from eagle_probe.model import DTYPES, ModelConfig
     from eagle_probe.tasks import TaskConfig
 
     a_steps, c_steps = _steps(args.a_steps, "--a-steps"), _steps(args.c_steps, "--c-steps")
@@ -82,12 +92,17 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.dtype not in DTYPES:
         raise EagleProbeError(f"unknown dtype {args.dtype!r}; choose from {', '.join(DTYPES)}")
-    if args.regime not in REGIMES:
-        raise EagleProbeError(f"unknown regime {args.regime!r}; choose from {', '.join(REGIMES)}")
-    if args.regime == "distributed" and args.n % args.machines:
+    if args.regime not in regimes.REGIMES:
+        raise EagleProbeError(
+            f"unknown regime {args.regime!r}; choose from {', '.join(regimes.REGIMES)}"
+        )
+    spec = regimes.get(args.regime)
+    if spec.machines and args.n % args.machines:
         raise EagleProbeError(f"--machines {args.machines} must divide --n {args.n}")
-    if args.regime == "constrained" and args.rank > args.n:
+    if "sketch" in spec.views and args.rank > args.n:
         raise EagleProbeError(f"--rank {args.rank} must lie in [1, --n = {args.n}]")
+    if args.cross_a and not spec.machines:
+        raise EagleProbeError(f"--cross-a needs a distributed regime, not {args.regime}")
     out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
     try:
         cfg = ModelConfig(
@@ -115,14 +130,14 @@ def run(args: argparse.Namespace) -> int:
         _budget(args),
     )
     claim = _claim(args, files.output_files([out], force=args.force))
-    model = plant(cfg, a_steps, c_steps, sketch_seed=args.sketch_seed)
+    model = plant(cfg, a_steps, c_steps, sketch_seed=args.sketch_seed, cross_a=args.cross_a)
     _finite_outputs(model, task, "the planted steps overflow", "plant smaller steps")
-    from eagle_probe.fit.families import FOR_REGIME
-
-    family = FOR_REGIME[cfg.regime][0]
+    family = spec.families[0]
     planted = {"a_steps": a_steps, "c_steps": c_steps, "family": family}
-    if cfg.regime == "constrained":
+    if "sketch" in spec.views:
         planted["sketch_seed"] = args.sketch_seed
+    if args.cross_a:
+        planted["cross_a"] = args.cross_a
     metrics = {"planted": planted}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
     _publish(args)

@@ -38,21 +38,48 @@ from eagle_probe.names import (
 HELP = "train a model and write a checkpoint"
 
 
+def _check_share_heads(args: argparse.Namespace) -> None:
+    """--share-heads / --no-share-heads only where the machines could share weights."""
+    from eagle_probe import regimes
+
+    if args.share_heads is None or args.regime not in regimes.REGIMES:
+        return
+    if not regimes.get(args.regime).sharable:
+        flag = "--share-heads" if args.share_heads else "--no-share-heads"
+        raise EagleProbeError(
+            f"{flag} applies to the distributed regime only (its machines share W_Q, W_K, W_V), "
+            f"not to {args.regime}"
+        )
+
+
 def _add_train(parser: Parser) -> None:
-    parser.add_argument("--regime", required=True, help=f"one of {', '.join(REGIMES)}")
+    parser.add_argument(
+        "--regime",
+        required=True,
+        help=f"one of {', '.join(REGIMES)} (distributed and constrained are the paper's "
+        "architectures; distributed-open lets values read every machine)",
+    )
     parser.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)} (paper)")
     parser.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
     parser.add_argument(
         "--heads",
         type=_positive_int,
         default=None,
-        help="heads per layer (1; distributed: one per machine)",
+        help="heads per layer (1; distributed: one per machine; constrained: more than the "
+        "paper's one builds the multi-head variant)",
     )
     parser.add_argument(
         "--machines",
         type=_positive_int,
         default=3,
         help="distributed: machines M, must divide n (3)",
+    )
+    parser.add_argument(
+        "--share-heads",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="distributed: the machines share one W_Q, W_K, W_V (the paper's, the default); "
+        "--no-share-heads gives each machine its own (an ablation)",
     )
     parser.add_argument(
         "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
@@ -302,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             kappa=args.kappa,
         )
+        _check_share_heads(args)
         model_cfg = ModelConfig(
             regime=args.regime,
             n=args.n,
@@ -311,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
             n_layers=args.layers,
             n_heads=args.heads,
             machines=args.machines,
+            share_heads=True if args.share_heads is None else args.share_heads,
             rank=args.rank,
             token_mask=args.token_mask,
             readout=args.readout,

@@ -211,8 +211,9 @@ def _sentence(
             f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns "
             f"({100 * top_any:.2g}% reading or writing them), and zeroing those writes in every "
             f"layer changes the held-out MSE ×{ratio:.3g} (reads and writes: ×{any_ratio:.3g}"
-            f"{cd}); {traffic + '; ' if traffic else ''}the network sends about {network} floats per machine per round where "
-            f"eagle-distributed sends {paper} (the C/D results only)."
+            f"{cd}); {traffic + '; ' if traffic else ''}the network sends about {network} "
+            f"floats per machine per round where eagle-distributed sends {paper} (the C/D "
+            "results only)."
         )
     top = max((h["cross_a_share"] for lay in layers for h in lay["heads"]), default=0.0)
     return (
@@ -246,7 +247,9 @@ def communication_view(ctx: Context) -> ViewResult:
     base = held.mse(geo.readout_of(stream[-1], held.z0))
     rows, layers = [], []
     written = (0, 0)
-    ablations = [("cross_ab", False), ("cross_ab", True)] + ([("cross_cd", False)] if copies else [])
+    ablations = [("cross_ab", False), ("cross_ab", True)] + (
+        [("cross_cd", False)] if copies else []
+    )
     for layer in range(L):
         heads = []
         for head in range(ctx.vp.shape[1]):

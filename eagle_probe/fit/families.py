@@ -238,6 +238,7 @@ FAMILIES: dict[str, Family] = {
     )
 }
 
+
 def term_structures(geo: Geometry, layer: int) -> dict[str, list]:
     """The regime terms' matrices (`fit.library.Factors.structures`) of a layer of this model:
     the machines' column selectors for a distributed model, the layer's sketch projector for a
