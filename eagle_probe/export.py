@@ -83,14 +83,8 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
             f"REGIME = {regime!r}",
             f"MACHINES = {int(model.get('machines') or 1) if regime == 'distributed' else 1}",
             f"PROJECTORS = {_matrix_list(projectors)}",
-            *(
-                [
-                    "# Each machine scaled its own A, B columns; C and D were not scaled.",
-                    "LOCAL_SCALE = True",
-                ]
-                if model.get("local_scale")
-                else []
-            ),
+            "# True: each machine scaled its own A, B columns and C, D were not scaled.",
+            f"LOCAL_SCALE = {bool(model.get('local_scale'))!r}",
             END,
         ]
     )

@@ -101,7 +101,8 @@ def test_normalized_export_solves_any_size_and_scale(planted):
 # eagle-over-machines writes every machine's A columns: its heads need the full value width.
 EXPORTED_REGIMES = [
     ("distributed", "eagle-distributed", "distributed", None),
-    ("distributed", "eagle-over-machines", "centralized", 8),
+    ("distributed-open", "eagle-distributed", "distributed", None),
+    ("distributed-open", "eagle-over-machines", "centralized", 8),
     ("constrained", "eagle-sketched", "constrained", None),
 ]
 

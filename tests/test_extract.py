@@ -475,18 +475,18 @@ def test_the_budget_counts_the_processes_beside(monkeypatch):
     assert ex_mod.tree_bytes(cfg, 32) == own
 
 
-@pytest.mark.parametrize("regime", ["centralized", "distributed"])
+@pytest.mark.parametrize("regime", ["centralized", "distributed", "distributed-open"])
 def test_the_control_starts_before_the_capture_where_one_family_is_admitted(regime, monkeypatch):
-    # one family (centralized, constrained, the sample layout): the control needs nothing of the
-    # capture and is forked before it; the distributed regime chooses its family from the
-    # capture, so its control is forked after. Either way the numbers are the in-process ones.
+    # one family (centralized, distributed, constrained, the sample layout): the control needs
+    # nothing of the capture and is forked before it; distributed-open chooses its family from
+    # the capture, so its control is forked after. Either way the numbers are the in-process ones.
     from eagle_probe import extract as ex_mod
     from eagle_probe import forked
     from eagle_probe.model import LinearTransformer, ModelConfig
     from eagle_probe.tasks import TaskConfig, make_generator
 
     task = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
-    machines = {"machines": 2} if regime == "distributed" else {}
+    machines = {"machines": 2} if regime.startswith("distributed") else {}
     cfg = ModelConfig(regime=regime, n=6, d=6, n_prime=1, d_prime=1, n_layers=2, **machines)
     model = LinearTransformer(cfg, generator=make_generator(4))
     views = ("eagle", "fidelity", "polynomial", "verdict")
@@ -508,7 +508,7 @@ def test_the_control_starts_before_the_capture_where_one_family_is_admitted(regi
     monkeypatch.setattr(ex_mod, "build_context", build)
     beside = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
     where = events.index(("control",))
-    assert (where < events.index("capture")) == (regime == "centralized")
+    assert (where < events.index("capture")) == (regime != "distributed-open")
     for name, view in here.control.items():
         assert json.dumps(beside.control[name].json) == json.dumps(view.json), name
     assert beside.verdict == here.verdict

@@ -127,16 +127,16 @@ def test_qk_and_ov_are_factored_matrices_of_the_products():
     torch.testing.assert_close(model.OV.AB, model.W_VP())
 
 
-def test_distributed_qk_carries_the_locality_mask():
-    model = _model(regime="distributed", machines=3)
+def test_distributed_open_qk_carries_the_locality_mask():
+    model = _model(regime="distributed-open", machines=3)
     qk = model.QK.AB  # (L, h, E, E)
     assert torch.all(qk[:, 0, 2:, :] == 0) and torch.all(qk[:, 0, :, 2:] == 0)
     torch.testing.assert_close(qk, model.W_QK())
 
 
-def test_distributed_heads_see_only_their_own_block():
+def test_distributed_open_heads_attend_only_to_their_own_block():
     # unnormalised: bumping one block must not rescale the others through ‖A‖₂
-    model = _model(regime="distributed", machines=3, normalize="none")
+    model = _model(regime="distributed-open", machines=3, normalize="none")
     cfg = model.cfg
     assert cfg.heads == 3 and cfg.qk == 2 and cfg.vp == 4
     z0 = _prompt(cfg).z0()

@@ -79,13 +79,36 @@ def _exact_block(block: np.ndarray) -> tuple[str, float | None] | None:
     return None
 
 
-def describe(W: np.ndarray, n: int) -> dict:
+def _sent_copy(block: np.ndarray, copies: int) -> tuple[str, None] | None:
+    """A C/D block (c n' × c n') of the paper's distributed layout that writes one machine's copy
+    into every copy, q I_{n'} in each: `q I_n' copy μ → all c` (no single level: the simplified
+    model keeps it as it is), or None."""
+    k = block.shape[0]
+    if copies < 2 or block.shape[1] != k or k % copies or not np.any(block):
+        return None
+    n_prime, scale = k // copies, float(np.abs(block).max())
+    rows = [block[m * n_prime : (m + 1) * n_prime] for m in range(copies)]
+    live = [m for m, r in enumerate(rows) if np.abs(r).max() > EXACT * scale]
+    if len(live) != 1:
+        return None
+    level = float(rows[live[0]][0, 0])
+    want = np.tile(level * np.eye(n_prime), (1, copies))
+    if np.abs(rows[live[0]] - want).max() > EXACT * abs(level):
+        return None
+    return f"{level:.3g} I_{n_prime} copy {live[0]} → all {copies}", None
+
+
+def describe(W: np.ndarray, n: int, copies: int = 1) -> dict:
     """Structure of one E × E product matrix, as text and levels: blocks of one of EAGLE's exact
-    shapes (`_exact_block`) are named as such, every other block after sparsification."""
+    shapes (`_exact_block`, and with C/D copies a machine's copy sent to every copy) are named as
+    such, every other block after sparsification."""
     S = sparsify(W)
     raw = {"nn": W[:n, :n], "nq": W[:n, n:], "qn": W[n:, :n], "qq": W[n:, n:]}
     blocks = {"nn": S[:n, :n], "nq": S[:n, n:], "qn": S[n:, :n], "qq": S[n:, n:]}
     kinds = {k: _exact_block(raw[k]) or _describe_block(v) for k, v in blocks.items()}
+    sent = _sent_copy(raw["qq"], copies)
+    if sent is not None:
+        kinds["qq"] = sent
     for k, (kind, level) in kinds.items():
         if kind == "dense":
             kinds[k] = (_near_identity(raw[k]) or kind, level)
@@ -105,12 +128,12 @@ def describe(W: np.ndarray, n: int) -> dict:
     }
 
 
-def weight_view(qk: np.ndarray, vp: np.ndarray, n: int) -> pd.DataFrame:
+def weight_view(qk: np.ndarray, vp: np.ndarray, n: int, copies: int = 1) -> pd.DataFrame:
     """Per layer and head: the structure of W_QK and W_VP. qk, vp: (L, h, E, E)."""
     rows = []
     for layer in range(qk.shape[0]):
         for head in range(qk.shape[1]):
-            q, v = describe(qk[layer, head], n), describe(vp[layer, head], n)
+            q, v = describe(qk[layer, head], n, copies), describe(vp[layer, head], n, copies)
             rows.append(
                 {
                     "layer": layer,
@@ -164,7 +187,7 @@ def block_norms(W: np.ndarray, n: int, coords: tuple[str, str] = ("A", "C")) -> 
 def weights_view(ctx: Context) -> ViewResult:
     """Structure text, block norms and the simplified model's held-out MSE."""
     n, coords = ctx.geometry.split[0], ctx.geometry.coords
-    table = weight_view(ctx.qk, ctx.vp, n)
+    table = weight_view(ctx.qk, ctx.vp, n, 1 if ctx.geometry.samples else ctx.geometry.copies)
     sqk, svp = simplified_products(ctx.qk, ctx.vp, n)
     held, net_pred = ctx.scoring(ctx.geometry.layers)
     simplified = held.mse(ctx.geometry.predict(held.z0, sqk, svp))

@@ -19,11 +19,21 @@ A_STEPS, C_STEPS = [0.01, 0.01], [0.03, 0.03]
 SCHEMA = "docs/extraction-schema.md"
 
 
-def _config(machines: int) -> ModelConfig:
+def _config(machines: int, regime: str = "distributed") -> ModelConfig:
     return ModelConfig(
-        regime="distributed", machines=machines, n=6, d=6, n_layers=2, normalize="none",
+        regime=regime, machines=machines, n=6, d=6, n_layers=2, normalize="none",
         dtype="float64",
     )  # fmt: skip
+
+
+REGIMES = ["distributed", "distributed-open"]
+
+
+def _cd_floats(cfg: ModelConfig) -> int:
+    """What eagle-distributed sends per machine per round: its C/D result into every other
+    machine's copy (the paper's architecture) or into the one shared C/D block (open)."""
+    copies = cfg.machines - 1 if cfg.regime == "distributed" else 1
+    return (cfg.d + cfg.d_prime) * cfg.n_prime * copies
 
 
 def _view(model):
@@ -31,9 +41,10 @@ def _view(model):
     return VIEWS["communication"](ctx)
 
 
+@pytest.mark.parametrize("regime", REGIMES)
 @pytest.mark.parametrize("machines", [2, 3, 6])
-def test_paper_plant_sends_only_the_cd_results(machines):
-    cfg = _config(machines)
+def test_paper_plant_sends_only_the_cd_results(machines, regime):
+    cfg = _config(machines, regime)
     view = _view(layouts.plant(cfg, A_STEPS, C_STEPS)).json
     for lay in view["layers"]:
         assert not lay["a_columns_sent"]
@@ -43,17 +54,20 @@ def test_paper_plant_sends_only_the_cd_results(machines):
             assert head["cross_a_share"] <= 1e-12
             assert head["cross_a_any_share"] <= 1e-12
             assert head["off_family_share"] <= 1e-12
-            total = head["cross_a_share"] + head["cross_cd_share"] + head["own_share"]
-            assert total == pytest.approx(1.0, abs=1e-12)
+            total = sum(head[k] for k in ("cross_a_share", "cross_cd_share", "own_share"))
+            assert total + head["own_cd_share"] == pytest.approx(1.0, abs=1e-12)
+            assert head["cross_a_fraction"] == 0.0
     assert not view["a_columns_sent"]
-    cd = (cfg.d + cfg.d_prime) * cfg.n_prime
-    assert view["floats_per_machine_round"] == {"network": cd, "eagle-distributed": cd}
+    floats = view["floats_per_machine_round"]
+    assert floats["network"] == floats["eagle-distributed"] == _cd_floats(cfg)
+    assert floats["network_a"] == 0
     assert view["sentence"].startswith("Only the C/D results cross machines")
 
 
+@pytest.mark.parametrize("regime", REGIMES)
 @pytest.mark.parametrize("machines", [2, 3, 6])
-def test_planted_a_communication_is_found_in_its_layer_only(machines):
-    cfg = _config(machines)
+def test_planted_a_communication_is_found_in_its_layer_only(machines, regime):
+    cfg = _config(machines, regime)
     qk, vp = layouts.state_products(layouts.plant(cfg, A_STEPS, C_STEPS))
     block, layer, mu, nu = cfg.n // machines, 0, 0, 1
     # head μ writes −a I from its own block's rows into machine ν's block columns
@@ -72,8 +86,9 @@ def test_planted_a_communication_is_found_in_its_layer_only(machines):
     assert all(h["cross_a_share"] <= 1e-12 for h in heads if h["head"] != mu)
     assert heads[mu]["cross_a_any_share"] == pytest.approx(heads[mu]["cross_a_share"])
     # machine μ writes ν's block columns (d + d' floats each) on top of the C/D results
-    floats = (cfg.d + cfg.d_prime) * (block + cfg.n_prime)
-    assert view["floats_per_machine_round"]["network"] == floats
+    floats = view["floats_per_machine_round"]
+    assert floats["network_a"] == (cfg.d + cfg.d_prime) * block
+    assert floats["network"] == floats["network_a"] + _cd_floats(cfg)
     assert view["sentence"].startswith("A columns cross machines")
 
 
@@ -81,7 +96,7 @@ def test_planted_a_communication_is_found_in_its_layer_only(machines):
 def test_reading_another_machines_a_columns_is_communication(machines):
     """A head whose values read machine ν's A/B columns into its own block: nothing written
     across, but ν's columns are sent to μ (`cross_a_any_share`, `cross_a_any_ablation`)."""
-    cfg = _config(machines)
+    cfg = _config(machines, "distributed-open")  # the paper's values cannot read across
     qk, vp = layouts.state_products(layouts.plant(cfg, A_STEPS, C_STEPS))
     block, layer, mu, nu = cfg.n // machines, 1, 0, 1
     own, other = slice(mu * block, (mu + 1) * block), slice(nu * block, (nu + 1) * block)
@@ -97,8 +112,9 @@ def test_reading_another_machines_a_columns_is_communication(machines):
     assert view["sentence"].startswith("A columns cross machines")
 
 
-def test_every_field_is_in_the_schema_doc():
-    view = _view(layouts.plant(_config(3), A_STEPS, C_STEPS)).json
+@pytest.mark.parametrize("regime", REGIMES)
+def test_every_field_is_in_the_schema_doc(regime):
+    view = _view(layouts.plant(_config(3, regime), A_STEPS, C_STEPS)).json
     text = (ROOT / SCHEMA).read_text()
     documented = set(re.findall(r"`([A-Za-z_0-9-]+)`", text))
 

@@ -53,6 +53,7 @@ CASES = [
     ("distributed", {"machines": 2}, "eagle-distributed"),
     ("distributed", {"machines": 3}, "eagle-distributed"),
     ("distributed", {"machines": 6}, "eagle-distributed"),
+    ("distributed-open", {"machines": 3}, "eagle-distributed"),
     ("constrained", {"rank": 3, "n_heads": 1}, "eagle-sketched"),
     ("constrained", {"rank": 5, "n_heads": 4}, "eagle-sketched"),
 ]
@@ -148,10 +149,12 @@ def test_float32_plant_gives_its_steps_to_single_precision():
     np.testing.assert_allclose([lay["c_step"] for lay in layers], C_STEPS, rtol=1e-6)
 
 
-def test_a_network_that_sends_a_columns_is_not_the_papers_distributed_family():
+@pytest.mark.parametrize("regime", ["distributed", "distributed-open"])
+def test_a_network_that_sends_a_columns_is_not_the_papers_distributed_family(regime):
     """One head of one layer writes its A update into another machine's columns: the verdict
-    must not call the model eagle-distributed."""
-    cfg = _cfg("distributed", {"machines": 3})
+    must not call the model eagle-distributed (both architectures can hold the write: it reads
+    only the head's own columns)."""
+    cfg = _cfg(regime, {"machines": 3})
     qk, vp = state_products(plant(cfg, A_STEPS, C_STEPS))
     size = N // 3
     vp[1, 0, :size, size : 2 * size] = -A_STEPS[1] * np.eye(size)  # machine 0 → machine 1
@@ -161,16 +164,23 @@ def test_a_network_that_sends_a_columns_is_not_the_papers_distributed_family():
         model.eval(), TASK, probe_batch_size=32, test_batch=128, tuning_batch=32, views=VIEWS
     )
     assert result.views["verdict"].json["model"]["family"] != "eagle-distributed"
+    assert result.views["communication"].json["layers"][1]["a_columns_sent"]
     labels = [lay["label"] for lay in result.views["verdict"].json["layers"]]
-    assert labels[0] == labels[2] == "EAGLE" and labels[1] != "EAGLE"
+    assert labels[0] == labels[2] == "EAGLE"
+    if regime == "distributed-open":  # with C/D copies the same write is a smaller part of the
+        assert labels[1] != "EAGLE"  # layer's update (every copy moves): it stays a one-step fit
 
 
 def test_plant_refuses_what_the_architecture_cannot_hold():
-    cfg = _cfg("distributed", {"machines": 3})
+    cfg = _cfg("distributed-open", {"machines": 3})
     with pytest.raises(Exception, match="rank"):
         plant(cfg, A_STEPS, C_STEPS, family="eagle-over-machines")
     with pytest.raises(Exception, match="runs in a"):
         plant(cfg, A_STEPS, C_STEPS, family="eagle-sketched")
+    # the paper's architecture: values read only their machine, so no head can gather A Aᵀ A
+    paper = _cfg("distributed", {"machines": 3})
+    with pytest.raises(Exception, match="runs in a distributed-open model"):
+        plant(paper, A_STEPS, C_STEPS, family="eagle-over-machines")
 
 
 @pytest.mark.parametrize(

@@ -411,7 +411,7 @@ def test_a_distributed_network_that_sends_a_columns_is_read_as_the_centralized_u
 
     a, c = [0.31, 0.52], [0.71, 1.13]
     cfg = ModelConfig(
-        regime="distributed",
+        regime="distributed-open",
         machines=2,
         n=6,
         d=5,
