@@ -293,11 +293,13 @@ def upgrade(path: str | os.PathLike, payload: dict[str, Any]) -> dict[str, Any]:
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Name and shape of every tensor in the state dict of `cfg`'s model (nothing is built)."""
     h, E, T = cfg.heads, cfg.width, cfg.n_tokens
+    hw, rows = cfg.weight_heads, cfg.head_input  # shared, local W_Q, W_K, W_V (`model.Attention`)
     shapes: dict[str, tuple[int, ...]] = {}
     for layer in range(cfg.n_layers):
         prefix = f"blocks.{layer}.attn."
-        for name, width in (("W_Q", cfg.qk), ("W_K", cfg.qk), ("W_V", cfg.vp), ("W_P", cfg.vp)):
-            shapes[prefix + name] = (h, E, width)
+        for name, width in (("W_Q", cfg.qk), ("W_K", cfg.qk), ("W_V", cfg.vp)):
+            shapes[prefix + name] = (hw, rows, width)
+        shapes[prefix + "W_P"] = (h, E, cfg.vp)
         shapes[prefix + "qk_mask"] = (h, E)
         shapes[prefix + "mask"] = (T, T)
     shapes["readout_scale"] = ()

@@ -109,7 +109,7 @@ class Term:
 
     def shape(self, geometry: Geometry) -> tuple[int, ...]:
         """Shape of the coefficient: () scalar, (kP, kQ) W1, (kR, kX) W2, (kP·kQ, kR·kX) both."""
-        k = {"a": geometry.n, "c": geometry.n_prime}
+        k = {"a": geometry.n, "c": geometry.split[1]}
         kp, kq, kr, kx = k[KIND[self.P]], k[KIND[self.Q]], k[KIND[self.R]], k[KIND[self.target]]
         return {"none": (), "W1": (kp, kq), "W2": (kr, kx), "both": (kp * kq, kr * kx)}[self.free]
 
@@ -118,7 +118,7 @@ class Term:
 
     def shared_features(self, geometry: Geometry) -> int:
         """Features per output column of the shared design (W2 and bilinear families), else 0."""
-        k = {"a": geometry.n, "c": geometry.n_prime}
+        k = {"a": geometry.n, "c": geometry.split[1]}
         kp, kq, kr = k[KIND[self.P]], k[KIND[self.Q]], k[KIND[self.R]]
         return {"none": 0, "W1": 0, "W2": kr, "both": kp * kq * kr}[self.free]
 
@@ -377,7 +377,7 @@ def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
         return np.asarray(S.reshape(-1) @ GG.reshape(-1)).reshape(1, 1)
     H = _einsum(spec, S, f.G[(t1.Q, t1.R)], f.G[(t2.Q, t2.R)])
     if eye:
-        kx = {"a": geometry.n, "c": geometry.n_prime}[KIND[t1.target]]
+        kx = {"a": geometry.n, "c": geometry.split[1]}[KIND[t1.target]]
         h1, h2 = t1.size(geometry) // kx, t2.size(geometry) // kx
         H = np.einsum("pq,jJ->pjqJ", H.reshape(h1, h2), np.eye(kx)).reshape(h1 * kx, h2 * kx)
     return np.asarray(H, dtype=np.float64).reshape(t1.size(geometry), t2.size(geometry))
