@@ -461,13 +461,13 @@ def import_arrays(
         raise EagleProbeError(f"readout must be -1 or +1, got {readout!r}")
     if layout == "ahn":
         return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype, max_bytes=max_bytes)
-    layers = _layer_weights(plan_import(arrays, heads=heads).arrays)
     for key, value in arrays.items():
         if key.endswith("attn.qk_mask") and not np.all(np.asarray(value) == 1):
             raise EagleProbeError(
                 f"{key} restricts the heads' queries and keys (a distributed model); only full "
                 "attention can be imported: load this project's checkpoints with checkpoint.load"
             )
+    layers = _layer_weights(plan_import(arrays, heads=heads).arrays)
     heads, E, qk = layers[0]["W_Q"].shape
     vp = layers[0]["W_V"].shape[-1]
     common = dict(

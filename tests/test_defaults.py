@@ -76,6 +76,10 @@ def test_every_train_option_with_a_config_field_is_checked():
     skip |= {"debug", "max_memory", "device"}  # options every command (that computes) takes
     skip |= {"seeds", "save_every"}  # how many runs, which weights are kept: no config field
     skip |= {"init_from"}  # the weights a run starts from: a file, recorded in the metrics
+    # unset: the regime's own (the distributed machines share, ModelConfig's True); the flag is
+    # refused outside the distributed regime
+    skip |= {"share_heads"}
+    assert _defaults("train")["share_heads"] is None and ModelConfig().share_heads is True
     assert set(_defaults("train")) - skip == set(TRAIN_OPTIONS)
     # --steps defaults to None so that --resume can keep the checkpoint's; a new run takes
     # TrainConfig's 20000, which the help names

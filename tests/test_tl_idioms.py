@@ -83,14 +83,23 @@ def test_get_act_name_names_are_hooks(run):
 def test_scale_hook_relates_internal_units_to_the_prediction(run):
     model, prediction, cache, prompt = run
     cfg = model.cfg
-    slot = from_stream(cfg, cache["resid_post", -1])[:, cfg.d :, cfg.n :]
-    expected = model.readout_scale * slot * cache["hook_scale"]
+    blocks = from_stream(cfg, cache["resid_post", -1])  # [[A, C…], [B, D…]], every C/D copy
+    D = blocks[:, cfg.d :, cfg.n :]
+    slot = D.unflatten(-1, (-1, cfg.n_prime)).mean(-2)  # the mean of the copies (one, or M)
+    scale = cache["hook_scale"]  # (b, 1, 1), or per prompt column (b, 1, n + n')
+    expected = model.readout_scale * slot * (scale if scale.shape[-1] == 1 else scale[..., cfg.n :])
     torch.testing.assert_close(prediction, expected)
     embed = from_stream(cfg, cache["hook_embed"])
-    torch.testing.assert_close(embed * cache["hook_scale"], prompt.z0())
-    if cfg.normalize == "spectral":
+    plain = cfg.n + cfg.n_prime  # the A/B columns and the first C/D copy: the prompt itself
+    torch.testing.assert_close(embed[..., :plain] * scale, prompt.z0())
+    if cfg.normalize == "spectral" and scale.shape[-1] == 1:
         norms = torch.linalg.matrix_norm(prompt.A, ord=2)
-        torch.testing.assert_close(cache["hook_scale"][:, 0, 0], norms)
+        torch.testing.assert_close(scale[:, 0, 0], norms)
+    elif cfg.normalize == "spectral":  # each machine its own ‖A^μ‖₂
+        size = cfg.n // cfg.machines
+        for mu in range(cfg.machines):
+            norms = torch.linalg.matrix_norm(prompt.A[..., mu * size : (mu + 1) * size], ord=2)
+            torch.testing.assert_close(scale[:, 0, mu * size], norms)
 
 
 def test_qk_and_ov_factored_matrices(run):
@@ -131,9 +140,11 @@ def test_head_results_recomputed_from_z_and_w_o(run):
 def test_config_names_every_size(run):
     model, _, _, _ = run
     cfg = model.cfg
-    assert isinstance(cfg.n_heads, int) and cfg.n_heads == model.blocks[0].attn.W_Q.shape[0]
-    assert cfg.d_head == model.blocks[0].attn.W_Q.shape[-1]
-    assert cfg.d_model == model.blocks[0].attn.W_Q.shape[1]
+    # the stacked weights as the heads apply them to the stream (a machine's local, shared
+    # W_Q placed on its columns): (L, h, d_model, d_head)
+    assert isinstance(cfg.n_heads, int) and cfg.n_heads == model.W_Q.shape[1]
+    assert cfg.d_head == model.W_Q.shape[-1]
+    assert cfg.d_model == model.W_Q.shape[2]
     assert cfg.n_ctx == model.blocks[0].attn.mask.shape[0]
     assert cfg.n_layers == len(model.blocks)
 

@@ -111,7 +111,7 @@ def _add_sweep(parser: Parser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import files
     from eagle_probe.budget import MAX_RUNS
-    from eagle_probe.model import REGIMES
+    from eagle_probe.regimes import REGIMES
     from eagle_probe.sweep import run_sweep
 
     if args.run is not None or args.index is not None:

@@ -92,7 +92,7 @@ CHECKPOINTS = {
     "foreign_dict": (_torch_file({"weights": torch.zeros(3)}), "not an eagle-probe checkpoint"),
     "foreign_tensor": (_torch_file(torch.zeros(3)), "not an eagle-probe checkpoint"),
     "older_version": (_mutated(lambda p: p.update(format_version=0)), "format version 0"),
-    "newer_version": (_mutated(lambda p: p.update(format_version=2)), "format version 2"),
+    "newer_version": (_mutated(lambda p: p.update(format_version=3)), "format version 3"),
     "no_state_dict": (_mutated(lambda p: p.pop("state_dict")), "state_dict"),
     "bad_regime": (_mutated(lambda p: p["model_config"].update(regime="x")), "unknown regime"),
     "unknown_config_field": (_mutated(lambda p: p["model_config"].update(foo=1)), "foo"),
