@@ -67,10 +67,9 @@ from transformer_lens.hook_points import HookPoint
 from eagle_probe import regimes
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.names import NORMALIZE, READOUTS, TOKEN_MASKS
-
-REGIMES = regimes.NAMES  # the registry's names (`eagle_probe.regimes`)
 from eagle_probe.tasks import Prompt
 
+REGIMES = regimes.NAMES  # the registry's names (`eagle_probe.regimes`)
 INITS = ("normal", "orthogonal_half")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 TOKEN_LAYOUTS = ("features", "samples")
