@@ -56,7 +56,9 @@ def test_evaluate_reproduces_the_recorded_test_numbers(shipped):
     for key in ("mse", "median_mse", "worst_mse", "zero_mse", "worst_norm_a", "max_norm_a"):
         assert result[key] == pytest.approx(want[key], rel=ROUNDOFF), (name, key)
     assert result["nonfinite_prompts"] == want["nonfinite_prompts"] == 0
-    if name in BLOCK_MODELS:
+    if name == "constrained":  # one rank-5 head: a sketch of A, not A (trained_models/README.md)
+        assert want["improvement"] > 5, f"{name}: the README promises >= 5x below zero"
+    elif name in BLOCK_MODELS:
         assert want["improvement"] > 10, f"{name}: the README promises >= 10x below zero"
     else:  # one GD step cannot do better than 1 − n/(n + d + 1) of the zero predictor's risk
         assert want["improvement"] > (2.5 if name == "lsa_1layer" else 100), name
