@@ -118,12 +118,12 @@ def test_cli_timeline_and_its_bad_inputs(run_dir, tmp_path, capsys):
 
 
 def test_cli_train_save_every_writes_the_run_directory(tmp_path):
-    out = tmp_path / "tiny.pt"
+    out = tmp_path / "run" / "tiny.pt"  # a folder that does not exist yet is made
     argv = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--task-rank", "3"]
     argv += ["--layers", "2", "--steps", "25", "--batch", "32", "--eval-every", "10"]
     argv += ["--eval-batch", "128", "--no-progress", "--save-every", "10", "-o", str(out)]
     assert main(argv) == 0
-    steps_dir = tmp_path / "tiny.steps"
+    steps_dir = tmp_path / "run" / "tiny.steps"
     assert sorted(p.name for p in steps_dir.iterdir()) == [
         checkpoint_name(s) for s in (0, 10, 20, 25)
     ]
