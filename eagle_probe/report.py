@@ -414,12 +414,13 @@ def _terms_here(ex: Extraction) -> str:
 SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout's own readings
     "weights": lambda ex: (
         "Rows [x, y] of the prompt: X the d features, Y the labels. GD is W_QK = diag(q I, 0) with "
-        "W_VP's YY block the step; GD++ adds a scalar X×X block to W_VP (the data "
-        "preconditioning); preconditioned GD has a non-scalar X×X block in W_QK."
+        "W_VP's YY block the step η; GD++ adds a scalar XX block to W_VP (the data transform γ); "
+        "preconditioned GD has a non-scalar XX block in W_QK."
     ),
     "filters": lambda ex: (
-        "The solid fitted filter against the dashed filter of the GD++ steps read from the "
-        "activations, over the eigenvalue rug of the probes."
+        "The solid filter fitted to each layer's update of the implicit iterate against the "
+        "dashed η_l m_l(λ)² that GD++'s steps, read from the activations, imply; where the two "
+        "part over the eigenvalue rug of the probes, the layer is not a GD++ step."
     ),
     "fidelity": lambda ex: (
         "The gap to one GD++ layer with the fitted steps, per block, one step at a time and run "
@@ -427,15 +428,17 @@ SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout
     ),
     "attribution": lambda ex: (
         "Tall bars mark the blocks the function depends on; GD and GD++ use W_QK's XX block and "
-        "W_VP's YY block (GD++ also W_VP's XX block in every layer but the last)."
+        "W_VP's YY block (GD++ also W_VP's XX block in every layer but the last, whose data "
+        "never reach the prediction), so a tall bar in XY or YX is computation beyond them."
     ),
     "projection_cost": lambda ex: (
         "Bars at the network's dotted line cost nothing; the green bars show the best GD++ "
         "steps" + _projection_note(ex) + "."
     ),
     "verdict_gaps": lambda ex: (
-        "How much of each layer's update one GD++ layer with the fitted steps misses, against "
-        "the untrained control; the label is the algorithm view's name for the layer."
+        "How much of each layer's update one GD++ layer with the fitted steps misses (the last "
+        "layer's on the D slot, the only block the prediction reads), against the untrained "
+        "control; the label is the layer's name: GD, GD++ or preconditioned GD."
     ),
     "terms": lambda ex: (
         "Dark cells are terms selected in almost every bag, written in the blocks of Z: GD is "
