@@ -130,9 +130,9 @@ def readout_flag(sign: int, mse: float, flipped_mse: float) -> str | None:
     that fixes it; None otherwise."""
     if not (math.isfinite(flipped_mse) and flipped_mse < FLIP_FACTOR * mse):
         return None
-    return (
-        f"the predictions fit better with readout {-sign:+d} (MSE {flipped_mse:.3g} against "
-        f"{mse:.3g}): re-import with `--readout {-sign:+d}`"
+    return (  # one line of at most 100 characters after "warning: "
+        f"the predictions fit better negated (MSE {flipped_mse:.3g} against {mse:.3g}): "
+        f"re-import with `--readout {-sign:+d}`"
     )
 
 

@@ -149,6 +149,11 @@ def family_word(ex: Extraction) -> str:
     return "GD++" if ex.geometry.samples else "EAGLE"
 
 
+def _tex(name: str) -> str:
+    """A family's name inside mathtext: GD++ as GD{+}{+} (a bare + is an operator there)."""
+    return name.replace("+", "{+}")
+
+
 def readable(x: float) -> str:
     """A number for a figure: 3 significant digits, a power of ten written out (3×10³³, not
     3e+33) where they need one."""
@@ -351,7 +356,7 @@ def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
         ax.set_xlabel("layer (0-based)")
         ax.set_title(title, fontsize=9)
     axes[0].set_ylabel(
-        rf"$\|Z_{{\mathrm{{net}}}} - Z_{{\mathrm{{{fam}}}}}\|_F^2\,/\,\#\mathrm{{entries}}$"
+        rf"$\|Z_{{\mathrm{{net}}}} - Z_{{\mathrm{{{_tex(fam)}}}}}\|_F^2\,/\,\#\mathrm{{entries}}$"
         "\n(prompt units)"
     )
     handles, labels = axes[0].get_legend_handles_labels()
@@ -558,7 +563,7 @@ def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
     ax.set_xticks(x, [str(i) for i in x])
     ax.set_xlabel("layer (0-based)")
     ax.set_ylabel(
-        rf"$\|Z_{{l+1}} - \mathrm{{{fam}}}(Z_l)\|^2\,/\,\|Z_{{l+1}} - Z_l\|^2$" "\n(ratio)",
+        rf"$\|Z_{{l+1}} - \mathrm{{{_tex(fam)}}}(Z_l)\|^2\,/\,\|Z_{{l+1}} - Z_l\|^2$" "\n(ratio)",
         fontsize=8,
     )
     fig.legend(fontsize=7, loc="outside right center")
@@ -583,7 +588,8 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
             c = t.get("coefficient")
             if isinstance(c, (int, float)):
                 coef[(i, j)] = f"{c:.3g}"
-    fig = _figure(max(5.0, 1.1 * L + 3), 0.34 * len(names) + 1.8)
+    # wide enough for the title and the longest term name, whatever the layers
+    fig = _figure(max(6.5, 1.1 * L + 3), 0.34 * len(names) + 1.8)
     ax = fig.subplots()
     im = ax.imshow(freq, cmap="Greens", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     for (i, j), text in coef.items():

@@ -61,19 +61,31 @@ def draw(b: int, N: int, d: int, g: torch.Generator, dtype=torch.float64):
 
 
 def train(
-    model: nn.Module, N: int, d: int, steps: int, seed: int = 0, lr: float = 1e-2, batch: int = 1024
+    model: nn.Module,
+    N: int,
+    d: int,
+    steps: int,
+    seed: int = 0,
+    lr: float = 1e-2,
+    batch: int = 1024,
+    on_step=None,
 ) -> nn.Module:
-    """A few hundred Adam steps on fresh batches, the learning rate decayed on a cosine."""
+    """A few hundred Adam steps on fresh batches, the learning rate decayed on a cosine;
+    `on_step(step, model)` is called before the first step (0) and after each (1 … steps)."""
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
+    if on_step is not None:
+        on_step(0, model)
+    for step in range(1, steps + 1):
         x, y, x_q, y_q = draw(batch, N, d, g, dtype=next(model.parameters()).dtype)
         loss = ((model(tokens(x, y, x_q)) - y_q) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         schedule.step()
+        if on_step is not None:
+            on_step(step, model)
     return model.eval()
 
 
