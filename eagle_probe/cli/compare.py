@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     payload["model"]["checkpoint"] = str(args.model)
     payload["model"]["sha256"] = checkpoint.sha256(args.model)
     payload["timings"]["total"] = time.perf_counter() - start
-    print(result.render())
     names = _write_results(tmp, "compare", payload, compare_figures(payload))
     _publish(args)
+    print(result.render())
     print(f"wrote {out / 'compare.json'} and {', '.join(names)}")
     return 0

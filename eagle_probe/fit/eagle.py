@@ -89,7 +89,8 @@ def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
             "one_step_residual": math.sqrt(gap2) / update if update else 0.0,
         }
         if geometry.samples:  # GD++'s names: γ the data transform, η the gradient step
-            row["gamma"], row["eta"] = a, sign * c
+            # (no γ in the last layer: its data never reach the prediction; a_step keeps the fit)
+            row["gamma"], row["eta"] = (math.nan if last else a), sign * c
             row["c_read_from"] = "D" if last else "BD"
         rows.append(row)
     return pd.DataFrame(rows)
