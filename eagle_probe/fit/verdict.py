@@ -23,11 +23,17 @@ layers clearly better). The model is
 
 Sample layout (`sample_verdict`): the algorithms of the in-context-learning literature instead.
 Each layer takes the algorithm view's name ("GD", "GD++", "preconditioned GD", "polynomial" or
-"unrecognised", fitted to the implicit iterate); the model is named by the most general layer:
-"preconditioned GD" if any layer is, else "GD++" if any layer is, else "polynomial" if any layer
-is, else "GD"; "unrecognised" if any layer is unexplained or the model is not clearly better than
-the zero predictor. The family's one-step gap (views `eagle`, `fidelity`), the projection's cost
-and the discovered terms are quoted beside it.
+"unrecognised", fitted to the implicit iterate, or from the stream for a layer that only
+transforms the data); the model is named by the most general layer: "preconditioned GD" if any
+layer is, else "GD++" if any layer is, else "polynomial" if any layer is, else "GD";
+"unrecognised" if any layer is unexplained or the model is not clearly better than the zero
+predictor. Every layer carries GD++'s γ (data transform) and η (step, the readout's frame) read
+from the activations and from the weights; where the two differ by more than AGREE the text says
+which to trust and why. The confidence rests on the numbers the layer table prints (the R² of
+each name's fit, the activations against the weights). The family's one-step gap (views `eagle`,
+`fidelity`; the last layer's on the D slot), the projection's cost and the discovered terms that
+carry at least TERM_SHARE of their block's update are quoted beside it. In both layouts the
+readout sign is checked on the held-out prompts (`readout_check`).
 """
 
 from __future__ import annotations
