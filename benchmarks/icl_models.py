@@ -35,8 +35,6 @@ attribution figure 8 bars. See docs/in-context-regression.md for the walk-throug
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 import tempfile
@@ -47,20 +45,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from own_model import D, N, run  # noqa: E402  (d = 5, N = 20; the CLI with its output caught)
 from von_oswald import GDPP, LSA, train  # noqa: E402
 
 from eagle_probe import checkpoint, layouts  # noqa: E402
-from eagle_probe.cli import main as cli  # noqa: E402
-
-N, D = 20, 5
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def off(got, want) -> float:

@@ -8,7 +8,7 @@ every view an extraction ran, the figures of that view.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -813,16 +813,23 @@ def _decades(ax, at_least: float = 2.0) -> None:
         ax.set_ylim(mid / 10 ** (at_least / 2), mid * 10 ** (at_least / 2))
 
 
+def _sweep_panels(count: int, height: float, extra: float) -> tuple[Figure, np.ndarray]:
+    """One panel per sweep, three to a row and 4.2 inches wide each (room for the sweeps' axis
+    labels), `height` inches a row plus `extra`; the unused panels of the last row hidden."""
+    cols = min(3, max(1, count))
+    rows = -(-max(1, count) // cols)
+    fig = _figure(4.2 * cols, height * rows + extra)
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    for ax in axes[count:]:
+        ax.set_axis_off()
+    return fig, axes
+
+
 def compare_sweeps(result: dict) -> Figure:
     """One panel per sweep of compare.json: MSE of every algorithm (left axis) and the network's
     gap to its extracted algorithm (right axis, black dots); the training value dotted."""
     sweeps = result["sweeps"]
-    cols = min(3, max(1, len(sweeps)))
-    rows = -(-max(1, len(sweeps)) // cols)
-    fig = _figure(4.2 * cols, 3.2 * rows + 0.8)
-    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
-    for ax in axes[len(sweeps) :]:
-        ax.set_axis_off()
+    fig, axes = _sweep_panels(len(sweeps), 3.2, 0.8)
     for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
         x = _sweep_axis(ax, name, sweep)
         # round-off answers (B A⁺ C at 1e-30) would squash the rest: six decades below the
@@ -863,13 +870,7 @@ def compare_sweeps(result: dict) -> Figure:
 def compare_sensitivity(result: dict) -> Figure:
     """Per sweep, 1 − cosine of the network's and the algorithm's ∂D̂/∂C and ∂D̂/∂A."""
     sweeps = result["sweeps"]
-    # the panels of `compare_sweeps`: three to a row, wide enough for their axis labels
-    cols = min(3, max(1, len(sweeps)))
-    rows = -(-max(1, len(sweeps)) // cols)
-    fig = _figure(4.2 * cols, 3.0 * rows + 0.5)
-    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
-    for ax in axes[len(sweeps) :]:
-        ax.set_axis_off()
+    fig, axes = _sweep_panels(len(sweeps), 3.0, 0.5)
     for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
         x = _sweep_axis(ax, name, sweep)
         for block, colour in (("C", "C2"), ("A", "C0")):
@@ -1026,8 +1027,6 @@ def timeline_steps(result: dict) -> Figure:
 def timeline_labels(result: dict) -> Figure:
     """timeline.json: the layer × checkpoint label map (not EAGLE / EAGLE-like / EAGLE), the
     step each layer becomes and stays EAGLE marked."""
-    from matplotlib.colors import ListedColormap
-
     points = result["checkpoints"]
     L = len(points[0]["layers"])
     if _samples(result):
@@ -1035,16 +1034,7 @@ def timeline_labels(result: dict) -> Figure:
     codes = np.array(
         [[_LABEL_CODES.get(p["layers"][layer]["label"], 0) for p in points] for layer in range(L)]
     )
-    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
-    ax = fig.subplots()
-    cmap = ListedColormap(["0.85", "C1", "C2"])
-    ax.imshow(codes, aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
-    steps = [p["step"] for p in points]
-    every = max(1, len(steps) // 12)
-    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
-    ax.set_yticks(range(L), [str(i) for i in range(L)])
-    ax.set_ylabel("layer (0-based)")
-    ax.set_xlabel("checkpoint (training step)")
+    fig, ax, steps = _label_map(points, codes, ["0.85", "C1", "C2"])
     for e in result["emergence"]:
         stay, like = e["eagle"]["stays_from"], e["eagle_like"]["stays_from"]
         if stay is not None:
@@ -1076,6 +1066,27 @@ def timeline_labels(result: dict) -> Figure:
     return fig
 
 
+def _label_map(points: list, codes: np.ndarray, colours: list) -> tuple[Figure, Any, list]:
+    """A layer × checkpoint map of label codes (L, checkpoints), code k in colours[k], the
+    checkpoints ticked by their training step: (figure, its axes, the steps)."""
+    from matplotlib.colors import ListedColormap
+
+    L = codes.shape[0]
+    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
+    ax = fig.subplots()
+    cmap = ListedColormap(colours)
+    ax.imshow(
+        codes, aspect="auto", cmap=cmap, vmin=0, vmax=len(colours) - 1, interpolation="nearest"
+    )
+    steps = [p["step"] for p in points]
+    every = max(1, len(steps) // 12)
+    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
+    ax.set_yticks(range(L), [str(i) for i in range(L)])
+    ax.set_ylabel("layer (0-based)")
+    ax.set_xlabel("checkpoint (training step)")
+    return fig, ax, steps
+
+
 # the sample layout's labels, least to most of a gradient-descent algorithm, and their colours
 _SAMPLE_LABELS = {
     "unrecognised": "0.85",
@@ -1090,24 +1101,13 @@ def _sample_labels(result: dict) -> Figure:
     """`timeline_labels` of a sample-layout run: each layer's name (GD, GD++, preconditioned GD,
     polynomial, unrecognised) per checkpoint, the step it is named its final name from on
     marked."""
-    from matplotlib.colors import ListedColormap
-
     points = result["checkpoints"]
     L = len(points[0]["layers"])
     names = list(_SAMPLE_LABELS)
     codes = np.array(
         [[names.index(p["layers"][layer]["label"]) for p in points] for layer in range(L)]
     )
-    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
-    ax = fig.subplots()
-    cmap = ListedColormap(list(_SAMPLE_LABELS.values()))
-    ax.imshow(codes, aspect="auto", cmap=cmap, vmin=0, vmax=len(names) - 1, interpolation="nearest")
-    steps = [p["step"] for p in points]
-    every = max(1, len(steps) // 12)
-    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
-    ax.set_yticks(range(L), [str(i) for i in range(L)])
-    ax.set_ylabel("layer (0-based)")
-    ax.set_xlabel("checkpoint (training step)")
+    fig, ax, steps = _label_map(points, codes, list(_SAMPLE_LABELS.values()))
     for e in result["emergence"]:
         stay = e["final"]["stays_from"]
         if stay is not None and e["label"] in ("GD", "GD++", "preconditioned GD"):

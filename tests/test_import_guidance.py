@@ -211,11 +211,10 @@ def test_from_module_refuses_a_different_forward_and_names_the_other_sign(lsa):
         layouts.from_module(Unscaled(lsa), n=N)
 
 
-def test_a_plus_readout_model_extracts_as_descent(tmp_path):
-    from eagle_probe.extract import extract
-
+def _plus_module() -> LSA:
+    """A one-layer model that reads its prediction as +y_q and takes the best step from zero:
+    ŷ = (η / N) Σ_i (x_qᵀ x_i) y_i with η / N = 1 / (N + d + 1)."""
     plus = LSA(D, 1, readout=1).double().eval()
-    eta = N / (N + D + 1)  # ŷ = +y_q = (η / N) Σ_i (x_qᵀ x_i) y_i: the best step from zero
     layer = plus.layers[0]
     with torch.no_grad():
         for W in (layer.W_Q, layer.W_K, layer.W_V, layer.W_P):
@@ -223,7 +222,14 @@ def test_a_plus_readout_model_extracts_as_descent(tmp_path):
         layer.W_Q.weight[range(D), range(D)] = 1.0
         layer.W_K.weight[range(D), range(D)] = 1.0
         layer.W_V.weight[D, D] = 1.0
-        layer.W_P.weight[D, D] = eta
+        layer.W_P.weight[D, D] = N / (N + D + 1)
+    return plus
+
+
+def test_a_plus_readout_model_extracts_as_descent(tmp_path):
+    from eagle_probe.extract import extract
+
+    plus = _plus_module()
     model = layouts.from_module(plus, n=N, readout=1)
     assert model.cfg.readout == "direct"
     _, task = layouts.import_arrays("samples", _state(plus), n=N, readout=1)
@@ -253,24 +259,9 @@ def test_from_module_in_the_feature_layout():
 # --- the readout sign, never silent; bad input in one line ---------------------------------------
 
 
-def _planted_plus(tmp_path) -> str:
-    """A one-layer model that reads its prediction as +y_q and takes the best step from zero,
-    saved as a state_dict: ŷ = (η / N) Σ_i (x_qᵀ x_i) y_i with η / N = 1 / (N + d + 1)."""
-    plus = LSA(D, 1, readout=1).double().eval()
-    layer = plus.layers[0]
-    with torch.no_grad():
-        for W in (layer.W_Q, layer.W_K, layer.W_V, layer.W_P):
-            W.weight.zero_()
-        layer.W_Q.weight[range(D), range(D)] = 1.0
-        layer.W_K.weight[range(D), range(D)] = 1.0
-        layer.W_V.weight[D, D] = 1.0
-        layer.W_P.weight[D, D] = N / (N + D + 1)
-    torch.save(plus.state_dict(), tmp_path / "plus.pt")
-    return str(tmp_path / "plus.pt")
-
-
 def test_the_readout_is_named_first_and_the_other_sign_flagged(tmp_path, capsys):
-    source = _planted_plus(tmp_path)
+    torch.save(_plus_module().state_dict(), tmp_path / "plus.pt")
+    source = str(tmp_path / "plus.pt")
     head = ["import", "--layout", "samples", source, "--n", str(N)]
     assert main(head + ["--readout", "+1", "-o", str(tmp_path / "right.pt")]) == 0
     out = capsys.readouterr().out.splitlines()
