@@ -17,7 +17,13 @@ HERE = Path(__file__).resolve().parent
 SETUP = """\
 %matplotlib inline
 import os
-os.chdir(os.environ.get("EAGLE_PROBE_ROOT", ".."))  # the repository root
+root = os.environ.get("EAGLE_PROBE_ROOT", "..")  # the repository root, seen from analyses/
+if not os.path.isdir(os.path.join(root, "trained_models")):
+    raise FileNotFoundError(
+        f"{os.path.abspath(root)} holds no trained_models/: start Jupyter in analyses/, or set "
+        "EAGLE_PROBE_ROOT to the repository root (EAGLE_PROBE_ROOT=/path/to/eagle-probe jupyter lab)"
+    )
+os.chdir(root)
 import warnings
 import numpy as np
 import pandas as pd

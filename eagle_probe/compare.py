@@ -28,6 +28,19 @@ random numbers, so a curve moves with its knob only):
     samples  the number n of columns of A: a feature-layout model's width fixes n, so it is
              listed under `skipped` with that reason
 
+Sample layout (GD, GD++ and preconditioned GD models; von Oswald et al. 2023's sweeps). The
+algorithm is GD++ with the steps read from the activations (the readout's frame), and the sweeps
+by default are
+
+    input_scale  every x (samples and queries) multiplied by s, the labels with them (y = W x)
+    query_scale  the queries' x alone multiplied by s (their answers with them)
+    task_noise   Gaussian noise of variance σ² on the samples' labels; D is the noiseless answer
+    samples      the number n of context samples: the same weights run on n rows, so the
+                 extracted steps, which carry the scores' 1/n, scale by n_train / n
+
+("more" and the EAGLE half of the layer → iteration map have no GD++ counterpart and are left
+out; no solver is exported, so there is no export check.)
+
 Per point: the MSE of each, its MSE relative to the zero predictor's, the network–algorithm gap
 ‖D_net − D_alg‖_F / ‖D_net‖_F (faithful and optimum), and the sensitivity cosine: for k Gaussian
 directions V in C (and in A) shared by both, the central differences ∂D̂[V] of the network and of
@@ -65,7 +78,20 @@ from eagle_probe.tasks import TaskConfig, make_generator, sample
 SCHEMA = "eagle-probe compare"
 SCHEMA_VERSION = 1
 ALGORITHMS = ("network", "faithful", "optimum", "more", "exact", "cg", "gd")
-SWEEPS = ("scale", "kappa", "rank", "alpha", "noise", "samples")
+SWEEPS = (
+    "scale",
+    "kappa",
+    "rank",
+    "alpha",
+    "noise",
+    "samples",
+    "input_scale",
+    "query_scale",
+    "task_noise",
+)
+FEATURE_SWEEPS = SWEEPS[:6]  # the default of a feature-layout model
+SAMPLE_SWEEPS = ("input_scale", "query_scale", "task_noise", "samples")  # of a sample-layout one
+SAMPLE_ONLY = frozenset(SWEEPS) - frozenset(FEATURE_SWEEPS)
 PRODUCTS_PER_STEP = 6  # matrix products of one EAGLE step (module text)
 PRODUCTS_PER_ITERATION = 2  # of one CGLS or GD iteration
 THEORY = (1.0 / 3.0, 1.0)  # (η, γ) of the extra steps and of the map's exact EAGLE
@@ -80,12 +106,22 @@ def default_values(task: TaskConfig) -> dict[str, tuple[float, ...]]:
     """The default sweep values for a training task (rank up to min(d, n))."""
     top = min(task.d, task.n)
     ranks = sorted({r for r in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18) if r <= top} | {task.rank})
+    scales = tuple(float(2.0**e) for e in np.arange(-2.0, 2.01, 0.5))
     return {
-        "scale": tuple(float(2.0**e) for e in np.arange(-2.0, 2.01, 0.5)),
+        "scale": scales,
         "kappa": (1e1, 1e2, 1e3, 1e4, 1e5, 1e6),
         "rank": tuple(float(r) for r in ranks if r <= top),
         "alpha": tuple(sorted({0.4, 0.55, 0.7, 0.85, 1.0, task.alpha})),
         "noise": tuple(sorted({0.0, 1e-3, 1e-2, 1e-1, task.noise})),
+        "input_scale": scales,
+        "query_scale": scales,
+        "task_noise": tuple(sorted({0.0, 1e-3, 1e-2, 1e-1, 1.0, task.noise})),
+        "samples": tuple(
+            float(n)
+            for n in sorted(
+                {max(1, task.n // 4), max(1, task.n // 2)} | {task.n, 2 * task.n, 4 * task.n}
+            )
+        ),
     }
 
 
@@ -99,7 +135,8 @@ class CompareConfig:
     more_steps: int = 4  # the algorithm run for this many times the network's layers
     interpolation_points: int = 11  # values of t in [0, 1]
     map_steps: int = 24  # exact-EAGLE steps of the layer → iteration map (GD: 4 × as many)
-    sweeps: tuple[str, ...] = SWEEPS  # which sweeps to run
+    # which sweeps to run; None: the layout's own (FEATURE_SWEEPS, or SAMPLE_SWEEPS)
+    sweeps: tuple[str, ...] | None = None
     seed: int = 0  # seeds the extraction, every sweep's prompts and the directions
 
     def __post_init__(self) -> None:
@@ -113,14 +150,20 @@ class CompareConfig:
             raise ValueError(
                 f"interpolation_points must be an integer >= 2, got {self.interpolation_points!r}"
             )
-        unknown = [s for s in self.sweeps if s not in SWEEPS]
+        unknown = [s for s in self.sweeps or () if s not in SWEEPS]
         if unknown:
             raise ValueError(f"unknown sweep(s) {', '.join(unknown)}; choose from {SWEEPS}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"sweeps": list(self.sweeps)}
+        return asdict(self) | {"sweeps": None if self.sweeps is None else list(self.sweeps)}
+
+    def for_layout(self, samples: bool) -> CompareConfig:
+        """This configuration with its sweeps resolved for a model of that layout."""
+        if self.sweeps is not None:
+            return self
+        return replace(self, sweeps=SAMPLE_SWEEPS if samples else FEATURE_SWEEPS)
 
 
 @dataclass
@@ -276,13 +319,36 @@ class _Scorer:
         self.geo: Geometry = ex.geometry
         self.d, self.n = self.geo.d, self.geo.n
         self.L = self.geo.layers
-        layers = ex.layers
+        layers = ex.views["eagle"].tables["eagle"]  # the steps the activations give
         self.faithful = (list(layers.a_step), list(layers.c_step))
         opt = ex.views.get("optimum")
         best = opt.json.get("optimal") if opt is not None else None
         self.optimum = None if best is None else (list(best["a_steps"]), list(best["c_steps"]))
         self.cfg = cfg
         self.iterations = self.L * PRODUCTS_PER_STEP // PRODUCTS_PER_ITERATION
+
+    def with_samples(self, n: int) -> _Scorer:
+        """The same weights on prompts of n context samples (sample layout): the scores average
+        over the n keys, so every step the extraction read, a = −q v / n_train, becomes
+        a n_train / n."""
+        import copy
+
+        from eagle_probe.capture import probe_chunk
+        from eagle_probe.extract import geometry_of
+
+        out = copy.copy(self)
+        cfg = replace(self.model.cfg, n=n)
+        out.model = LinearTransformer(cfg)
+        state = {k: v for k, v in self.model.state_dict().items() if not k.endswith(".mask")}
+        out.model.load_state_dict(state, strict=False)  # the token mask is the new n's own
+        out.model.eval()
+        out.chunk = probe_chunk(cfg)
+        out.geo, out.n = geometry_of(out.model, None), n
+        factor = self.n / n
+        out.faithful = tuple([factor * x for x in steps] for steps in self.faithful)
+        if self.optimum is not None:
+            out.optimum = tuple([factor * x for x in steps] for steps in self.optimum)
+        return out
 
     def network(self, z0: np.ndarray) -> np.ndarray:
         from eagle_probe.extract import predict_chunked
@@ -299,8 +365,9 @@ class _Scorer:
         out = {"network": self.network(z0), "faithful": self.algorithm(z0)}
         if self.optimum is not None:
             out["optimum"] = run_family(self.geo, z0, *self.optimum)
-        extra = (self.cfg.more_steps - 1) * self.L
-        out["more"] = run_family(self.geo, z0, *self.faithful, extra=extra)
+        if not self.geo.samples:  # the theory's extra steps are EAGLE's
+            extra = (self.cfg.more_steps - 1) * self.L
+            out["more"] = run_family(self.geo, z0, *self.faithful, extra=extra)
         out["exact"] = exact(z0, self.d, self.n)
         out["cg"] = cgls(z0, self.d, self.n, self.iterations)
         out["gd"] = gd(z0, self.d, self.n, self.iterations)[0]
@@ -338,10 +405,24 @@ def _point_prompts(
     task: TaskConfig, sweep: str, value: float, batch: int, seed: int, train_norm: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prompts (z0, D) of one sweep point, float64, prompt units."""
-    if sweep == "scale":
-        p = sample(task, batch, make_generator(seed), dtype=torch.float64)
+    if sweep in ("scale", "input_scale", "query_scale", "task_noise"):
+        g = make_generator(seed)
+        p = sample(task, batch, g, dtype=torch.float64)
         A, B, C, D = (t.numpy().copy() for t in (p.A, p.B, p.C, p.D))
-        A, D = A * value, D / value
+        if sweep == "scale":
+            A, D = A * value, D / value
+        elif sweep == "input_scale":  # every x, and the labels y = W x with them
+            A, B, C, D = (x * value for x in (A, B, C, D))
+        elif sweep == "query_scale":
+            C, D = C * value, D * value
+        else:  # noisy labels of the samples; D stays the noiseless answer
+            noise = torch.randn(B.shape, generator=g, dtype=torch.float64).numpy()
+            B = B + math.sqrt(value) * noise
+    elif sweep == "samples":
+        n = int(value)
+        rank = min(task.rank, n, task.d)
+        p = sample(replace(task, n=n, rank=rank), batch, make_generator(seed), dtype=torch.float64)
+        A, B, C, D = (t.numpy().copy() for t in (p.A, p.B, p.C, p.D))
     else:
         field = {"kappa": "kappa", "rank": "rank", "alpha": "alpha", "noise": "noise"}[sweep]
         cast = int(value) if sweep == "rank" else float(value)
@@ -359,7 +440,11 @@ def _point_prompts(
 
 def skipped_sweeps(task: TaskConfig, geo: Geometry) -> dict[str, str]:
     """The sweeps the training task or layout do not offer, with the reason."""
-    out = {"samples": "the feature layout's width n + n' fixes the number of samples n"}
+    if geo.samples:
+        out = {}
+    else:
+        out = {"samples": "the feature layout's width n + n' fixes the number of samples n"}
+        out |= {s: "a sweep of the sample layout (tokens = rows [x, y])" for s in SAMPLE_ONLY}
     if task.task == "nystrom":
         out["kappa"] = "the kernel sets the nystrom task's spectrum; κ cannot be prescribed"
         out["rank"] = "the nystrom task has no rank parameter"
@@ -392,6 +477,10 @@ def _training_value(task: TaskConfig, sweep: str) -> float | None:
         "rank": float(task.rank),
         "alpha": task.alpha,
         "noise": task.noise,
+        "input_scale": 1.0,
+        "query_scale": 1.0,
+        "task_noise": task.noise,
+        "samples": float(task.n),
     }[sweep]
 
 
@@ -441,16 +530,15 @@ def interpolation(
 def iteration_map(
     geo: Geometry, qk: np.ndarray, vp: np.ndarray, z0: np.ndarray, steps: int
 ) -> dict[str, Any]:
-    """Each layer's D slot against k steps of exact EAGLE (η = 1/3, γ = 1) and of GD:
-    distances (L, k + 1) = ‖D_layer − D_k‖² / ‖B A⁺ C‖², and the closest k per layer."""
+    """Each layer's D slot against k steps of exact EAGLE (η = 1/3, γ = 1; not in the sample
+    layout) and of GD: distances (L, k + 1) = ‖D_layer − D_k‖² / ‖B A⁺ C‖², and the closest k
+    per layer."""
     stream = geo.stream(z0, qk, vp)  # (L + 1, b, T, E) internal units
     layers = [geo.readout_of(Z, z0) for Z in stream[1:]]  # L × (b, d', n')
     ref = float(np.sum(exact(z0, geo.d, geo.n) ** 2))
     out: dict[str, Any] = {}
-    paths = {
-        "eagle": theory_eagle(z0, geo.d, geo.n, steps),
-        "gd": gd(z0, geo.d, geo.n, 4 * steps)[1],
-    }
+    paths = {} if geo.samples else {"eagle": theory_eagle(z0, geo.d, geo.n, steps)}
+    paths["gd"] = gd(z0, geo.d, geo.n, 4 * steps)[1]
     for name, path in paths.items():
         with np.errstate(over="ignore", invalid="ignore"):
             dist = np.array(
@@ -484,19 +572,16 @@ def compare(
     from eagle_probe.extract import extract
     from eagle_probe.layouts import state_products
 
-    cfg = CompareConfig() if cfg is None else cfg
-    if model.cfg.tokens == "samples":
-        raise EagleProbeError(
-            "compare scores the EAGLE families of the feature layout; a sample-layout model "
-            "runs GD++ (see extract's algorithm view)"
-        )
+    samples = model.cfg.samples
+    cfg = (CompareConfig() if cfg is None else cfg).for_layout(samples)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if extraction is None:
+        views = ("eagle", "fidelity", "projection", "optimum", "verdict")
         extraction = extract(
             model,
             task,
-            views=("eagle", "fidelity", "projection", "optimum", "verdict"),
+            views=views + (("algorithm",) if samples else ()),  # the sample verdict's names
             seed=cfg.seed,
             test_batch=1024,
             tuning_batch=256,
@@ -511,7 +596,10 @@ def compare(
     train_norm = float(np.median(np.linalg.norm(base.A.numpy(), ord=2, axis=(-2, -1))))
 
     t0 = time.perf_counter()
-    export_check = _export_check(extraction, base, scorer)
+    if samples:  # no solver is exported for the sample layout (it runs EAGLE)
+        export_check = {"prompts": 0, "relative_gap": None, "reason": "no solver is exported"}
+    else:
+        export_check = _export_check(extraction, base, scorer)
     timings["export_check"] = time.perf_counter() - t0
 
     sweeps_json: dict[str, Any] = {}
@@ -527,15 +615,16 @@ def compare(
         points, rows = [], []
         for value in grid[sweep]:
             z0, D = _point_prompts(task, sweep, value, cfg.prompts, seed, train_norm)
-            preds = scorer.predictions(z0)
+            here = scorer.with_samples(int(value)) if sweep == "samples" else scorer
+            preds = here.predictions(z0)
             zero = float(np.mean(D**2))
             mse = {k: _mse(v, D) for k, v in preds.items()}
-            sens = scorer.sensitivity(z0[: cfg.sensitivity_prompts], rng)
+            sens = here.sensitivity(z0[: cfg.sensitivity_prompts], rng)
             point = {
                 "value": float(value),
                 "prompts": int(z0.shape[0]),
                 "norm_a": float(
-                    np.median(np.linalg.norm(z0[:, : geo.d, : geo.n], ord=2, axis=(-2, -1)))
+                    np.median(np.linalg.norm(z0[:, : geo.d, : here.n], ord=2, axis=(-2, -1)))
                 ),
                 "zero_mse": zero,
                 "mse": mse,
@@ -599,7 +688,9 @@ def compare(
         "schema_version": SCHEMA_VERSION,
         "model": {
             "regime": model.cfg.regime,
-            "family": extraction.info.get("family"),
+            "tokens": model.cfg.tokens,
+            # the family the views read: GD++ in the sample layout (GD its γ = 0 case)
+            "family": "GD++" if samples else extraction.info.get("family"),
             "verdict": extraction.verdict.get("label"),
             "layers": geo.layers,
             "heads": geo.heads,
@@ -607,13 +698,19 @@ def compare(
             "task": task.to_dict(),
         },
         "config": cfg.to_dict(),
-        "algorithms": dict(_DESCRIPTIONS),
+        "algorithms": {
+            k: _SAMPLE_DESCRIPTIONS.get(k, v) if samples else v
+            for k, v in _DESCRIPTIONS.items()
+            if not (samples and k == "more")
+        },
         "steps": {
             "faithful": {"a_steps": scorer.faithful[0], "c_steps": scorer.faithful[1]},
             "optimum": None
             if scorer.optimum is None
             else {"a_steps": scorer.optimum[0], "c_steps": scorer.optimum[1]},
-            "more": {
+            "more": None
+            if samples
+            else {
                 "total_steps": cfg.more_steps * geo.layers,
                 "eta": THEORY[0],
                 "gamma": THEORY[1],
@@ -657,6 +754,10 @@ def compare(
 
 
 _PARAMETER = {
+    "input_scale": "factor s on every x, the labels with them",
+    "query_scale": "factor s on the queries' x (answers with them)",
+    "task_noise": "variance σ² of the noise on the samples' labels",
+    "samples": "number n of context samples",
     "scale": "factor s on A (answer D / s)",
     "kappa": "condition number of A (‖A‖₂ at the training median)",
     "rank": "rank s of X",
@@ -664,6 +765,10 @@ _PARAMETER = {
     "noise": "variance σ² of the noise added to X",
 }
 
+_SAMPLE_DESCRIPTIONS = {
+    "faithful": "the extracted algorithm: GD++ with the steps (γ, η) read from the activations",
+    "optimum": "GD++ with the optimum view's steps",
+}
 _DESCRIPTIONS = {
     "network": "the model (float64 copy of its weights)",
     "faithful": "the extracted algorithm: the family read, steps read from the activations "

@@ -538,6 +538,8 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     t = ex.layers
     if "eagle" not in ex.views:  # sample layout: the algorithm view's columns, orders as text
         return t.assign(orders=[",".join(map(str, o)) for o in t.orders])
+    if ex.geometry.samples and "verdict" in ex.views:
+        return sample_table(ex)
     cols = {"layer": t.layer, "a (act.)": t.a_step, "c (act.)": t.c_step}
     if not ex.geometry.samples:  # EAGLE's normalised steps; the sample layout's GD++ has none
         cols["eta"], cols["gamma"] = t.eta, t.gamma
@@ -562,25 +564,61 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def sample_table(ex: Extraction) -> pd.DataFrame:
+    """The sample layout's per-layer table, every number the verdict's own (`views.verdict`
+    layers): GD++'s γ (the data transform; none in the last layer, whose data never reach the
+    prediction) and η (the gradient step, the readout's frame) read from the activations and
+    from the weights, the one-step gap of one GD++ layer (the last layer's on the D slot it is
+    read from), the projection's cost, the R² of the fit the layer's name rests on, α_0 and the
+    design form's orders."""
+    v = ex.views["verdict"].json["layers"]
+    last = len(v) - 1
+
+    def col(key: str) -> list:
+        return [np.nan if lay.get(key) is None else lay[key] for lay in v]
+
+    cols = {
+        "layer": col("layer"),
+        "gamma (act.)": col("gamma"),
+        "eta (act.)": col("eta"),
+        "gamma (wts)": col("gamma_weights"),
+        "eta (wts)": col("eta_weights"),
+        "rel 1-step": [
+            lay["one_step_relative_D" if lay["layer"] == last else "one_step_relative"] for lay in v
+        ],
+        "proj. cost %": [lay["projection_cost"] * 100 for lay in v],
+        "R2": col("r2_label"),
+        "alpha_0": col("alpha_0"),
+    }
+    if np.isfinite(np.asarray(col("alpha_0_theory"), dtype=float)).any():
+        cols["theory"] = col("alpha_0_theory")  # −1/(n + d + 1), the best one step from zero
+    cols["orders"] = [",".join(map(str, lay["orders"])) for lay in v]
+    cols["verdict"] = [lay["label"] for lay in v]
+    return pd.DataFrame(cols)
+
+
 def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
     """`layers` of extraction.json: the numbers the exported solver and older readers use."""
     out = []
     if "eagle" not in ex.views:
         rows = ex.layers.to_dict("records")
         return [{"layer": int(r["layer"]), "label": r["label"]} for r in rows]
+    verdict = ex.views["verdict"].json["layers"] if "verdict" in ex.views else None
     for row in ex.layers.to_dict("records"):
-        out.append(
-            {
-                "layer": int(row["layer"]),
-                "a_step": row["a_step"],
-                "c_step": row["c_step"],
-                "eta": row["eta"],
-                "gamma": row["gamma"],
-                "fidelity": row["fidelity"],
-                "fidelity_one_step": row["fidelity_one_step"],
-                "label": row.get("label"),
-            }
-        )
+        entry = {
+            "layer": int(row["layer"]),
+            "a_step": row["a_step"],
+            "c_step": row["c_step"],
+            "eta": row["eta"],
+            "gamma": row["gamma"],
+            "fidelity": row["fidelity"],
+            "fidelity_one_step": row["fidelity_one_step"],
+            "label": row.get("label"),
+        }
+        if ex.geometry.samples and verdict is not None:  # GD++'s names, as the table prints
+            lay = verdict[entry["layer"]]
+            entry |= {k: lay[k] for k in ("gamma", "eta", "gamma_weights", "eta_weights")}
+        out.append(entry)
     return out
 
 
@@ -732,7 +770,9 @@ def extract(
         "n_prime": cfg.n_prime,
         "d_prime": cfg.d_prime,
         "normalize": cfg.normalize,
-        "readout": cfg.readout,
+        # prediction = readout × D slot; the sample layout states its steps in this sign's frame
+        "readout": float(model.readout_scale.detach()),
+        **({"readout_learned": True} if cfg.readout == "learned" else {}),
         "dtype": cfg.dtype,
         "machines": cfg.machines if cfg.spec.machines else 1,
         **(

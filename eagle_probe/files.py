@@ -13,8 +13,10 @@ Rules (checked before any work, again when publishing):
 - the target must not exist, unless `force` is given and it is a regular file (or, for a directory
   output, a directory whose clashing entries are regular files); `force` never replaces a device,
   a FIFO, a socket, a symbolic link or a directory by a file;
-- the parent must exist, be a directory and accept a new entry (a temporary directory is created
-  there at once, so a read-only, full or virtual file system fails before the work, not after);
+- the parent must be a directory and accept a new entry (a temporary directory is created there at
+  once, so a read-only, full or virtual file system fails before the work, not after); folders
+  missing on the way to it are created with the claim, and removed again if nothing is published
+  in them;
 - publishing is exclusive: a file is linked into place (`link` fails if the name appeared
   meanwhile), a directory is renamed onto an absent or empty name; when another run got there
   first the command fails instead of overwriting it;
@@ -153,13 +155,36 @@ def as_path(path: str | os.PathLike, what: str) -> Path:
 
 
 def _parent(path: Path) -> Path:
+    """The directory `path` goes into. Folders missing on the way are created when the output is
+    claimed (`_Staging`), so only the nearest one that exists must be a directory."""
     parent = path.parent if str(path.parent) else Path(".")
-    st = _lstat(parent)
-    if st is None:
-        raise OutputError(f"output directory {parent} does not exist (create it first)")
-    if not stat.S_ISDIR(os.stat(parent).st_mode):
-        raise OutputError(f"output {path} lies under {parent}, which is not a directory")
+    existing = parent
+    while _lstat(existing) is None:
+        existing = existing.parent  # ends at "." or "/", which exist
+    try:
+        is_dir = stat.S_ISDIR(os.stat(existing).st_mode)
+    except OSError:  # a dangling symbolic link on the way
+        is_dir = False
+    if not is_dir:
+        raise OutputError(f"output {path} lies under {existing}, which is not a directory")
     return parent
+
+
+def _make_parents(parent: Path) -> list[Path]:
+    """Create the folders of `parent` that do not exist yet; returns them, outermost first."""
+    missing = []
+    while _lstat(parent) is None:
+        missing.append(parent)
+        parent = parent.parent
+    missing.reverse()
+    for folder in missing:
+        try:
+            os.mkdir(folder)
+        except FileExistsError:  # another run made it meanwhile: it is theirs to keep
+            missing.remove(folder)
+        except OSError as exc:
+            raise OutputError(f"cannot create the folder {folder}: {exc.strerror}") from None
+    return missing
 
 
 def check_file(path: str | os.PathLike, *, force: bool = False, what: str = "output") -> Path:
@@ -234,6 +259,8 @@ class _Staging:
 
     def __init__(self, target: Path) -> None:
         parent = _parent(target)
+        # folders made for this output are removed again unless the output is published in them
+        self._made = _make_parents(parent)
         stem = _staging_stem(target.name)
         self._sweep(parent, stem)
         try:
@@ -243,6 +270,9 @@ class _Staging:
             self.path = fresh.with_name(f".{stem}{PARTIAL}{fresh.name[len(stem) + 1 + len(NEW) :]}")
             os.rename(fresh, self.path)
         except OSError as exc:
+            self.path = parent / f".{stem}{PARTIAL}unmade"  # nothing to remove there
+            self._fd = -1
+            self.close()  # the folders made for it
             raise OutputError(
                 f"cannot write beside {target} ({parent}): {exc.strerror or exc}"
             ) from None
@@ -281,6 +311,12 @@ class _Staging:
         shutil.rmtree(self.path, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        for folder in reversed(self._made):  # innermost first; one holding an output stays
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        self._made = []
 
 
 def _publish_file(src: Path, dst: Path, *, replace: bool) -> None:

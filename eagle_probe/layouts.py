@@ -486,7 +486,11 @@ def import_arrays(
         if E <= dp:
             raise EagleProbeError(f"residual width {E} leaves no features for d' = {dp} outputs")
         if d is not None and d + dp != E:
-            raise EagleProbeError(f"sample layout: d + d' = {d} + {dp} must equal the width {E}")
+            raise EagleProbeError(
+                f"sample layout: the weights' residual width is {E} = d + d', but d = {d} and "
+                f"d' = {dp} make {d + dp}; pass --d {E - dp} (the features of a row [x, y]) or "
+                "leave --d out"
+            )
         cfg = ModelConfig(tokens="samples", d=E - dp, d_prime=dp, **common)
     else:
         if E != n + n_prime:

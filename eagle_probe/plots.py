@@ -8,7 +8,7 @@ every view an extraction ran, the figures of that view.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -143,6 +143,30 @@ def _floor(*arrays) -> float:
     return float(v.min()) / 10 if v.size else 1e-12
 
 
+def family_word(ex: Extraction) -> str:
+    """The algorithm family a figure of `ex` names: GD++ in the sample layout (von Oswald et al.'s
+    family, of which GD is the γ = 0 case), EAGLE in the feature layout."""
+    return "GD++" if ex.geometry.samples else "EAGLE"
+
+
+def _tex(name: str) -> str:
+    """A family's name inside mathtext: GD++ as GD{+}{+} (a bare + is an operator there)."""
+    return name.replace("+", "{+}")
+
+
+def readable(x: float) -> str:
+    """A number for a figure: 3 significant digits, a power of ten written out (3×10³³, not
+    3e+33) where they need one."""
+    if not np.isfinite(x):
+        return "not finite"
+    text = f"{x:.3g}"
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    power = str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return f"{mantissa}×10{power}"
+
+
 def network_products(ex: Extraction) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(W_QK, W_VP, source) of an extraction, each (L, h, E, E): the network's own products when
     the `weights` view carries them, else the products projected onto the EAGLE family."""
@@ -188,7 +212,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
     L, H = qk.shape[:2]
     per = max(1, MAX_PANELS // H)  # layers per figure
     chunks = [list(range(s, min(s + per, L))) for s in range(0, L, per)]
-    what = "" if source == "network" else ", projected onto the EAGLE family"
+    what = "" if source == "network" else f", projected onto the {family_word(ex)} family"
     figs = {}
     for layers in chunks:
         pairs = [(layer, h) for layer in layers for h in range(H)]
@@ -251,10 +275,13 @@ def extraction_filters(ex: Extraction) -> dict[str, Figure]:
     fig = _figure(3.3 * cols, 2.9 * rows + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
     layers = ex.views["polynomial"].json.get("layers", [])
+    # the filter the family's steps imply: EAGLE's c_l m_l(λ)², GD++'s η_l m_l(λ)² (the same
+    # recursion, `fit.geometry` module text)
+    family = "GD++: η_l m_l(λ)²" if ex.geometry.samples else "EAGLE: c_l m_l(λ)²"
     for layer, (ax, c) in enumerate(zip(axes, curves, strict=False)):
         ax.plot(grid, c["fitted"], color="C0", lw=1.8, label="fitted f_l(λ) (design form)")
-        if c.get("eagle") is not None:  # no EAGLE filter in the sample layout
-            ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label="EAGLE: c_l m_l(λ)²")
+        if c.get("eagle") is not None:
+            ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label=family)
         if spectrum.size:
             ax.plot(
                 spectrum,
@@ -282,7 +309,7 @@ def extraction_filters(ex: Extraction) -> dict[str, Figure]:
     if spectrum.size:  # the rug's own marks are faint; the legend shows a solid one
         handles[-1] = Line2D([], [], marker="|", ls="", color="k", ms=8)
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
-    fig.suptitle("Spectral filter of each layer: fitted against EAGLE's", fontsize=10)
+    fig.suptitle(f"Spectral filter of each layer: fitted against {family_word(ex)}'s", fontsize=10)
     return {"filters": fig}
 
 
@@ -293,9 +320,10 @@ def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
         return {}
     blocks = ("A", "B", "C", "D", "total")
     L = len(layers)
+    fam = family_word(ex)
     readings = (
-        ("one_step", r"one step: EAGLE($Z_l$) against $Z_{l+1}$"),
-        ("end_to_end", r"end to end: EAGLE run from $Z_0$ against $Z_{l+1}$"),
+        ("one_step", rf"one step: {fam}($Z_l$) against $Z_{{l+1}}$"),
+        ("end_to_end", rf"end to end: {fam} run from $Z_0$ against $Z_{{l+1}}$"),
     )
     values = {
         r: np.array(
@@ -328,21 +356,22 @@ def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
         ax.set_xlabel("layer (0-based)")
         ax.set_title(title, fontsize=9)
     axes[0].set_ylabel(
-        r"$\|Z_{\mathrm{net}} - Z_{\mathrm{EAGLE}}\|_F^2\,/\,\#\mathrm{entries}$" "\n(prompt units)"
+        rf"$\|Z_{{\mathrm{{net}}}} - Z_{{\mathrm{{{_tex(fam)}}}}}\|_F^2\,/\,\#\mathrm{{entries}}$"
+        "\n(prompt units)"
     )
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=8)
-    fig.suptitle("Fidelity to EAGLE per layer and block (lower is closer)", fontsize=10)
+    fig.suptitle(f"Fidelity to {fam} per layer and block (lower is closer)", fontsize=10)
     return {"fidelity": fig}
 
 
 ATTRIBUTION_CAP = 1e4  # MSE ratios above this are drawn cut at it, their value printed
 
 
-def _attribution_bars(ax, part, pos, low: float, top: float, flat: set) -> None:
+def _attribution_bars(ax, part, pos, low: float, top: float, flat: set, blocks: tuple) -> None:
     """Bars of MSE ratios (rows of the attribution table) at x = pos[(layer, head)], one colour
-    per block, starting at 1 (no change): up where zeroing the block hurts, down where it helps."""
-    blocks = ("AA", "AC", "CA", "CC")
+    per block (`blocks`: AA, AC, CA, CC, or XX, XY, YX, YY in the sample layout), starting at 1
+    (no change): up where zeroing the block hurts, down where it helps."""
     width = 0.8 / len(blocks)
     for i, block in enumerate(blocks):
         b = part[part.block == block]
@@ -357,7 +386,7 @@ def _attribution_bars(ax, part, pos, low: float, top: float, flat: set) -> None:
         for xi, v in zip(x, raw, strict=True):
             if not np.isfinite(v) or v > ATTRIBUTION_CAP:
                 ax.annotate(
-                    f"{v:.0e}" if np.isfinite(v) else "not finite",
+                    readable(v),
                     (xi, ATTRIBUTION_CAP),
                     xytext=(0, 2),
                     textcoords="offset points",
@@ -388,6 +417,7 @@ def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
         b for b, part in t.groupby("block") if np.all(np.abs(part.ratio.to_numpy() - 1) < 0.01)
     }
     products = ("W_QK", "W_VP")
+    blocks = tuple(dict.fromkeys(t.block))  # the layout's four, in the view's order
     ylabel = "MSE ablated / MSE network\n(ratio)"
     if ex.geometry.heads == 1:
         layers = sorted(t.layer.unique())
@@ -395,7 +425,7 @@ def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
         fig = _figure(max(7.0, 0.9 * len(layers) + 3), 6.0)
         axes = fig.subplots(2, 1, sharex=True)
         for ax, product in zip(axes, products, strict=True):
-            _attribution_bars(ax, t[t["product"] == product], pos, low, top, flat)
+            _attribution_bars(ax, t[t["product"] == product], pos, low, top, flat, blocks)
             ax.set_ylabel(f"{product}: {ylabel}", fontsize=8)
         axes[-1].set_xticks(range(len(layers)), [str(lay) for lay in layers])
         axes[-1].set_xlabel("layer (0-based)")
@@ -410,7 +440,7 @@ def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
             for c, product in enumerate(products):
                 ax = axes[r][c]
                 sel = t[(t.layer == layer) & (t["product"] == product)]
-                _attribution_bars(ax, sel, pos, low, top, flat)
+                _attribution_bars(ax, sel, pos, low, top, flat, blocks)
                 ax.set_title(f"{product}, layer {layer}", fontsize=8)
                 if c == 0:
                     ax.set_ylabel(ylabel, fontsize=7)
@@ -446,12 +476,13 @@ def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
     bars.append(("all layers projected", p["projected_mse"], "C0"))
     for lay in p["layers"]:
         bars.append((f"layer {lay['layer']} projected alone", lay["mse"], "C9"))
+    fam = family_word(ex)
     if "optimum" in ex.views:
         o = ex.views["optimum"].json
         if "start_mse" in o:
-            bars.append(("EAGLE, steps read from weights", o["start_mse"], "C2"))
-        bars.append(("EAGLE closest to network (distilled)", o["distilled_mse"], "C2"))
-        bars.append(("best EAGLE, same depth (optimal)", o["optimal_mse"], "C2"))
+            bars.append((f"{fam}, steps read from weights", o["start_mse"], "C2"))
+        bars.append((f"{fam} closest to network (distilled)", o["distilled_mse"], "C2"))
+        bars.append((f"best {fam}, same depth (optimal)", o["optimal_mse"], "C2"))
     labels = [b[0] for b in bars]
     vals = np.array([b[1] for b in bars], dtype=float)
     zero = float(ex.network.get("zero_mse", np.nan))
@@ -462,7 +493,7 @@ def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
     y = np.arange(len(bars))[::-1]
     ax.barh(y, shown, color=[b[2] for b in bars], height=0.7)
     for yi, v, s in zip(y, vals, shown, strict=True):
-        text = f"{v:.3g}" if np.isfinite(v) else "not finite"
+        text = readable(v)
         ax.annotate(
             text,
             (s if np.isfinite(s) else floor, yi),
@@ -481,7 +512,7 @@ def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
     ax.set_xlim(lo / 2, hi * 8)
     ax.set_xlabel("held-out MSE on D (prompt units, log scale)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("What the EAGLE family costs in function", fontsize=10)
+    ax.set_title(f"What the {fam} family costs in function", fontsize=10)
     return {"projection_cost": fig}
 
 
@@ -493,7 +524,11 @@ def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
     if not layers:
         return {}
     th = v.get("thresholds", {})
-    mine = np.array([lay["one_step_relative"] for lay in layers], dtype=float)
+    fam = family_word(ex)
+    last = len(layers) - 1
+    # the sample layout reads its last layer on the D slot alone (the layer table's rel 1-step)
+    key = {last: "one_step_relative_D"} if ex.geometry.samples else {}
+    mine = np.array([lay[key.get(i, "one_step_relative")] for i, lay in enumerate(layers)])
     ctrl = np.array([lay.get("control_relative", np.nan) for lay in layers], dtype=float)
     floor = _floor(mine, ctrl, [th.get("eagle_gap", np.nan)])
     L = len(layers)
@@ -528,11 +563,12 @@ def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
     ax.set_xticks(x, [str(i) for i in x])
     ax.set_xlabel("layer (0-based)")
     ax.set_ylabel(
-        r"$\|Z_{l+1} - \mathrm{EAGLE}(Z_l)\|^2\,/\,\|Z_{l+1} - Z_l\|^2$" "\n(ratio)",
+        rf"$\|Z_{{l+1}} - \mathrm{{{_tex(fam)}}}(Z_l)\|^2\,/\,\|Z_{{l+1}} - Z_l\|^2$" "\n(ratio)",
         fontsize=8,
     )
     fig.legend(fontsize=7, loc="outside right center")
-    ax.set_title("How much of each layer's update one EAGLE step misses", fontsize=10)
+    step = "layer" if ex.geometry.samples else "step"
+    ax.set_title(f"How much of each layer's update one {fam} {step} misses", fontsize=10)
     return {"verdict_gaps": fig}
 
 
@@ -552,7 +588,8 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
             c = t.get("coefficient")
             if isinstance(c, (int, float)):
                 coef[(i, j)] = f"{c:.3g}"
-    fig = _figure(max(5.0, 1.1 * L + 3), 0.34 * len(names) + 1.8)
+    # wide enough for the title and the longest term name, whatever the layers
+    fig = _figure(max(6.5, 1.1 * L + 3), 0.34 * len(names) + 1.8)
     ax = fig.subplots()
     im = ax.imshow(freq, cmap="Greens", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     for (i, j), text in coef.items():
@@ -746,7 +783,7 @@ _ALGORITHM_STYLE = {
     "cg": ("C4", "-", "CGLS, same products"),
     "gd": ("C5", "-", "GD, same products"),
 }
-_LOG_SWEEPS = {"scale", "kappa"}
+_LOG_SWEEPS = {"scale", "kappa", "input_scale", "query_scale", "samples"}
 
 
 def _sweep_axis(ax, name: str, sweep: dict) -> np.ndarray:
@@ -754,7 +791,12 @@ def _sweep_axis(ax, name: str, sweep: dict) -> np.ndarray:
     if name in _LOG_SWEEPS:
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-    elif name == "noise":
+        if name != "kappa":  # factors and counts, as numbers: the counts swept, the powers of 2
+            whole = name == "samples"
+            ticks = [v for v in x if v > 0 and (whole or float(np.log2(v)).is_integer())]
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+    elif name in ("noise", "task_noise"):
         ax.set_xscale("symlog", linthresh=1e-3)
     if sweep.get("training_value") is not None:
         ax.axvline(sweep["training_value"], color="0.6", lw=0.8, ls=":")
@@ -762,16 +804,32 @@ def _sweep_axis(ax, name: str, sweep: dict) -> np.ndarray:
     return x
 
 
+def _decades(ax, at_least: float = 2.0) -> None:
+    """Widen a log y axis to span at least `at_least` decades around its data, so its ticks are
+    labelled powers of ten (a narrower span labels minor ticks like 2.15×10⁻¹⁶)."""
+    lo, hi = ax.get_ylim()
+    if lo > 0 and np.log10(hi / lo) < at_least:
+        mid = np.sqrt(lo * hi)
+        ax.set_ylim(mid / 10 ** (at_least / 2), mid * 10 ** (at_least / 2))
+
+
+def _sweep_panels(count: int, height: float, extra: float) -> tuple[Figure, np.ndarray]:
+    """One panel per sweep, three to a row and 4.2 inches wide each (room for the sweeps' axis
+    labels), `height` inches a row plus `extra`; the unused panels of the last row hidden."""
+    cols = min(3, max(1, count))
+    rows = -(-max(1, count) // cols)
+    fig = _figure(4.2 * cols, height * rows + extra)
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    for ax in axes[count:]:
+        ax.set_axis_off()
+    return fig, axes
+
+
 def compare_sweeps(result: dict) -> Figure:
     """One panel per sweep of compare.json: MSE of every algorithm (left axis) and the network's
     gap to its extracted algorithm (right axis, black dots); the training value dotted."""
     sweeps = result["sweeps"]
-    cols = min(3, max(1, len(sweeps)))
-    rows = -(-max(1, len(sweeps)) // cols)
-    fig = _figure(4.2 * cols, 3.2 * rows + 0.8)
-    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
-    for ax in axes[len(sweeps) :]:
-        ax.set_axis_off()
+    fig, axes = _sweep_panels(len(sweeps), 3.2, 0.8)
     for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
         x = _sweep_axis(ax, name, sweep)
         # round-off answers (B A⁺ C at 1e-30) would squash the rest: six decades below the
@@ -790,6 +848,7 @@ def compare_sweeps(result: dict) -> Figure:
         gaps = [p["gap"]["faithful"] for p in sweep["points"]]
         twin.plot(x, _positive(gaps, 1e-17), "ko", ms=3, label="gap network–extracted")
         twin.set_yscale("log")
+        _decades(twin)
         twin.set_ylabel("‖D_net − D_alg‖ / ‖D_net‖", fontsize=7)
         f = sweep["follows"]
         ax.axvspan(f["low"], f["high"], color="C2", alpha=0.07)
@@ -811,14 +870,14 @@ def compare_sweeps(result: dict) -> Figure:
 def compare_sensitivity(result: dict) -> Figure:
     """Per sweep, 1 − cosine of the network's and the algorithm's ∂D̂/∂C and ∂D̂/∂A."""
     sweeps = result["sweeps"]
-    fig = _figure(3.0 * max(1, len(sweeps)), 3.0)
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(sweeps)), squeeze=False)[0])
+    fig, axes = _sweep_panels(len(sweeps), 3.0, 0.5)
     for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
         x = _sweep_axis(ax, name, sweep)
         for block, colour in (("C", "C2"), ("A", "C0")):
             y = [1.0 - p["sensitivity_cosine"][block] for p in sweep["points"]]
             ax.plot(x, _positive(y, 1e-17), color=colour, marker=".", label=f"∂D̂/∂{block}")
         ax.set_yscale("log")
+        _decades(ax)
         ax.set_ylabel("1 − cosine", fontsize=7)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
@@ -833,14 +892,19 @@ def compare_interpolation(result: dict) -> Figure:
     fig = _figure(5.0, 3.2)
     ax = fig.subplots()
     t = np.asarray(path["t"], dtype=float)
-    ax.plot(t, path["mse"], "C0.-", label="MSE")
-    ax.set_xlabel("t (0: network, 1: family at the faithful steps)")
+    family = result.get("model", {}).get("family") or "family"
+    # a log axis: a path that blows up midway reads in decades, not as one tick "3e+33"
+    ax.plot(t, _positive(path["mse"], _floor(path["mse"])), "C0.-", label="MSE")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"t (0: network, 1: {family} at the faithful steps)")
     ax.set_ylabel("MSE (prompt units)", color="C0")
     twin = ax.twinx()
     twin.plot(t, _positive(path["gap"], 1e-17), "C3.--", label="gap to the network")
     twin.set_yscale("log")
+    _decades(ax)
+    _decades(twin)
     twin.set_ylabel("‖D_t − D_net‖ / ‖D_net‖", color="C3")
-    ax.set_title("Interpolating the network's products towards its family", fontsize=10)
+    ax.set_title(f"Interpolating the network's products towards {family}", fontsize=10)
     return fig
 
 
@@ -904,6 +968,7 @@ def timeline_gaps(result: dict) -> Figure:
     top.plot(steps, [p["mse"] for p in points], "C0.-", label="test MSE")
     top.plot(steps, [p["zero_mse"] for p in points], color="0.6", ls=":", label="zero predictor")
     top.set_yscale("log")
+    _decades(top)
     top.set_ylabel("MSE (prompt units)")
     _spike_lines(top, result)
     top.legend(fontsize=7)
@@ -921,23 +986,40 @@ def timeline_gaps(result: dict) -> Figure:
     return fig
 
 
+def _samples(result: dict) -> bool:
+    """A timeline.json (or compare.json) of a sample-layout model."""
+    return result.get("model", {}).get("tokens") == "samples"
+
+
 def timeline_steps(result: dict) -> Figure:
     """timeline.json: each layer's steps a_l, c_l (internal units) and η_l, γ_l against training
-    step."""
+    step; sample layout: GD++'s γ_l (the data transform) and η_l (the gradient step)."""
     points = result["checkpoints"]
     steps = np.array([p["step"] for p in points], dtype=float)
     L = len(points[0]["layers"])
-    fig = _figure(10.0, 6.0)
-    axes = fig.subplots(2, 2, sharex=True).reshape(-1)
-    for ax, key in zip(axes, ("a_step", "c_step", "eta", "gamma"), strict=True):
+    if _samples(result):
+        keys = {"gamma": "γ_l, the data transform", "eta": "η_l, the gradient step"}
+        fig = _figure(10.0, 3.4)
+        axes = fig.subplots(1, 2, sharex=True).reshape(-1)
+    else:
+        keys = {k: k for k in ("a_step", "c_step", "eta", "gamma")}
+        fig = _figure(10.0, 6.0)
+        axes = fig.subplots(2, 2, sharex=True).reshape(-1)
+    for ax, (key, name) in zip(axes, keys.items(), strict=True):
+        top = 0.0
         for layer in range(L):
             y = [p["layers"][layer][key] for p in points]
-            ax.plot(steps, y, ".-", color=f"C{layer % 10}", label=f"layer {layer}")
-        ax.set_yscale("symlog", linthresh=1e-3)
-        ax.set_ylabel(key)
+            y = np.array([np.nan if v is None else v for v in y], dtype=float)
+            if np.isfinite(y).any():
+                ax.plot(steps, y, ".-", color=f"C{layer % 10}", label=f"layer {layer}")
+                top = max(top, float(np.nanmax(np.abs(y))))
+        # linear within 1% of the panel's largest step, decades beyond: ticks at powers of ten
+        linthresh = 10.0 ** np.floor(np.log10(top / 100)) if top > 0 else 1e-3
+        ax.set_yscale("symlog", linthresh=linthresh)
+        ax.set_ylabel(name)
         _spike_lines(ax, result)
         _step_axis(ax, steps)
-    axes[0].legend(fontsize=7)
+    max(axes, key=lambda ax: len(ax.get_lines())).legend(fontsize=7)  # the panel with every layer
     fig.suptitle("Across training: the steps each layer runs", fontsize=10)
     return fig
 
@@ -945,23 +1027,14 @@ def timeline_steps(result: dict) -> Figure:
 def timeline_labels(result: dict) -> Figure:
     """timeline.json: the layer × checkpoint label map (not EAGLE / EAGLE-like / EAGLE), the
     step each layer becomes and stays EAGLE marked."""
-    from matplotlib.colors import ListedColormap
-
     points = result["checkpoints"]
     L = len(points[0]["layers"])
+    if _samples(result):
+        return _sample_labels(result)
     codes = np.array(
         [[_LABEL_CODES.get(p["layers"][layer]["label"], 0) for p in points] for layer in range(L)]
     )
-    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
-    ax = fig.subplots()
-    cmap = ListedColormap(["0.85", "C1", "C2"])
-    ax.imshow(codes, aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
-    steps = [p["step"] for p in points]
-    every = max(1, len(steps) // 12)
-    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
-    ax.set_yticks(range(L), [str(i) for i in range(L)])
-    ax.set_ylabel("layer (0-based)")
-    ax.set_xlabel("checkpoint (training step)")
+    fig, ax, steps = _label_map(points, codes, ["0.85", "C1", "C2"])
     for e in result["emergence"]:
         stay, like = e["eagle"]["stays_from"], e["eagle_like"]["stays_from"]
         if stay is not None:
@@ -990,6 +1063,68 @@ def timeline_labels(result: dict) -> Figure:
     )
     fig.legend(handles=handles, fontsize=7, loc="outside right center")
     ax.set_title("Each layer's label across training", fontsize=10)
+    return fig
+
+
+def _label_map(points: list, codes: np.ndarray, colours: list) -> tuple[Figure, Any, list]:
+    """A layer × checkpoint map of label codes (L, checkpoints), code k in colours[k], the
+    checkpoints ticked by their training step: (figure, its axes, the steps)."""
+    from matplotlib.colors import ListedColormap
+
+    L = codes.shape[0]
+    fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
+    ax = fig.subplots()
+    cmap = ListedColormap(colours)
+    ax.imshow(
+        codes, aspect="auto", cmap=cmap, vmin=0, vmax=len(colours) - 1, interpolation="nearest"
+    )
+    steps = [p["step"] for p in points]
+    every = max(1, len(steps) // 12)
+    ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
+    ax.set_yticks(range(L), [str(i) for i in range(L)])
+    ax.set_ylabel("layer (0-based)")
+    ax.set_xlabel("checkpoint (training step)")
+    return fig, ax, steps
+
+
+# the sample layout's labels, least to most of a gradient-descent algorithm, and their colours
+_SAMPLE_LABELS = {
+    "unrecognised": "0.85",
+    "polynomial": "C7",
+    "GD": "C0",
+    "GD++": "C2",
+    "preconditioned GD": "C4",
+}
+
+
+def _sample_labels(result: dict) -> Figure:
+    """`timeline_labels` of a sample-layout run: each layer's name (GD, GD++, preconditioned GD,
+    polynomial, unrecognised) per checkpoint, the step it is named its final name from on
+    marked."""
+    points = result["checkpoints"]
+    L = len(points[0]["layers"])
+    names = list(_SAMPLE_LABELS)
+    codes = np.array(
+        [[names.index(p["layers"][layer]["label"]) for p in points] for layer in range(L)]
+    )
+    fig, ax, steps = _label_map(points, codes, list(_SAMPLE_LABELS.values()))
+    for e in result["emergence"]:
+        stay = e["final"]["stays_from"]
+        if stay is not None and e["label"] in ("GD", "GD++", "preconditioned GD"):
+            ax.plot(steps.index(stay), e["layer"], "k|", ms=14, mew=2)
+    shown = {p["layers"][layer]["label"] for p in points for layer in range(L)}
+    handles = [
+        Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab)
+        for lab, c in _SAMPLE_LABELS.items()
+        if lab in shown
+    ]
+    handles.append(
+        Line2D(
+            [], [], color="k", marker="|", ls="", ms=10, mew=2, label="its final name from here on"
+        )
+    )
+    fig.legend(handles=handles, fontsize=7, loc="outside right center")
+    ax.set_title("Each layer's name across training: when GD and GD++ appear", fontsize=10)
     return fig
 
 

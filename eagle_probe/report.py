@@ -22,6 +22,7 @@ import pandas as pd
 
 from eagle_probe import forked
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.evaluate import against_zero, readout_text
 
 if TYPE_CHECKING:
     from eagle_probe.extract import Extraction
@@ -33,7 +34,7 @@ def _g(x, digits: int = 3) -> str:
         return ""
     if isinstance(x, str):
         return x
-    x = float(x)
+    x = float(x) + 0.0  # −0.0 prints as 0
     if not math.isfinite(x):
         return str(x)
     if abs(x) >= 1e6:  # the table never shows a number above 1e6; JSON keeps the value
@@ -121,6 +122,14 @@ def _weights(ex: Extraction) -> list[str]:
 TEXT = {"projection": _projection, "optimum": _optimum, "terms": _terms, "weights": _weights}
 
 
+def _cell_format(column: str) -> Callable:
+    """How a layer-table column is written: R² with the four decimals the verdict quotes (0.9999
+    is not 1), everything else by `_g`."""
+    if column == "R2":
+        return lambda x: "" if x is None or not math.isfinite(x) else f"{x:.4f}"
+    return _g
+
+
 WIDTH = 100  # no printed line is longer
 
 
@@ -153,27 +162,39 @@ def headline_lines(ex: Extraction) -> list[str]:
     return [f"verdict: {named}, confidence {v['confidence']}", "  " + "; ".join(v["reasons"])]
 
 
+def readout_lines(ex: Extraction) -> list[str]:
+    """The readout the steps are stated in, and the flag when the other sign fits better."""
+    info = ex.info
+    if not isinstance(info.get("readout"), float):
+        return []
+    line = readout_text(info["readout"], ex.geometry.samples, info.get("readout_learned", False))
+    flag = ex.verdict.get("readout_flag")
+    return [line] + ([f"warning: {flag}"] if flag else [])
+
+
 def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
     layers = f"{info['layers']} layer{'' if info['layers'] == 1 else 's'}"
-    lines = headline_lines(ex) + [
+    lines = headline_lines(ex) + readout_lines(ex)
+    lines += [
         f"{name}: {info['regime']}{layout}, {layers} x {info['heads']} "
         f"head{'' if info['heads'] == 1 else 's'}, "
         "probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
         *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
-        f"held-out MSE {_g(net['mse'])} (zero predictor {_g(net['zero_mse'])}, "
-        f"{net['zero_mse'] / net['mse']:.1f}x below it)"
-        if net["mse"] > 0
-        else f"held-out MSE {_g(net['mse'])}",
+        f"held-out MSE {_g(net['mse'])}, "
+        f"{against_zero(net['mse'], net['zero_mse'], lambda r: f'{r:.1f}x')}",
         "",
     ]
     table = ex.table()
     with pd.option_context("display.width", WIDTH, "display.max_columns", 40):
         text = table.to_string(
-            index=False, na_rep="", formatters={c: _g for c in table.columns}, line_width=WIDTH
+            index=False,
+            na_rep="",
+            formatters={c: _cell_format(c) for c in table.columns},
+            line_width=WIDTH,
         )
         lines += text.replace(" \\\n", "\n").splitlines()
     lines.append("")
@@ -204,6 +225,11 @@ UNITS = {  # per-layer table column -> unit shown under its header
     "proj. cost %": "% of MSE",
     "R2 design": "fraction",
     "alpha_0": "internal units",
+    "gamma (act.)": "internal units",
+    "eta (act.)": "internal units",
+    "gamma (wts)": "internal units",
+    "eta (wts)": "internal units",
+    "R2": "fraction",
     "orders": "design form",
     "verdict": "label",
 }
@@ -218,13 +244,16 @@ TABLE_NOTE = (
     "family; R2 design: the spectral-filter (design form) fit's R²."
 )
 SAMPLE_TABLE_NOTE = (
-    "Sample layout. a, c: the steps of one GD++ layer, read from the activations (act.) and from "
-    "the weights' projection onto the isotropic family (wts): c moves the label rows B, D by "
-    "−c B Aᵀ(·) (the gradient step), a moves the feature rows A, C by −a A Aᵀ(·) (the "
-    "preconditioning of the data; 0 for plain GD); eta, gamma: the same times the batch-max "
-    "‖A_l‖₂²; fid: ‖Z_net − Z_GD++‖²_F / #entries one step at a time and run from the input; "
-    "alpha_0: the order-0 step of the implicit iterate (GD from zero with step η: −η); orders: "
-    "the design form's essential orders; verdict: GD, GD++ or preconditioned GD."
+    "Sample layout, GD++'s names (von Oswald et al. 2023). gamma: the layer's data transform, "
+    "A, C −= γ A Aᵀ(·) (0 for plain GD; blank in the last layer, whose data never reach the "
+    "prediction); eta: its gradient step on the labels, B, D −= η B Aᵀ(·), positive downhill in "
+    "the readout's frame (the sign the model reads its prediction with); both read from the "
+    "activations (act.) and from the weights' projection onto the isotropic family (wts); rel "
+    "1-step: the share of the layer's update one GD++ layer misses (the last layer's on the D "
+    "slot, the only block the prediction reads); proj. cost: change of the held-out MSE with "
+    "only this layer projected onto GD++; R2: the fit the layer's name rests on; alpha_0: the "
+    "order-0 step of the implicit iterate (−η); orders: the design form's essential orders; "
+    "verdict: GD, GD++ or preconditioned GD."
 )
 
 
@@ -385,12 +414,13 @@ def _terms_here(ex: Extraction) -> str:
 SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout's own readings
     "weights": lambda ex: (
         "Rows [x, y] of the prompt: X the d features, Y the labels. GD is W_QK = diag(q I, 0) with "
-        "W_VP's YY block the step; GD++ adds a scalar X×X block to W_VP (the data "
-        "preconditioning); preconditioned GD has a non-scalar X×X block in W_QK."
+        "W_VP's YY block the step η; GD++ adds a scalar XX block to W_VP (the data transform γ); "
+        "preconditioned GD has a non-scalar XX block in W_QK."
     ),
     "filters": lambda ex: (
-        "The solid fitted filter against the dashed filter of the GD++ steps read from the "
-        "activations, over the eigenvalue rug of the probes."
+        "The solid filter fitted to each layer's update of the implicit iterate against the "
+        "dashed η_l m_l(λ)² that GD++'s steps, read from the activations, imply; where the two "
+        "part over the eigenvalue rug of the probes, the layer is not a GD++ step."
     ),
     "fidelity": lambda ex: (
         "The gap to one GD++ layer with the fitted steps, per block, one step at a time and run "
@@ -398,15 +428,17 @@ SAMPLE_CAPTIONS: dict[str, Callable[[Extraction], str]] = {  # the sample layout
     ),
     "attribution": lambda ex: (
         "Tall bars mark the blocks the function depends on; GD and GD++ use W_QK's XX block and "
-        "W_VP's YY block (GD++ also W_VP's XX block in every layer but the last)."
+        "W_VP's YY block (GD++ also W_VP's XX block in every layer but the last, whose data "
+        "never reach the prediction), so a tall bar in XY or YX is computation beyond them."
     ),
     "projection_cost": lambda ex: (
         "Bars at the network's dotted line cost nothing; the green bars show the best GD++ "
         "steps" + _projection_note(ex) + "."
     ),
     "verdict_gaps": lambda ex: (
-        "How much of each layer's update one GD++ layer with the fitted steps misses, against "
-        "the untrained control; the label is the algorithm view's name for the layer."
+        "How much of each layer's update one GD++ layer with the fitted steps misses (the last "
+        "layer's on the D slot, the only block the prediction reads), against the untrained "
+        "control; the label is the layer's name: GD, GD++ or preconditioned GD."
     ),
     "terms": lambda ex: (
         "Dark cells are terms selected in almost every bag, written in the blocks of Z: GD is "
@@ -555,7 +587,7 @@ def _table_html(ex: Extraction) -> str:
     for record in table.itertuples(index=False):
         cells = []
         for column, v in zip(table.columns, record, strict=True):
-            text = v if isinstance(v, str) else _g(v)
+            text = v if isinstance(v, str) else _cell_format(column)(v)
             css = f' class="{LABEL_CLASS[v]}"' if column == "verdict" and v in LABEL_CLASS else ""
             cells.append(f"<td{css}>{e(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
@@ -572,14 +604,14 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     verdict = ex.verdict
     label = verdict.get("label", "")
     css = LABEL_CLASS.get(label, "")
-    below = f", {net['zero_mse'] / net['mse']:.1f}× below it" if net["mse"] > 0 else ""
+    below = against_zero(net["mse"], net["zero_mse"], lambda r: f"{r:.1f}×")
     meta = (
         f"{info['regime']} regime, {info['layers']} layer{'' if info['layers'] == 1 else 's'} "
         f"× {info['heads']} head{'' if info['heads'] == 1 else 's'}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
         f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
-        f"seed {info['seed']}. Held-out MSE {_g(net['mse'])} (zero predictor "
-        f"{_g(net['zero_mse'])}{below}). Layers are 0-based; {info.get('units', '')}."
+        f"seed {info['seed']}. Held-out MSE {_g(net['mse'])}, {below}. Layers are 0-based; "
+        f"{info.get('units', '')}."
     )
     parts = [
         "<!DOCTYPE html>",

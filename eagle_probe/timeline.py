@@ -14,6 +14,12 @@ same probe, held-out and control prompts, and reads
                      EAGLE from step 1,800 on"); the same for at least EAGLE-like
     spikes           every loss spike the checkpoints recorded (step, loss, batch max ‖A‖₂)
 
+Sample layout (GD, GD++ and preconditioned GD): the labels are the sample verdict's, the steps
+GD++'s γ (the data transform; none in the last layer) and η (the gradient step, the readout's
+frame), the last layer's gap the one on the D slot it is read from, and per layer `recognised`
+is when the layer is first and lastly named GD, GD++ or preconditioned GD, `final` when it is
+first and lastly named what it is named at the end ("layer 1 is GD++ from step 300 on").
+
 The result's `json` is the timeline.json schema in docs/extraction-schema.md.
 """
 
@@ -33,6 +39,8 @@ from eagle_probe.errors import EagleProbeError
 SCHEMA = "eagle-probe timeline"
 SCHEMA_VERSION = 1
 CHEAP_VIEWS = ("eagle", "fidelity", "projection", "verdict")
+SAMPLE_VIEWS = CHEAP_VIEWS[:-1] + ("algorithm", "verdict")  # the sample verdict's names
+RECOGNISED = ("GD", "GD++", "preconditioned GD")  # sample-layout labels of a working algorithm
 PATTERN = re.compile(r"^step_(\d+)\.pt$")
 LIKE = ("EAGLE", "EAGLE-like")  # labels that count as "at least EAGLE-like"
 
@@ -84,6 +92,21 @@ class Timeline:
     def render(self) -> str:
         lines = []
         for e in self.json["emergence"]:
+            if "recognised" in e:  # the sample layout
+                final = e["final"]["stays_from"]
+                text = f"layer {e['layer']}: "
+                text += (
+                    f"{e['label']} from step {final:,} on"
+                    if final is not None and e["label"] in RECOGNISED
+                    else f"{e['label']} at the end"
+                )
+                if e["final"]["first"] is not None and e["final"]["first"] != final:
+                    text += f" (first at step {e['final']['first']:,})"
+                rec = e["recognised"]["stays_from"]
+                if rec is not None and rec != final:
+                    text += f"; GD, GD++ or preconditioned GD from step {rec:,}"
+                lines.append(text)
+                continue
             stay = e["eagle"]["stays_from"]
             like = e["eagle_like"]["stays_from"]
             text = f"layer {e['layer']}: "
@@ -136,11 +159,14 @@ def timeline(
                 f"{path.name} records step {recorded}, not the {step} its name says"
             )
         t0 = time.perf_counter()
-        ex = extract(model, task, views=CHEAP_VIEWS, seed=seed, test_batch=test_batch)
+        samples = model.cfg.samples
+        views = SAMPLE_VIEWS if samples else CHEAP_VIEWS
+        ex = extract(model, task, views=views, seed=seed, test_batch=test_batch)
         timings["extract"] += time.perf_counter() - t0
         verdict = ex.views["verdict"].json
-        table = ex.layers
+        table = ex.views["eagle"].tables["eagle"]
         layers = []
+        last = len(verdict["layers"]) - 1
         for row, lab in zip(table.to_dict("records"), verdict["layers"], strict=True):
             entry = {
                 "layer": int(row["layer"]),
@@ -151,6 +177,10 @@ def timeline(
                 "gamma": row["gamma"],
                 "label": lab["label"],
             }
+            if samples:  # GD++'s names as the verdict reads them; the last layer on its D slot
+                entry |= {"eta": lab["eta"], "gamma": lab["gamma"]}
+                if entry["layer"] == last:
+                    entry["one_step_gap"] = lab["one_step_relative_D"]
             layers.append(entry)
             rows.append({"step": step} | entry)
         for spike in metrics.get("spikes") or []:
@@ -173,8 +203,19 @@ def timeline(
     frame = pd.DataFrame(rows)
     steps = [p["step"] for p in points]
     emerge = []
+    samples = first_cfg[0].get("tokens") == "samples"
     for layer in sorted(frame.layer.unique()) if len(frame) else []:
         labels = [p["layers"][layer]["label"] for p in points]
+        if samples:
+            emerge.append(
+                {
+                    "layer": int(layer),
+                    "label": labels[-1],
+                    "final": emergence(steps, labels, (labels[-1],)),
+                    "recognised": emergence(steps, labels, RECOGNISED),
+                }
+            )
+            continue
         emerge.append(
             {
                 "layer": int(layer),
@@ -189,7 +230,7 @@ def timeline(
         "run_dir": str(run_dir),
         "model": model_cfg,
         "task": task_cfg,
-        "views": list(CHEAP_VIEWS),
+        "views": list(SAMPLE_VIEWS if samples else CHEAP_VIEWS),
         "seed": seed,
         "test_prompts": test_batch,
         "checkpoints": points,

@@ -10,7 +10,6 @@ import pytest
 import torch
 from conftest import PLANTED_STEPS, planted_model
 
-from eagle_probe import checkpoint
 from eagle_probe.compare import (
     CompareConfig,
     _point_prompts,
@@ -231,14 +230,58 @@ def test_the_algorithm_run_longer_converges_to_the_answer():
     assert result.json["steps"]["more"]["total_steps"] == 45
 
 
-def test_sample_layout_models_are_refused():
+def test_a_planted_gdpp_model_follows_its_algorithm_on_von_oswald_sweeps():
+    """Planted GD++ (n = 6): the network is its algorithm at every sweep point, on n context
+    samples too (the steps carry the scores' 1/n); with noisy labels the answer B A⁺ C is no
+    longer exact; the figures of every sweep are drawn."""
+    from eagle_probe import layouts
+    from eagle_probe.plots import compare_figures
+
+    qk, vp = layouts.gdpp_products(3, 1, [0.5, 0.4], [0.3, 0.0])
+    model = layouts.model_from_products(layouts.sample_config(n=6, d=3, layers=2), qk, vp)
+    task = TaskConfig(task="least_squares", n=6, d=3, n_prime=1, d_prime=1, alpha=1.0)
+    result = compare(model, task, SMALL)
+    sweeps = result.json["sweeps"]
+    assert list(sweeps) == ["input_scale", "query_scale", "task_noise", "samples"]
+    assert result.json["model"]["family"] == "GD++" and result.json["steps"]["more"] is None
+    for name, sweep in sweeps.items():
+        for point in sweep["points"]:
+            assert point["gap"]["faithful"] <= 1e-10, (name, point["value"])
+            assert "more" not in point["mse"]
+    assert [p["value"] for p in sweeps["samples"]["points"]] == [1, 3, 6, 12, 24]
+    noisy = sweeps["task_noise"]["points"]
+    assert noisy[0]["mse"]["exact"] <= 1e-20 < noisy[-1]["mse"]["exact"]
+    assert max(result.json["interpolation"]["gap"]) <= 1e-10
+    assert list(result.json["iteration_map"]) == ["gd"]
+    figures = compare_figures(result.json)
+    assert set(figures) == {
+        "compare_sweeps",
+        "compare_sensitivity",
+        "compare_interpolation",
+        "iteration_map",
+    }
+    ticks = [t.get_text() for t in figures["compare_sweeps"].axes[0].get_xticklabels()]
+    assert ticks == ["0.25", "0.5", "1", "2", "4"]  # input scale in plain numbers
+
+
+def test_the_shipped_one_layer_lsa_compares(tmp_path, capsys):
     from conftest import TRAINED
 
-    from eagle_probe.errors import EagleProbeError
+    from eagle_probe.cli import main
 
-    model, task, _ = checkpoint.load(TRAINED / "lsa_1layer.pt")
-    with pytest.raises(EagleProbeError, match="sample-layout"):
-        compare(model, task, SMALL)
+    out = tmp_path / "cmp"
+    argv = ["compare", str(TRAINED / "lsa_1layer.pt"), "--out", str(out), "--prompts", "16"]
+    assert main(argv + ["--sweeps", "query_scale,samples"]) == 0
+    data = json.loads((out / "compare.json").read_text())
+    assert data["model"]["verdict"] == "GD"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "compare.json",
+        "compare_interpolation.png",
+        "compare_sensitivity.png",
+        "compare_sweeps.png",
+        "iteration_map.png",
+    ]
+    assert "query_scale" in capsys.readouterr().out
 
 
 def test_interpolation_is_flat_for_a_planted_model_in_another_gauge():

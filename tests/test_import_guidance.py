@@ -211,11 +211,10 @@ def test_from_module_refuses_a_different_forward_and_names_the_other_sign(lsa):
         layouts.from_module(Unscaled(lsa), n=N)
 
 
-def test_a_plus_readout_model_extracts_as_descent(tmp_path):
-    from eagle_probe.extract import extract
-
+def _plus_module() -> LSA:
+    """A one-layer model that reads its prediction as +y_q and takes the best step from zero:
+    ŷ = (η / N) Σ_i (x_qᵀ x_i) y_i with η / N = 1 / (N + d + 1)."""
     plus = LSA(D, 1, readout=1).double().eval()
-    eta = N / (N + D + 1)  # ŷ = +y_q = (η / N) Σ_i (x_qᵀ x_i) y_i: the best step from zero
     layer = plus.layers[0]
     with torch.no_grad():
         for W in (layer.W_Q, layer.W_K, layer.W_V, layer.W_P):
@@ -223,7 +222,14 @@ def test_a_plus_readout_model_extracts_as_descent(tmp_path):
         layer.W_Q.weight[range(D), range(D)] = 1.0
         layer.W_K.weight[range(D), range(D)] = 1.0
         layer.W_V.weight[D, D] = 1.0
-        layer.W_P.weight[D, D] = eta
+        layer.W_P.weight[D, D] = N / (N + D + 1)
+    return plus
+
+
+def test_a_plus_readout_model_extracts_as_descent(tmp_path):
+    from eagle_probe.extract import extract
+
+    plus = _plus_module()
     model = layouts.from_module(plus, n=N, readout=1)
     assert model.cfg.readout == "direct"
     _, task = layouts.import_arrays("samples", _state(plus), n=N, readout=1)
@@ -248,3 +254,60 @@ def test_from_module_in_the_feature_layout():
     plan = conventions.plan_import(_state(source))
     assert plan.convention.startswith("eagle-probe")
     assert "blocks.0.attn.mask" in plan.left_out and "readout_scale" in plan.left_out
+
+
+# --- the readout sign, never silent; bad input in one line ---------------------------------------
+
+
+def test_the_readout_is_named_first_and_the_other_sign_flagged(tmp_path, capsys):
+    torch.save(_plus_module().state_dict(), tmp_path / "plus.pt")
+    source = str(tmp_path / "plus.pt")
+    head = ["import", "--layout", "samples", source, "--n", str(N)]
+    assert main(head + ["--readout", "+1", "-o", str(tmp_path / "right.pt")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("readout +1: the prediction is the query's label entry")
+    assert not [line for line in out if "--readout" in line]  # the right sign: no flag
+    assert main(head + ["-o", str(tmp_path / "wrong.pt")]) == 0  # the default, −1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("readout -1: the prediction is minus the query's label entry")
+    flags = [line for line in out if "re-import with `--readout +1`" in line]
+    assert len(flags) == 1 and flags[0].startswith("warning: the predictions fit better negated")
+    for argv in (["evaluate", str(tmp_path / "wrong.pt"), "--batch", "512"],
+                 ["extract", str(tmp_path / "wrong.pt"), "--no-progress", "--no-control",
+                  "--probe-batch", "32"]):  # fmt: skip
+        assert main(argv) == 0
+        text = capsys.readouterr().out
+        first = text.splitlines()[:5]
+        assert any(line.startswith("readout -1") for line in first), first
+        assert any("`--readout +1`" in line for line in first), first
+        assert "× below" not in text and "x below" not in text  # it is worse than zero
+    assert main(["evaluate", str(tmp_path / "right.pt"), "--batch", "512"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("readout +1") and "--readout" not in out
+
+
+@pytest.mark.parametrize(
+    "case, flags, words",
+    [
+        ("missing projection", [], ["layer 1: missing W_P (or W_O)", "layers.1.q_proj.weight"]),
+        ("width against d", ["--d", "4"], ["width is 6 = d + d'", "pass --d 5"]),
+        ("readout typo", ["--readout", "+l"], ["--readout", "must be -1", "'+l'"]),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(case, flags, words, tmp_path, capsys):
+    state = {
+        f"layers.{layer}.{name}.weight": torch.eye(D + 1, dtype=torch.float64)
+        for layer in range(2)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+    }
+    if case == "missing projection":
+        del state["layers.1.o_proj.weight"]
+    torch.save(state, tmp_path / "w.pt")
+    out = tmp_path / "new" / "m.pt"
+    argv = ["import", "--layout", "samples", str(tmp_path / "w.pt"), "--n", str(N), *flags]
+    assert main(argv + ["-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.pt"]

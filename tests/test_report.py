@@ -299,7 +299,7 @@ def test_attribution_bars_run_from_one_to_the_ratio_and_cut_blow_ups(extraction)
     assert ends(titled["W_QK, layer 1"]) == [(1.0, pytest.approx(cap))]
     assert ends(titled["W_VP, layer 1"]) == [(1.0, pytest.approx(cap))]
     notes = {t.get_text() for ax in fig.axes for t in ax.texts}
-    assert {"1e+09", "not finite"} <= notes
+    assert {"1×10⁹", "not finite"} <= notes  # a power of ten written out, not 1e+09
     assert "cut at" in fig.get_suptitle()
 
 

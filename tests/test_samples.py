@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from von_oswald import GDPP, LSA, train
 
 from eagle_probe import checkpoint, layouts
 from eagle_probe.cli import main
@@ -193,6 +197,10 @@ def test_shipped_one_layer_lsa_is_one_gd_step_with_the_optimal_gain():
     assert abs(lay["scalar"]["alpha_0"] / want - 1) < 0.03
     assert lay["scalar"]["r2"] >= 0.999
     assert lay["label"] == "GD" and ex.verdict["label"] == "GD"
+    from eagle_probe.plots import extraction_attribution
+
+    figure = extraction_attribution(ex)["attribution"]  # the XX, XY, YX, YY blocks drawn
+    assert sum(len(ax.patches) for ax in figure.axes) == 8
 
 
 def test_shipped_three_layer_lsa_is_gdpp():
@@ -238,3 +246,110 @@ def test_cli_extracts_a_sample_layout_model(tmp_path, capsys):
     assert (out / "report.html").is_file() and not (out / "solver.py").exists()
     assert data["export"]["solver"] is None and "EAGLE" in data["export"]["reason"]
     assert "Verdict: GD." in capsys.readouterr().out
+
+
+# --- a researcher's own in-context regression models, trained here (not planted) ----------------
+
+ND, NN = 3, 10  # d and N of the small models trained below
+
+
+def _import(tmp_path: Path, state: dict, *flags: str) -> tuple[Path, str]:
+    """`eagle-probe import --layout samples` of a state_dict; the checkpoint and what it printed."""
+    torch.save(state, tmp_path / "source.pt")
+    out = tmp_path / "model.pt"
+    argv = ["import", "--layout", "samples", str(tmp_path / "source.pt"), "--n", str(NN)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(argv + [*flags, "-o", str(out)]) == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def gdpp(tmp_path_factory):
+    """Von Oswald et al.'s GD++ with two layers, trained by Adam from a random start: layer 0
+    may only transform the data, layer 1 steps on the labels, and the model reads its prediction
+    as +y_q. Saved as Hugging Face style nn.Linear weights, imported with --readout +1."""
+    torch.manual_seed(0)
+    source = GDPP(ND, 2, readout=1, label_steps="last").double()
+    source = train(source, NN, ND, 100, seed=1, lr=5e-2, batch=256)
+    path, printed = _import(
+        tmp_path_factory.mktemp("gdpp"), source.linear_state_dict(), "--readout", "+1"
+    )
+    model, task, _ = checkpoint.load(path)
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=64)
+    return source, printed, ex
+
+
+def _off(got, want) -> float:
+    return abs(float(got) / float(want) - 1.0)
+
+
+def test_a_trained_two_layer_gdpp_is_named_gdpp_with_its_own_steps(gdpp):
+    """γ_0 (layer 0's data transform) and η_1 (layer 1's step) are the source's own parameters
+    over N; the table, the JSON and the algorithm view give them from the activations and from
+    the weights to 2%, positive (downhill) although the model reads +y."""
+    source, printed, ex = gdpp
+    assert printed.splitlines()[0].startswith("readout +1")
+    gamma0 = source.gamma[0].item() / NN
+    eta1 = source.eta[1].item() / NN
+    assert gamma0 > 0 and eta1 > 0  # what training found: a contraction, a descent step
+    assert ex.verdict["label"] == "GD++" and ex.verdict["headline"].startswith("GD++, confidence")
+    assert [lay["label"] for lay in ex.views["verdict"].json["layers"]] == ["GD++", "GD++"]
+    table = ex.table()
+    for column, want in (("gamma (act.)", gamma0), ("gamma (wts)", gamma0)):
+        assert _off(table[column].iloc[0], want) <= 0.02, column
+    for column in ("eta (act.)", "eta (wts)"):
+        assert _off(table[column].iloc[1], eta1) <= 0.02, column
+        assert abs(table[column].iloc[0]) <= 1e-6 * eta1  # layer 0 takes no step
+    assert np.isnan(table["gamma (act.)"].iloc[1])  # the last layer's data never reach ŷ
+    layers = ex.to_json()["layers"]
+    assert (
+        _off(layers[0]["gamma"], gamma0) <= 0.02
+        and _off(layers[0]["gamma_weights"], gamma0) <= 0.02
+    )
+    assert _off(layers[1]["eta"], eta1) <= 0.02 and _off(layers[1]["eta_weights"], eta1) <= 0.02
+    assert layers[1]["gamma"] is None
+    algo = ex.views["algorithm"].json["layers"]
+    assert algo[0]["fit"] == "stream" and algo[0]["step_share"] < 0.01
+    assert _off(algo[0]["gdpp"]["gamma"], gamma0) <= 0.02
+    assert _off(algo[1]["gdpp"]["eta"], eta1) <= 0.02
+    assert _off(algo[1]["gdpp"]["eta_iterate"], eta1) <= 0.02  # α_0 = −η from the iterate
+    # one contraction before the step: α ∝ (1 − γλ)², γ the source's own γ_0 / N
+    assert _off(algo[1]["squared_preconditioner"]["gamma"], gamma0) <= 0.02
+    assert not [w for w in ex.warnings if "--readout" in w]
+
+
+def test_the_report_speaks_of_gdpp_and_its_figures_too(gdpp):
+    from eagle_probe.plots import extraction_figures
+
+    _, _, ex = gdpp
+    lines = ex.render("m.pt").splitlines()
+    assert lines[0].startswith("verdict: GD++, confidence")
+    assert any(line.startswith("readout +1") for line in lines[:5])
+    assert max(map(len, lines)) <= 100
+    figures = extraction_figures(ex)
+    for name, fig in figures.items():
+        texts = [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+        assert not [t for t in texts if "EAGLE" in t], (name, texts)
+        assert not [t for t in texts if re.search(r"\de[+-]\d", t)], (name, texts)  # 10ⁿ
+    assert "GD++" in figures["filters"].get_suptitle()
+    bars = [p for ax in figures["attribution"].axes for p in ax.patches]
+    assert len(bars) >= 4  # W_QK's XX and W_VP's XX, YY blocks of the two layers
+
+
+def test_a_trained_one_layer_model_steps_as_its_weights_say():
+    """von Oswald et al.'s LSA, one layer, a few hundred Adam steps: the GD step read from the
+    activations, from the weights and from the iterate agree to 1%."""
+    torch.manual_seed(1)
+    source = train(LSA(ND, 1).double(), NN, ND, 150, seed=2, lr=2e-2, batch=256)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, _ = _import(Path(tmp), source.state_dict())
+        model, task, _ = checkpoint.load(path)
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=64, control=False)
+    (lay,) = ex.views["verdict"].json["layers"]
+    assert lay["label"] == "GD" and lay["eta"] > 0
+    assert _off(lay["eta"], lay["eta_weights"]) <= 0.01
+    assert _off(lay["eta_iterate"], lay["eta_weights"]) <= 0.01
+    assert ex.table()["eta (wts)"].iloc[0] == lay["eta_weights"]

@@ -118,12 +118,12 @@ def test_cli_timeline_and_its_bad_inputs(run_dir, tmp_path, capsys):
 
 
 def test_cli_train_save_every_writes_the_run_directory(tmp_path):
-    out = tmp_path / "tiny.pt"
+    out = tmp_path / "run" / "tiny.pt"  # a folder that does not exist yet is made
     argv = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--task-rank", "3"]
     argv += ["--layers", "2", "--steps", "25", "--batch", "32", "--eval-every", "10"]
     argv += ["--eval-batch", "128", "--no-progress", "--save-every", "10", "-o", str(out)]
     assert main(argv) == 0
-    steps_dir = tmp_path / "tiny.steps"
+    steps_dir = tmp_path / "run" / "tiny.steps"
     assert sorted(p.name for p in steps_dir.iterdir()) == [
         checkpoint_name(s) for s in (0, 10, 20, 25)
     ]
@@ -155,3 +155,39 @@ def test_cli_sweep_save_every_does_not_combine_with_ensemble(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--save-every" in err[0] and "--ensemble" in err[0]
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_sample_layout_run_shows_when_gd_appears(tmp_path):
+    """von Oswald et al.'s LSA, one layer, trained from a random start, its weights kept at a
+    few steps and imported as a run directory: at step 0 it is no algorithm, at the end one GD
+    step; the timeline says from which checkpoint on, with GD++'s step η (the readout's frame)
+    positive at the end, and draws the names per layer."""
+    from von_oswald import LSA
+    from von_oswald import train as train_lsa
+
+    from eagle_probe import layouts
+    from eagle_probe.plots import timeline_figures
+
+    def keep(step, model):
+        if step in (0, 25, 50, 150):
+            state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+            imported, task = layouts.import_arrays("samples", state, n=10, dtype="float64")
+            checkpoint.save(tmp_path / checkpoint_name(step), imported, task, {"step": step})
+
+    torch.manual_seed(1)
+    train_lsa(LSA(3, 1).double(), 10, 3, 150, seed=2, lr=2e-2, batch=256, on_step=keep)
+    result = timeline(tmp_path, test_batch=256)
+    points = result.json["checkpoints"]
+    assert [p["step"] for p in points] == [0, 25, 50, 150]
+    assert points[0]["verdict"] == "unrecognised" and points[-1]["verdict"] == "GD"
+    (emerge,) = result.json["emergence"]
+    assert emerge["label"] == "GD" and set(emerge) == {"layer", "label", "final", "recognised"}
+    stays = emerge["final"]["stays_from"]
+    assert stays is not None and all(
+        p["layers"][0]["label"] == "GD" for p in points if p["step"] >= stays
+    )
+    assert points[-1]["layers"][0]["eta"] > 0 and points[-1]["layers"][0]["gamma"] is None
+    assert f"layer 0: GD from step {stays:,} on" in result.render()
+    figures = timeline_figures(result.json)
+    texts = [t.get_text() for t in figures["timeline_labels"].legends[0].get_texts()]
+    assert "GD" in texts and not [t for t in texts if "EAGLE" in t]

@@ -97,4 +97,5 @@ def test_a_model_no_better_than_zero_is_not_called_1x_below_it():
 
     assert _below_zero(0.321, 0.32) == "no better than the zero predictor's 0.32"
     assert _below_zero(0.5, 0.32).startswith("no better")
-    assert _below_zero(0.01, 0.2) == "20× below the zero predictor"
+    assert _below_zero(0.01, 0.2) == "20× below the zero predictor's 0.2"
+    assert _below_zero(3.3, 1.0) == "no better than the zero predictor: 3.3× above its 1"

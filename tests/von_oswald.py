@@ -61,17 +61,81 @@ def draw(b: int, N: int, d: int, g: torch.Generator, dtype=torch.float64):
 
 
 def train(
-    model: LSA, N: int, d: int, steps: int, seed: int = 0, lr: float = 1e-2, batch: int = 1024
-) -> LSA:
-    """A few hundred Adam steps on fresh batches, the learning rate decayed on a cosine."""
+    model: nn.Module,
+    N: int,
+    d: int,
+    steps: int,
+    seed: int = 0,
+    lr: float = 1e-2,
+    batch: int = 1024,
+    on_step=None,
+) -> nn.Module:
+    """A few hundred Adam steps on fresh batches, the learning rate decayed on a cosine;
+    `on_step(step, model)` is called before the first step (0) and after each (1 … steps)."""
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for _ in range(steps):
+    if on_step is not None:
+        on_step(0, model)
+    for step in range(1, steps + 1):
         x, y, x_q, y_q = draw(batch, N, d, g, dtype=next(model.parameters()).dtype)
         loss = ((model(tokens(x, y, x_q)) - y_q) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         schedule.step()
+        if on_step is not None:
+            on_step(step, model)
     return model.eval()
+
+
+class GDPP(nn.Module):
+    """von Oswald et al.'s GD++ as a trainable model: per layer two scalars, γ_l the data
+    transform and η_l the step on the labels, in the layer of `LSALayer` with W_Q = W_K =
+    diag(I_d, 0), W_V = diag(−γ_l I_d, readout · η_l), W_P = I:
+
+        x_j ← x_j − (γ_l / N) Σ_{i<N} (x_jᵀ x_i) x_i
+        y_j ← y_j + readout (η_l / N) Σ_{i<N} (x_jᵀ x_i) y_i
+
+    and ŷ = `readout` × the query's label entry, so η_l > 0 steps downhill whichever the readout.
+    `label_steps="last"` keeps η_l = 0 before the last layer: the earlier layers only transform
+    the data (with readout +1 a label step before the last layer would move the labels away from
+    their residuals, which is not gradient descent). `linear_state_dict()` is the same model as
+    `nn.Linear` weights with Hugging Face style names (layers.{l}.q_proj/k_proj/v_proj/o_proj),
+    what such a model's checkpoint holds."""
+
+    def __init__(
+        self, d: int, layers: int, readout: int = 1, std: float = 0.05, label_steps: str = "every"
+    ) -> None:
+        super().__init__()
+        self.d, self.readout = d, readout
+        self.gamma = nn.Parameter(std * torch.randn(layers))  # (L,)
+        self.eta = nn.Parameter(std * torch.randn(layers))  # (L,)
+        stepping = torch.ones(layers) if label_steps == "every" else torch.eye(layers)[-1]
+        self.register_buffer("stepping", stepping, persistent=False)  # (L,) 1 where η_l is free
+
+    def _values(self, layer: int) -> torch.Tensor:
+        """diag(W_V) of layer `layer`: (d + 1,)."""
+        g = self.gamma[layer].expand(self.d)
+        eta = self.readout * self.eta[layer] * self.stepping[layer]
+        return torch.cat([-g, eta.reshape(1)])
+
+    def forward(self, e: torch.Tensor) -> torch.Tensor:  # e: (b, N + 1, d + 1)
+        N, d = e.shape[1] - 1, self.d
+        for layer in range(len(self.gamma)):
+            x = e[..., :d]
+            scores = x @ x[:, :N].transpose(-1, -2)  # (b, N + 1, N): x_jᵀ x_i, samples as keys
+            e = e + scores @ (e[:, :N] * self._values(layer)) / N
+        return self.readout * e[:, -1, -1]  # (b,)
+
+    def linear_state_dict(self) -> dict[str, torch.Tensor]:
+        width = self.d + 1
+        features = torch.diag(torch.cat([torch.ones(self.d), torch.zeros(1)]))
+        out = {}
+        for layer in range(len(self.gamma)):
+            prefix = f"layers.{layer}."
+            out[prefix + "q_proj.weight"] = features.clone()
+            out[prefix + "k_proj.weight"] = features.clone()
+            out[prefix + "v_proj.weight"] = torch.diag(self._values(layer).detach())
+            out[prefix + "o_proj.weight"] = torch.eye(width)
+        return {k: v.to(self.gamma.dtype) for k, v in out.items()}

@@ -18,7 +18,17 @@ from eagle_probe.cli.common import (
 from eagle_probe.errors import EagleProbeError
 
 HELP = "score a checkpoint and its algorithm on shifted prompts"
-SWEEP_NAMES = ("scale", "kappa", "rank", "alpha", "noise", "samples")  # compare.SWEEPS
+SWEEP_NAMES = (  # compare.SWEEPS
+    "scale",
+    "kappa",
+    "rank",
+    "alpha",
+    "noise",
+    "samples",
+    "input_scale",
+    "query_scale",
+    "task_noise",
+)
 
 
 def _add_compare(parser: Parser) -> None:
@@ -34,14 +44,17 @@ def _add_compare(parser: Parser) -> None:
     )
     parser.add_argument(
         "--sweeps",
-        default=",".join(SWEEP_NAMES),
-        help=f"comma-separated sweeps ({','.join(SWEEP_NAMES)})",
+        default=None,
+        help=f"comma-separated sweeps ({','.join(SWEEP_NAMES)}; default: the model's layout's, "
+        "scale,kappa,rank,alpha,noise,samples or, in the sample layout, "
+        "input_scale,query_scale,task_noise,samples)",
     )
     parser.add_argument(
         "--more-steps",
         type=_positive_int,
         default=4,
-        help="the algorithm is also run for this many times the network's layers (4)",
+        help="the algorithm is also run for this many times the network's layers (4; feature "
+        "layout)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="seed of every prompt drawn (0)")
     parser.add_argument(
@@ -62,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.compare import CompareConfig, compare
     from eagle_probe.plots import compare_figures
 
-    sweeps = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
-    unknown = [s for s in sweeps if s not in SWEEP_NAMES]
-    if unknown or not sweeps:
+    sweeps = None
+    if args.sweeps is not None:
+        sweeps = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
+    unknown = [s for s in sweeps or () if s not in SWEEP_NAMES]
+    if unknown or sweeps == ():
         raise EagleProbeError(
             f"--sweeps: unknown sweep(s) {', '.join(unknown) or '(none given)'}; choose from "
             f"{', '.join(SWEEP_NAMES)}"
@@ -86,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     payload["model"]["checkpoint"] = str(args.model)
     payload["model"]["sha256"] = checkpoint.sha256(args.model)
     payload["timings"]["total"] = time.perf_counter() - start
-    print(result.render())
     names = _write_results(tmp, "compare", payload, compare_figures(payload))
     _publish(args)
+    print(result.render())
     print(f"wrote {out / 'compare.json'} and {', '.join(names)}")
     return 0

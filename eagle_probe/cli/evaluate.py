@@ -35,7 +35,13 @@ def loads(args: argparse.Namespace) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint
-    from eagle_probe.evaluate import evaluate
+    from eagle_probe.evaluate import (
+        against_zero,
+        evaluate,
+        model_readout_text,
+        readout_flag,
+        readout_sign,
+    )
 
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
@@ -46,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
             f"{args.model}: the {bad[0].replace('_', ' ')} on {result['prompts']} prompts is "
             f"{result[bad[0]]}, not a finite number: the model's outputs overflow"
         )
+    sign = readout_sign(model)
+    flag = readout_flag(sign, result["mse"], result["flipped_mse"])
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
+    result |= {"readout": sign, "readout_flag": flag}
     if args.json:
         print(json.dumps(checkpoint.jsonable(result)))
         return 0
@@ -55,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
         f"{model.cfg.heads} head(s), task {task.task} (n={task.n}, d={task.d}, "
         f"n'={task.n_prime}, d'={task.d_prime}), {result['prompts']} fresh prompts"
     )
+    print(model_readout_text(model))
+    if flag is not None:
+        print(f"warning: {flag}")
     rows = [
         ("test MSE", result["mse"]),
         ("zero predictor MSE", result["zero_mse"]),
@@ -64,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     for name, value in rows:
         print(f"  {name:<22}{value:.3e}")
-    print(f"  {'improvement':<22}{result['improvement']:.1f}x below the zero predictor")
+    versus = against_zero(result["mse"], result["zero_mse"], lambda r: f"{r:.1f}x")
+    print(f"  {'improvement':<22}{versus}")
     print(
         f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
         f"(largest seen {result['max_norm_a']:.2f})"

@@ -14,11 +14,15 @@ from eagle_probe.cli.common import (
 from eagle_probe.errors import EagleProbeError
 
 HELP = "convert another codebase's weights into a checkpoint"
+SIGN_PROMPTS = 1024  # fresh prompts of the readout-sign check
 
 
 def _readout(text: str) -> int:
     if text not in ("-1", "+1", "1"):
-        raise argparse.ArgumentTypeError(f"must be -1 or +1, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be -1 (the prediction is minus the query's label entry) or +1 (the entry "
+            f"itself), got {text!r}"
+        )
     return int(text)
 
 
@@ -60,6 +64,7 @@ def loads(args: argparse.Namespace) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
     from eagle_probe.conventions import plan_import
+    from eagle_probe.evaluate import evaluate, readout_flag, readout_text
     from eagle_probe.layouts import LAYOUTS, import_arrays, read_arrays
 
     if args.layout not in LAYOUTS:
@@ -70,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
     arrays = read_arrays(args.weights, max_bytes=_budget(args))
+    # printed once the import has worked: a refused input gets its one line and nothing else
+    lines = [readout_text(float(args.readout), samples=args.layout != "eagle-probe")]
     if args.layout != "ahn":
-        print("\n".join(plan_import(arrays, heads=args.heads).lines()))
+        lines += plan_import(arrays, heads=args.heads).lines()
     model, task = import_arrays(
         args.layout,
         arrays,
@@ -85,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
         max_bytes=_budget(args),
     )
     cfg = model.cfg
+    # the readout sign never silent: the negated predictions against the truth on fresh prompts
+    check = evaluate(model, task, batch=SIGN_PROMPTS, seed=0)
+    flag = readout_flag(args.readout, check["mse"], check["flipped_mse"])
+    print("\n".join(lines + ([f"warning: {flag}"] if flag is not None else [])))
     what = (
         f"{cfg.tokens} layout, {cfg.n_layers} layer{'' if cfg.n_layers == 1 else 's'} x "
         f"{cfg.heads} head{'' if cfg.heads == 1 else 's'}, d = {cfg.d}, "

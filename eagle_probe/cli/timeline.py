@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     )
     payload = result.json
     payload["timings"]["total"] = time.perf_counter() - start
-    print(result.render())
     names = _write_results(tmp, "timeline", payload, timeline_figures(payload))
     _publish(args)
+    print(result.render())
     print(f"wrote {out / 'timeline.json'} and {', '.join(names)}")
     return 0

@@ -528,7 +528,7 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.cli.common import EXIT_USER, SEED_LIMIT
     from eagle_probe.ensemble import train_ensemble
-    from eagle_probe.evaluate import evaluate
+    from eagle_probe.evaluate import against_zero, evaluate
 
     seeds = list(range(train_cfg.seed, train_cfg.seed + args.seeds))
     if seeds[-1] >= SEED_LIMIT:
@@ -591,7 +591,7 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
         )
         lines.append(
             f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
-            f"({test['improvement']:.1f}x below the zero predictor)"
+            f"({against_zero(test['mse'], test['zero_mse'], lambda r: f'{r:.1f}x')})"
         )
     interrupted = results[0][1]["interrupted"]
     _publish(args)

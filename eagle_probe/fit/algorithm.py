@@ -22,6 +22,17 @@ Where orders 0, 1 and 2 are all kept, `squared_preconditioner` tests the GD++ si
 preconditioning on both sides of a step, α ∝ (1 − γλ)².
 
 α_p = −β_p, so gradient descent from zero with step η has α_0 = −η (the design's sign).
+
+Sample layout. A GD++ layer may take no step on the iterate at all and only transform the data
+its successors step on (x ← (I − γ G) x for every row): its Δx is round-off, which none of the
+fits above can name. A layer (not the last) that moves x by less than NO_STEP of the final
+iterate (`step_share`) but moves the data (γ λ_max ≥ MOVES) is named from the stream instead:
+"GD++" when one GD++ layer (view `eagle`: A, C −= γ A Aᵀ(·), B, D −= η B Aᵀ(·)) explains its
+whole update with R² ≥ R2_MIN (`fit` = "stream"), "unrecognised" otherwise. Every layer also
+carries GD++'s own numbers (`gdpp`): γ, the data transform, and η, the gradient step on the
+labels, read from the activations (view `eagle`, the readout's frame), η again from the iterate
+(−α_0 of the fit the name rests on: GD++ gives α_0 = −η exactly), and no γ for the last layer,
+whose data transform never reaches the prediction.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.polynomial import essential_orders, fit_polynomial, residual_direction
 
 R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
+NO_STEP = 0.01  # sample layout: a layer moving x by less than this share of ‖x_L‖ takes no step
+MOVES = 1e-3  # and it transforms the data when I − γ G moves G's top eigenvalue by this much
 MATRIX_GAIN = 0.5  # the matrix fit must cut the polynomial fit's relative residual by this factor
 SCALAR_TOL = 1e-3  # Γ is a multiple of I when ‖Γ − (tr Γ / d) I‖ / ‖Γ‖ is below this
 MAX_DEGREE = 6  # highest order the polynomial fit may use
@@ -124,6 +137,59 @@ def squared_preconditioner(poly: dict) -> dict | None:
     return {"gamma": gamma, "square_gap": abs(ratio - gamma**2) / abs(ratio)}
 
 
+def step_share(cap: Capture, layer: int) -> float:
+    """‖x_{l+1} − x_l‖ / ‖x_L‖ over the probe batch: how much of the final iterate layer l
+    moves (1 for a model whose x_L is zero, so every layer counts as stepping)."""
+    final = float(np.linalg.norm(cap.x[-1]))
+    dx = float(np.linalg.norm(cap.x[layer + 1] - cap.x[layer]))
+    return dx / final if final > 0 else 1.0
+
+
+FIT_OF_LABEL = {  # the fit each name rests on, unless named from the stream
+    "GD": "scalar",
+    "GD++": "polynomial",
+    "polynomial": "polynomial",
+    "preconditioned GD": "matrix",
+    "unrecognised": "scalar",
+}
+
+
+def label_alpha0(lay: dict) -> float:
+    """The order-0 step α_0 of the fit a layer's name rests on: the scalar fit's (GD), the
+    polynomial fit's order-0 coefficient (GD++, polynomial), −tr Γ / d (preconditioned GD), −η of
+    the stream's GD++ layer (a layer named from the stream)."""
+    fit = lay.get("fit", FIT_OF_LABEL[lay["label"]])
+    if fit == "stream":
+        return -float(lay["gdpp"]["eta"])
+    if fit == "scalar":
+        return float(lay["scalar"]["alpha_0"])
+    if fit == "polynomial":
+        poly = lay["polynomial"]
+        return float(poly["alpha"][poly["orders"].index(0)]) if 0 in poly["orders"] else np.nan
+    gamma = np.asarray(lay["matrix"]["gamma"])
+    return -float(np.trace(gamma)) / len(gamma)
+
+
+def sample_layer(f: dict, step, last: bool, lam_max: float) -> dict:
+    """A sample-layout layer's fits `f` with GD++'s numbers from its stream step (a row of
+    `fit.eagle.fit_steps`), and named from the stream where it takes no step on x but moves the
+    data (γ λ_max at least MOVES, λ_max the probes' largest eigenvalue of G; module text)."""
+    stream_r2 = 1.0 - float(step.one_step_residual) ** 2
+    f["gdpp"] = {
+        "gamma": None if last else float(step.a_step),  # its data transform (none in the last)
+        "eta": float(step.c_step),  # its step on the labels, the readout's frame
+        "stream_r2": stream_r2,  # one GD++ layer against the layer's whole update
+    }
+    f["fit"] = FIT_OF_LABEL[f["label"]]
+    moves = abs(float(step.a_step)) * lam_max >= MOVES
+    if f["step_share"] < NO_STEP and not last and moves:
+        f["label"] = "GD++" if stream_r2 >= R2_MIN else "unrecognised"
+        f["fit"] = "stream" if f["label"] == "GD++" else f["fit"]
+    f["gdpp"]["eta_iterate"] = -label_alpha0(f)
+    f["r2_label"] = stream_r2 if f["fit"] == "stream" else float(f[f["fit"]]["r2"])
+    return f
+
+
 def layer_fits(cap: Capture, layer: int) -> dict:
     """The three fits of one layer and its name."""
     G = cap.normal_matrix()
@@ -139,6 +205,7 @@ def layer_fits(cap: Capture, layer: int) -> dict:
     return {
         "layer": layer,
         "label": name_layer(scalar, poly, matrix),
+        "step_share": step_share(cap, layer),
         "scalar": scalar,
         "polynomial": poly,
         "matrix": matrix,
@@ -151,20 +218,31 @@ def algorithm_view(ctx: Context) -> ViewResult:
     """GD, GD++ or preconditioned GD, per layer, from the design-form fits."""
     cap = ctx.cap
     fits = [layer_fits(cap, layer) for layer in range(cap.layers)]
+    if ctx.geometry.samples:
+        from eagle_probe.fit.eagle import fit_steps
+
+        steps = fit_steps(cap, ctx.geometry)  # view eagle's table (kept with the capture)
+        lam_max = float(cap.normal_eigenvalues().max())
+        fits = [
+            sample_layer(f, step, f["layer"] == cap.layers - 1, lam_max)
+            for f, step in zip(fits, steps.itertuples(), strict=True)
+        ]
     rows, layers = [], []
     for f in fits:
-        rows.append(
-            {
-                "layer": f["layer"],
-                "label": f["label"],
-                "alpha_0": f["scalar"]["alpha_0"],
-                "r2_scalar": f["scalar"]["r2"],
-                "orders": f["polynomial"]["orders"],
-                "r2_polynomial": f["polynomial"]["r2"],
-                "r2_matrix": f["matrix"]["r2"],
-                "gamma_departure": f["matrix"]["departure_from_scalar"],
-            }
-        )
+        row = {
+            "layer": f["layer"],
+            "label": f["label"],
+            "alpha_0": f["scalar"]["alpha_0"],
+            "r2_scalar": f["scalar"]["r2"],
+            "orders": f["polynomial"]["orders"],
+            "r2_polynomial": f["polynomial"]["r2"],
+            "r2_matrix": f["matrix"]["r2"],
+            "gamma_departure": f["matrix"]["departure_from_scalar"],
+            "step_share": f["step_share"],
+        }
+        if "gdpp" in f:
+            row |= {"gamma": f["gdpp"]["gamma"], "eta": f["gdpp"]["eta"], "fit": f["fit"]}
+        rows.append(row)
         matrix = dict(f["matrix"])
         matrix["gamma"] = matrix["gamma"].tolist()
         layers.append({**f, "matrix": matrix})

@@ -11,8 +11,13 @@ layer l (internal units), the paper's normalisation of the steps. The one-step r
 relative to the layer's own update.
 
 Sample layout: the same four directions tied by row (`Geometry.pairs`): a from the feature rows
-A, C (the data preconditioning of GD++), c from the label rows B, D (the gradient step), with the
-per-block checks `a_from_A`, `a_from_C`, `c_from_B`, `c_from_D`.
+A, C (the data transform of GD++, its γ), c from the label rows B, D (the gradient step, its η),
+with the per-block checks `a_from_A`, `a_from_C`, `c_from_B`, `c_from_D`. c is stated in the
+readout's frame (`Geometry.step_sign`: a downhill step is positive whichever sign the model reads
+its prediction with), and the last layer's c is read from the D slot alone: its A, B, C updates
+never reach the prediction, so nothing trains them (a model's W_QK rows of the labels, for one,
+keep their initial values there). GD++'s names `gamma` = a and `eta` = c replace EAGLE's
+normalised η, γ in this layout.
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
         (p, q), (r, s) = geometry.pairs  # blocks sharing a, blocks sharing c
         a = _coef([delta[p], delta[q]], [feats[p], feats[q]])
         c = _coef([delta[r], delta[s]], [feats[r], feats[s]])
+        last = geometry.samples and layer == cap.layers - 1
+        if last:  # only the D slot of the last layer reaches the prediction (module text)
+            c = _coef([delta["D"]], [feats["D"]])
         # Z1 − EAGLE(Z) from the features already at hand (geometry.eagle_step, unrecomputed)
         step = {p: a, q: a, r: c, s: c}
         with np.errstate(over="ignore", invalid="ignore"):
@@ -66,21 +74,25 @@ def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
         # a stream that overflowed (an untrained control at large sizes) has no spectral norm
         norm2 = cap.a_norm2(layer)
         update = float(np.linalg.norm(Z1 - Z))
-        rows.append(
-            {
-                "layer": layer,
-                "a_step": a,
-                "c_step": c,
-                f"a_from_{p}": _coef([delta[p]], [feats[p]]),
-                f"a_from_{q}": _coef([delta[q]], [feats[q]]),
-                f"c_from_{r}": _coef([delta[r]], [feats[r]]),
-                f"c_from_{s}": _coef([delta[s]], [feats[s]]),
-                "norm_a_max": math.sqrt(norm2),
-                "eta": a * norm2,
-                "gamma": c * norm2,
-                "one_step_residual": math.sqrt(gap2) / update if update else 0.0,
-            }
-        )
+        sign = geometry.step_sign  # c in the readout's frame (1 in the feature layout)
+        row = {
+            "layer": layer,
+            "a_step": a,
+            "c_step": sign * c,
+            f"a_from_{p}": _coef([delta[p]], [feats[p]]),
+            f"a_from_{q}": _coef([delta[q]], [feats[q]]),
+            f"c_from_{r}": sign * _coef([delta[r]], [feats[r]]),
+            f"c_from_{s}": sign * _coef([delta[s]], [feats[s]]),
+            "norm_a_max": math.sqrt(norm2),
+            "eta": a * norm2,
+            "gamma": c * norm2,
+            "one_step_residual": math.sqrt(gap2) / update if update else 0.0,
+        }
+        if geometry.samples:  # GD++'s names: γ the data transform, η the gradient step
+            # (no γ in the last layer: its data never reach the prediction; a_step keeps the fit)
+            row["gamma"], row["eta"] = (math.nan if last else a), sign * c
+            row["c_read_from"] = "D" if last else "BD"
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -134,6 +134,7 @@ class Family:
         step with the per-head level, so their steps are the means over heads."""
         a = (-heads.q * heads.v * geo.key_scale).groupby(heads.layer).sum().to_numpy()
         c = (-heads.q * heads.w * geo.key_scale).groupby(heads.layer).sum().to_numpy()
+        c = geo.step_sign * c  # the sample layout's label step in the readout's frame
         if geo.machines > 1:
             a, c = a / geo.heads, c / geo.heads
         return a, c
@@ -150,7 +151,7 @@ class Family:
             raise ValueError(f"need one c-step per a-step, got {L} and {len(c_steps)}")
         qk, vp = np.zeros((L, h, E, E)), np.zeros((L, h, E, E))
         for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
-            a, c = float(a) / geo.key_scale, float(c) / geo.key_scale
+            a, c = float(a) / geo.key_scale, geo.step_sign * float(c) / geo.key_scale
             for head in range(h):
                 if self.name == "eagle":
                     qk[layer, head] = _embed(geo, np.eye(n))

@@ -96,6 +96,15 @@ class Geometry:
         return 1.0 / self.n if self.samples else 1.0
 
     @property
+    def step_sign(self) -> float:
+        """The sign from a label step as the prediction sees it to the step on the stream's label
+        rows B, D (`eagle_step`): the sample layout states its steps in the readout's frame, so a
+        downhill step is positive whichever sign the model reads its prediction with (−1 for a
+        model that reads +D_slot); 1 in the feature layout, whose steps are stated for the
+        negated D slot (BRIEF §3)."""
+        return -1.0 if self.samples and self.readout > 0 else 1.0
+
+    @property
     def pairs(self) -> tuple[str, str]:
         """Which blocks share the step a and which the step c: EAGLE ties by column (A, B | C, D),
         the sample-layout family by row (A, C | B, D)."""
@@ -322,10 +331,12 @@ class Geometry:
     def eagle_step(self, Z: np.ndarray, layer: int, a: float, c: float) -> np.ndarray:
         """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated (BRIEF §3):
         A −= a A K, B −= a B K, C −= c A P Aᵀ C, D_slot −= c B P Aᵀ C. Sample layout: the row-tied
-        family, A −= a A AᵀA, C −= a A AᵀC, B −= c B AᵀA, D_slot −= c B AᵀC (module text)."""
+        family, A −= a A AᵀA, C −= a A AᵀC, B −= σ c B AᵀA, D_slot −= σ c B AᵀC, σ = `step_sign`
+        (module text)."""
         FA, FB, FC, FD = self.eagle_features(Z, layer)
         d, n = self.d, self.n
-        step = dict(zip("ABCD", (a, c, a, c) if self.samples else (a, a, c, c), strict=True))
+        sc = self.step_sign * c
+        step = dict(zip("ABCD", (a, sc, a, sc) if self.samples else (a, a, c, c), strict=True))
         out = Z.copy()
         with np.errstate(over="ignore", invalid="ignore"):
             out[:, :d, :n] -= step["A"] * FA
@@ -344,7 +355,8 @@ class Geometry:
     def eagle_products(self, a_steps, c_steps) -> tuple[np.ndarray, np.ndarray]:
         """Products (L, 1, E, E) whose layers run EAGLE with the given steps, read centralized:
         W_QK = diag(I_n, 0), W_VP = diag(−a I_n, −c I_n'); sample layout (E = d + d'):
-        W_QK = diag(I_d, 0), W_VP = diag(−n a I_d, −n c I_d') (the scores carry 1/n)."""
+        W_QK = diag(I_d, 0), W_VP = diag(−n a I_d, −n σ c I_d') (the scores carry 1/n; σ =
+        `step_sign`)."""
         L, (k, _) = len(a_steps), self.split
         E = sum(self.split)
         qk = np.zeros((L, 1, E, E))
@@ -352,7 +364,7 @@ class Geometry:
         qk[:, 0, range(k), range(k)] = 1.0
         for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
             vp[layer, 0, range(k), range(k)] = -a / self.key_scale
-            vp[layer, 0, range(k, E), range(k, E)] = -c / self.key_scale
+            vp[layer, 0, range(k, E), range(k, E)] = -self.step_sign * c / self.key_scale
         return qk, vp
 
     def to_json(self) -> dict:
@@ -365,7 +377,6 @@ class Geometry:
             "heads": self.heads,
             "layers": self.layers,
             "normalize": self.normalize,
-            "readout": self.readout,
             "machines": self.machines,
             "layout": self.layout,
         }

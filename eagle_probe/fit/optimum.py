@@ -71,9 +71,10 @@ def _rows_jacobian(
     D[...] = 0.0
     b, p = z0.shape[0], 2 * L
     dA, dB, dC, dD = (np.zeros((b, p) + x.shape[1:]) for x in (A, B, C, D))
+    sign = geo.step_sign  # the label step acts on the stream as σ c (`Geometry.step_sign`)
     with np.errstate(over="ignore", invalid="ignore"):
         for layer in range(L):
-            a, c = a_steps[layer], c_steps[layer]
+            a, c = a_steps[layer], sign * c_steps[layer]
             At = A.swapaxes(-1, -2)
             K = geo.gram_map(At @ A, layer)  # (b, n, n)
             X = _left(At, dA)  # Aᵀ dA: (b, p, n, n)
@@ -96,6 +97,7 @@ def _rows_jacobian(
             A, B, C, D = A - a * AK, B - sB * BK, C - sC * AM, D - c * BM
         pred = geo.readout * D * geo.d_scale(s)
         jac = geo.readout * dD * geo.d_scale(s)[:, None]
+        jac[:, L:] *= sign  # ∂/∂c = σ ∂/∂(σ c)
     return pred, jac
 
 
@@ -406,6 +408,7 @@ def predict(
             At = A.swapaxes(-1, -2)
             K = geo.gram_map(At @ A, layer)
             M = geo.query_operator(layer) @ (At @ C)
+            c = geo.step_sign * c  # the label step on the stream (`Geometry.step_sign`)
             sB, sC = (c, a) if geo.samples else (a, c)  # the row-tied family swaps them
             A, B, C, D = A - a * (A @ K), B - sB * (B @ K), C - sC * (A @ M), D - c * (B @ M)
         return geo.readout * D * geo.d_scale(s)

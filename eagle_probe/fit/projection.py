@@ -87,7 +87,7 @@ def project_products(
             rows.append(row)
     heads = pd.DataFrame(rows)
     heads["a_part"] = -heads.q * heads.v * geo.key_scale
-    heads["c_part"] = -heads.q * heads.w * geo.key_scale
+    heads["c_part"] = -heads.q * heads.w * geo.key_scale * geo.step_sign
     a_steps, c_steps = fam.steps(geo, heads)
     return {"qk": pqk, "vp": pvp, "heads": heads, "a_steps": a_steps, "c_steps": c_steps}
 

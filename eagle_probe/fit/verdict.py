@@ -23,17 +23,24 @@ layers clearly better). The model is
 
 Sample layout (`sample_verdict`): the algorithms of the in-context-learning literature instead.
 Each layer takes the algorithm view's name ("GD", "GD++", "preconditioned GD", "polynomial" or
-"unrecognised", fitted to the implicit iterate); the model is named by the most general layer:
-"preconditioned GD" if any layer is, else "GD++" if any layer is, else "polynomial" if any layer
-is, else "GD"; "unrecognised" if any layer is unexplained or the model is not clearly better than
-the zero predictor. The family's one-step gap (views `eagle`, `fidelity`), the projection's cost
-and the discovered terms are quoted beside it.
+"unrecognised", fitted to the implicit iterate, or from the stream for a layer that only
+transforms the data); the model is named by the most general layer: "preconditioned GD" if any
+layer is, else "GD++" if any layer is, else "polynomial" if any layer is, else "GD";
+"unrecognised" if any layer is unexplained or the model is not clearly better than the zero
+predictor. Every layer carries GD++'s γ (data transform) and η (step, the readout's frame) read
+from the activations and from the weights; where the two differ by more than AGREE the text says
+which to trust and why. The confidence rests on the numbers the layer table prints (the R² of
+each name's fit, the activations against the weights). The family's one-step gap (views `eagle`,
+`fidelity`; the last layer's on the D slot), the projection's cost and the discovered terms that
+carry at least TERM_SHARE of their block's update are quoted beside it. In both layouts the
+readout sign is checked on the held-out prompts (`readout_check`).
 """
 
 from __future__ import annotations
 
 import math
 
+from eagle_probe.evaluate import against_zero, readout_flag, readout_hint
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 
@@ -177,12 +184,9 @@ def term_kinds(terms_json: dict, family: families.Family | None = None) -> tuple
 
 
 def _below_zero(net: float, zero: float) -> str:
-    """How far the MSE is below the zero predictor's, or that it is not below it."""
-    if net <= 0:
-        return "infinitely below the zero predictor"
-    if zero / net < 1.05:
-        return f"no better than the zero predictor's {_fmt(zero)}"
-    return f"{_fmt(zero / net)}× below the zero predictor"
+    """How far the MSE is below the zero predictor's, or that it is not below it
+    (`evaluate.against_zero`)."""
+    return against_zero(net, zero, lambda r: f"{_fmt(r)}×")
 
 
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
@@ -349,10 +353,26 @@ def headline(label: str, family: str | None, level: str, reasons: list[str]) -> 
     return f"{named}, confidence {level}: " + "; ".join(reasons)
 
 
-READOUT_HINT = (
-    "if the source model reads its prediction as +y (not −y), re-import it with "
-    "`eagle-probe import --readout +1` (or `layouts.from_module(..., readout=1)`)"
-)
+def readout_check(ctx: Context, ascent: list[int]) -> tuple[dict, list[str]]:
+    """The readout sign, never silent: the sign the steps are stated in, the held-out MSE of the
+    negated predictions, and one warning line when those fit clearly better (with the flag that
+    fixes it: `evaluate.readout_flag`); else a hint when layers `ascent` step uphill or the
+    model is worse than predicting zero."""
+    sign = -1 if ctx.geometry.readout < 0 else 1
+    net, zero = ctx.network_mse, ctx.zero_mse
+    flipped = ctx.held_out.mse(-ctx.network_pred)
+    flag = readout_flag(sign, net, flipped)
+    info = {"readout": sign, "flipped_mse": flipped, "readout_flag": flag}
+    if flag is not None:
+        return info, [flag]
+    if ascent or not (math.isfinite(net) and net <= zero):
+        why = (
+            f"layer {', '.join(map(str, ascent))} steps uphill (α_0 > 0, gradient ascent)"
+            if ascent
+            else "the model is worse than predicting zero"
+        )
+        return info, [f"{why}: {readout_hint(sign)}"]
+    return info, []
 
 
 def _coadapted(ctx: Context, layers: list[dict]) -> list[str]:
@@ -400,6 +420,13 @@ SAMPLE_TERMS = {
     "preconditioned GD": ("B+=BAt*W*A", "D+=BAt*W*C", "A+=AAt*W*A", "C+=AAt*W*C"),
 }
 SAMPLE_ORDER = ("GD", "polynomial", "GD++", "preconditioned GD")  # least to most general
+# a discovered term outside these families is named only when it carries at least this share of
+# its block's update (a coefficient of 1e-7 on a term of the same size as the update is round-off)
+TERM_SHARE = 0.01
+# the steps read from the activations and from the weights agree when they differ by at most this
+# (relative to the larger), or when both move the spectrum's top by less than NEGLIGIBLE_STEP
+AGREE = 0.05
+NEGLIGIBLE_STEP = 1e-3
 
 
 def sample_label(labels: list[str]) -> str:
@@ -407,28 +434,6 @@ def sample_label(labels: list[str]) -> str:
     if not labels or "unrecognised" in labels:
         return "unrecognised"
     return max(labels, key=SAMPLE_ORDER.index)
-
-
-FIT_OF_LABEL = {  # the algorithm view's fit each name rests on
-    "GD": "scalar",
-    "GD++": "polynomial",
-    "polynomial": "polynomial",
-    "preconditioned GD": "matrix",
-    "unrecognised": "scalar",
-}
-
-
-def label_alpha0(lay: dict) -> float:
-    """The order-0 step α_0 of the fit the layer's name rests on: the scalar fit's (GD), the
-    polynomial fit's order-0 coefficient (GD++, polynomial), −tr Γ / d (preconditioned GD)."""
-    fit = FIT_OF_LABEL[lay["label"]]
-    if fit == "scalar":
-        return float(lay["scalar"]["alpha_0"])
-    if fit == "polynomial":
-        poly = lay["polynomial"]
-        return float(poly["alpha"][poly["orders"].index(0)]) if 0 in poly["orders"] else math.nan
-    gamma = lay["matrix"]["gamma"]
-    return -float(sum(gamma[i][i] for i in range(len(gamma)))) / len(gamma)
 
 
 def one_step_theory(ctx: Context) -> float | None:
@@ -443,20 +448,71 @@ def one_step_theory(ctx: Context) -> float | None:
     return -1.0 / (t.n + t.d + 1)
 
 
+def step_differences(layers: list[dict], lam_max: float) -> list[dict]:
+    """Per layer and GD++ step (γ, η) read from the activations and from the weights: their
+    relative difference |act − wts| / max(|act|, |wts|), or None where both move the top of the
+    spectrum (step × λ_max) by less than NEGLIGIBLE_STEP."""
+    out = []
+    for lay in layers:
+        for name in ("gamma", "eta"):
+            act, wts = lay[name], lay[f"{name}_weights"]
+            if act is None or wts is None or not (math.isfinite(act) and math.isfinite(wts)):
+                continue
+            size = max(abs(act), abs(wts))
+            rel = None if size * lam_max < NEGLIGIBLE_STEP else abs(act - wts) / size
+            out.append({"layer": lay["layer"], "step": name, "relative": rel})
+    return out
+
+
+def agreement_text(diffs: list[dict], proj: ViewResult | None) -> tuple[str, str | None]:
+    """(one sentence, one headline reason or None) on whether the activations' and the weights'
+    steps agree, and which to trust where they do not."""
+    rated = [d for d in diffs if d["relative"] is not None]
+    if not rated:
+        return "", None
+    worst = max(rated, key=lambda d: d["relative"])
+    name = {"gamma": "γ", "eta": "η"}
+    if worst["relative"] <= AGREE:
+        return (
+            f"The steps read from the activations and from the weights agree to "
+            f"{worst['relative']:.2%} or better in every layer.",
+            f"activations and weights agree to {worst['relative']:.2%}",
+        )
+    off = [d for d in rated if d["relative"] > AGREE]
+    where = ", ".join(f"layer {d['layer']}'s {name[d['step']]} ({d['relative']:.1%})" for d in off)
+    outside = ""
+    if proj is not None:
+        lay = proj.json["layers"][worst["layer"]]
+        outside = (
+            f" (layer {worst['layer']}'s W_QK leaves {lay['qk_outside']:.1%} and W_VP "
+            f"{lay['vp_outside']:.1%} of its norm outside the isotropic family)"
+        )
+    return (
+        f"The activations and the weights differ in {where}: the weights' projection drops the "
+        f"structure outside GD++{outside}, while the activations are what the network computes on "
+        "these prompts, so the activations' steps are the ones to trust (the projection's cost "
+        "says how much the dropped part matters).",
+        f"activations and weights differ by up to {worst['relative']:.1%} "
+        f"(layer {worst['layer']}'s {name[worst['step']]})",
+    )
+
+
 def sample_confidence(
-    ctx: Context, layers: list[dict], label: str, theory: float | None
+    ctx: Context, layers: list[dict], label: str, theory: float | None, agreement: str | None
 ) -> tuple[str, list[str]]:
-    """("high", "medium" or "low", reasons) for a sample-layout name: high when every layer's
-    fit reaches R² ≥ 0.999 (and α_0 is within 5% of the theory's one-step value where there is
-    one), medium when every fit reaches R2_MIN, low otherwise; "unrecognised" is held with high
-    confidence when the model fails the zero predictor."""
+    """("high", "medium" or "low", reasons) for a sample-layout name, from the numbers the layer
+    table prints: high when every layer's fit (column R2: the fit its name rests on) reaches
+    R² ≥ 0.999, α_0 is within 5% of the theory's one-step value where there is one and the
+    activations' and the weights' steps agree within AGREE; medium when every fit reaches
+    R2_MIN; low otherwise. "unrecognised" is held with high confidence when the model fails the
+    zero predictor."""
     net, zero = ctx.network_mse, ctx.zero_mse
     r2_min = ctx.results["algorithm"].json["thresholds"]["r2_min"]
-    fits = [lay["r2"][FIT_OF_LABEL[lay["label"]]] for lay in layers]
+    fits = [lay["r2_label"] for lay in layers]
     reasons = []
     working = math.isfinite(net) and net <= ZERO_FRACTION * zero
     if working:
-        reasons.append(f"MSE {_fmt(zero / net) if net > 0 else 'inf'}× below the zero predictor")
+        reasons.append(f"MSE {_below_zero(net, zero)}")
     else:
         reasons.append(f"MSE {_fmt(net)} not clearly below the zero predictor's {_fmt(zero)}")
     if layers and label != "unrecognised":
@@ -467,9 +523,12 @@ def sample_confidence(
         near = abs(a / theory - 1.0) <= 0.05
         off = a / theory - 1.0
         reasons.append(f"α_0 = {a:.4g} against −1/(n + d + 1) = {theory:.4g} ({off:+.1%})")
+    agree = agreement is None or "agree" in agreement
+    if agreement is not None and label != "unrecognised":
+        reasons.append(agreement)
     if label == "unrecognised":
         level = "high" if not working else "medium"
-    elif min(fits, default=0.0) >= 0.999 and near and working:
+    elif min(fits, default=0.0) >= 0.999 and near and working and agree:
         level = "high"
     elif min(fits, default=0.0) >= r2_min:
         level = "medium"
@@ -478,14 +537,45 @@ def sample_confidence(
     return level, reasons
 
 
+def _layer_words(lay: dict, algo: dict, last: bool, r2_min: float) -> str:
+    """What one sample-layout layer does, in words, with the numbers the table prints."""
+    eta, gamma = _fmt(lay["eta"]), _fmt(lay["gamma"]) if lay["gamma"] is not None else ""
+    r2 = f"R² {lay['r2_label']:.6f}"
+    words = {
+        "GD": f"one gradient step η = {eta} (α_0 = {_fmt(lay['alpha_0'])}, {r2})",
+        "preconditioned GD": f"a matrix step Γ, {algo['matrix']['departure_from_scalar']:.2g} "
+        f"away from a multiple of I ({r2})",
+        "polynomial": f"orders {algo['polynomial']['orders']} without the order-1 term ({r2})",
+        "unrecognised": f"no fit reaches R² {r2_min}",
+    }
+    if lay["label"] == "GD++" and lay["fit"] == "stream":
+        words["GD++"] = (
+            f"it only transforms the data, γ = {gamma}, taking no step on the iterate "
+            f"({lay['step_share']:.2%} of it); one GD++ layer reproduces its update ({r2})"
+        )
+    else:
+        words["GD++"] = (
+            f"a gradient step η = {eta} through the data the layers before it transformed "
+            f"(orders {algo['polynomial']['orders']} of the design form, α = "
+            f"[{', '.join(_fmt(v) for v in algo['polynomial']['alpha'])}], {r2})"
+        )
+    text = words[lay["label"]]
+    if not last and lay["gamma"] is not None and lay["fit"] != "stream" and lay["gamma"] != 0:
+        text += f"; it transforms the data for the next layers by γ = {gamma}"
+    return text
+
+
 def sample_verdict(ctx: Context) -> ViewResult:
     """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
+    from eagle_probe.fit.algorithm import label_alpha0
+
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     if "algorithm" not in ctx.results:  # the names come from the algorithm view
         from eagle_probe.fit.algorithm import algorithm_view
 
         ctx.results["algorithm"] = algorithm_view(ctx)
-    algo = ctx.results["algorithm"].json["layers"]
+    algo_json = ctx.results["algorithm"].json
+    algo, r2_min = algo_json["layers"], algo_json["thresholds"]["r2_min"]
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
     ctrl = None
     if ctx.control is not None and "fidelity" in ctx.control.results:
@@ -494,25 +584,34 @@ def sample_verdict(ctx: Context) -> ViewResult:
     layers = []
     for lay in algo:
         layer = lay["layer"]
-        cost = float("nan")
-        if proj is not None and net > 0:
-            cost = proj.json["layers"][layer]["mse"] / net - 1.0
+        last = layer == geo.layers - 1
+        cost, wts = float("nan"), None
+        if proj is not None:
+            wts = proj.json["layers"][layer]
+            if net > 0:
+                cost = wts["mse"] / net - 1.0
+        one_step = fid[layer]["one_step"] if fid else None
         layers.append(
             {
                 "layer": layer,
                 "label": lay["label"],
+                "fit": lay["fit"],  # the fit the name rests on
+                "r2_label": lay["r2_label"],  # its R² (column R2 of the layer table)
                 "alpha_0": label_alpha0(lay),  # of the fit the label rests on
-                "alpha_0_fit": FIT_OF_LABEL[lay["label"]],
+                "alpha_0_fit": lay["fit"],
                 "alpha_0_scalar": lay["scalar"]["alpha_0"],
                 "orders": lay["polynomial"]["orders"] if lay["label"] != "GD" else [0],
-                "r2": {
-                    "scalar": lay["scalar"]["r2"],
-                    "polynomial": lay["polynomial"]["r2"],
-                    "matrix": lay["matrix"]["r2"],
-                },
-                "one_step_relative": fid[layer]["one_step"]["relative"] if fid else float("nan"),
-                "one_step_relative_D": fid[layer]["one_step"]["relative_blocks"]["D"]
-                if fid
+                "r2": {k: lay[k]["r2"] for k in ("scalar", "polynomial", "matrix")},
+                "step_share": lay["step_share"],
+                # GD++'s names: γ the data transform (none in the last layer), η the step
+                "gamma": lay["gdpp"]["gamma"],
+                "eta": lay["gdpp"]["eta"],
+                "eta_iterate": lay["gdpp"]["eta_iterate"],
+                "gamma_weights": None if wts is None or last else wts["a_step"],
+                "eta_weights": None if wts is None else wts["c_step"],
+                "one_step_relative": one_step["relative"] if one_step else float("nan"),
+                "one_step_relative_D": one_step["relative_blocks"]["D"]
+                if one_step
                 else float("nan"),
                 "control_relative": ctrl[layer]["one_step"]["relative"] if ctrl else float("nan"),
                 "projection_cost": cost,
@@ -526,41 +625,39 @@ def sample_verdict(ctx: Context) -> ViewResult:
             f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
             f"{_fmt(zero)}): its fits describe no working algorithm"
         )
+    sign = -1 if geo.readout < 0 else 1
     parts = [
-        f"sample-layout model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
-        f"held-out MSE {_fmt(net)} ({_below_zero(net, zero)})."
+        f"sample-layout model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}, "
+        f"readout {sign:+d}; held-out MSE {_fmt(net)} ({_below_zero(net, zero)}). Its steps are "
+        "read as GD++'s (von Oswald et al. 2023): per layer the data move, A, C −= γ A Aᵀ(·), "
+        "and the labels take a gradient step, B, D −= η B Aᵀ(·) (η > 0 downhill as the "
+        "readout sees it)."
     ]
     for lay, a in zip(layers, algo, strict=True):
-        what = {
-            "GD": f"one gradient step, α_0 = {_fmt(lay['alpha_0'])} (R² {lay['r2']['scalar']:.6f})",
-            "GD++": f"orders {a['polynomial']['orders']} of the design form, α = "
-            f"[{', '.join(_fmt(v) for v in a['polynomial']['alpha'])}] "
-            f"(R² {lay['r2']['polynomial']:.6f})",
-            "preconditioned GD": f"a matrix step Γ, {a['matrix']['departure_from_scalar']:.2g} "
-            f"away from a multiple of I (R² {lay['r2']['matrix']:.6f})",
-            "polynomial": f"orders {a['polynomial']['orders']} without the order-1 term "
-            f"(R² {lay['r2']['polynomial']:.6f})",
-            "unrecognised": "no fit reaches R² "
-            f"{ctx.results['algorithm'].json['thresholds']['r2_min']}",
-        }[lay["label"]]
         gap = ""
-        if math.isfinite(lay["one_step_relative"]):
-            gap = (
-                f"; one GD++ layer misses {_fmt(lay['one_step_relative'])} of its update "
-                f"({_fmt(lay['one_step_relative_D'])} of the D slot's)"
+        last = lay["layer"] == geo.layers - 1
+        key = "one_step_relative_D" if last else "one_step_relative"
+        if math.isfinite(lay[key]):
+            gap = f"; one GD++ layer misses {_fmt(lay[key])} of its update" + (
+                " on the D slot, the only block the prediction reads" if last else ""
             )
             if math.isfinite(lay["control_relative"]):
                 gap += f" (untrained control {_fmt(lay['control_relative'])})"
-        parts.append(f"Layer {lay['layer']}: {lay['label']}, {what}{gap}.")
+        words = _layer_words(lay, a, last, r2_min)
+        parts.append(f"Layer {lay['layer']}: {lay['label']}, {words}{gap}.")
+    lam_max = max((a["polynomial"]["lambda_max"] for a in algo), default=1.0)
+    sentence, agreement = agreement_text(step_differences(layers, lam_max), proj)
+    if sentence:
+        parts.append(sentence)
     if proj is not None and net > 0 and math.isfinite(proj.json["projected_mse"]):
         pm = proj.json["projected_mse"]
         text = (
             f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)} "
-            f"({(pm / net - 1) * 100:+.1f}%)"
+            f"({_cost(pm / net - 1)})"
         )
         if "preconditioned_mse" in proj.json:
             pc = proj.json["preconditioned_mse"]
-            text += f", onto preconditioned GD {_fmt(pc)} ({(pc / net - 1) * 100:+.1f}%)"
+            text += f", onto preconditioned GD {_fmt(pc)} ({_cost(pc / net - 1)})"
         parts.append(text + ".")
     opt = ctx.results.get("optimum")
     if opt is not None and net > 0:
@@ -579,18 +676,24 @@ def sample_verdict(ctx: Context) -> ViewResult:
             for t in lay.get("terms", []):
                 if last and t["target"] != "D":
                     continue
-                if t.get("frequency", 1.0) >= 0.5 and t["name"] not in known:
+                if (
+                    t.get("frequency", 1.0) >= 0.5
+                    and abs(t.get("share", 1.0)) >= TERM_SHARE
+                    and t["name"] not in known
+                ):
                     extra.setdefault(t["name"], []).append(lay["layer"])
         if extra:
             parts.append(
-                "Term discovery finds terms outside GD, GD++ and preconditioned GD: "
+                "Term discovery finds terms outside GD, GD++ and preconditioned GD carrying at "
+                f"least {TERM_SHARE:.0%} of their block's update: "
                 + "; ".join(f"{n} (layer {', '.join(map(str, ls))})" for n, ls in extra.items())
                 + "."
             )
         else:
             parts.append(
-                "Term discovery finds only terms of GD, GD++ and preconditioned GD (in the last "
-                "layer, on the D slot the prediction reads)."
+                "Term discovery finds no term outside GD, GD++ and preconditioned GD carrying "
+                f"{TERM_SHARE:.0%} of its block's update (in the last layer, on the D slot the "
+                "prediction reads)."
             )
     theory = one_step_theory(ctx)
     for lay in layers:
@@ -598,19 +701,22 @@ def sample_verdict(ctx: Context) -> ViewResult:
     ascent = [
         lay["layer"]
         for lay in layers
-        if lay["label"] in ("GD", "GD++", "preconditioned GD") and lay["alpha_0"] > 0
+        if lay["label"] in ("GD", "GD++", "preconditioned GD")
+        and lay["fit"] != "stream"  # a layer taking no step has no direction to check
+        and lay["alpha_0"] > 0
     ]
-    if ascent or not (math.isfinite(net) and net <= zero):
-        why = (
-            f"layer {', '.join(map(str, ascent))} steps uphill (α_0 > 0, gradient ascent)"
-            if ascent
-            else "the model is worse than predicting zero"
-        )
-        warnings.append(f"{why}: {READOUT_HINT}")
+    sign_info, sign_warnings = readout_check(ctx, ascent)
+    warnings += sign_warnings
     parts.append(f"Verdict: {label}.")
-    thresholds = {**ctx.results["algorithm"].json["thresholds"], "zero_fraction": ZERO_FRACTION}
+    thresholds = {
+        **algo_json["thresholds"],
+        "zero_fraction": ZERO_FRACTION,
+        "term_share": TERM_SHARE,
+        "agree": AGREE,
+        "negligible_step": NEGLIGIBLE_STEP,
+    }
     family = label if label != "unrecognised" else None
-    level, reasons = sample_confidence(ctx, layers, label, theory)
+    level, reasons = sample_confidence(ctx, layers, label, theory, agreement)
     return ViewResult(
         "verdict",
         {
@@ -626,6 +732,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "thresholds": thresholds,
                 "headline": headline(label, family, level, reasons),
                 "text": " ".join(parts),
+                **sign_info,
             },
         },
         {},
@@ -676,8 +783,8 @@ def verdict_view(ctx: Context) -> ViewResult:
             f"({BLOCK_MEANING[b['product'], b['block']]}), outside EAGLE's shape: zeroing it "
             f"everywhere multiplies the MSE by {_fmt(b['ratio'])}"
         )
-    if not (math.isfinite(net) and net <= zero):
-        warnings.append(f"the model is worse than predicting zero: {READOUT_HINT}")
+    sign_info, sign_warnings = readout_check(ctx, [])
+    warnings += sign_warnings
     family = families.of_geometry(ctx.geometry).name if label != "not EAGLE" else None
     level, reasons = confidence(ctx, layers, label)
     return ViewResult(
@@ -696,6 +803,7 @@ def verdict_view(ctx: Context) -> ViewResult:
                 "thresholds": THRESHOLDS,
                 "headline": headline(label, family, level, reasons),
                 "text": model_text(ctx, layers, label),
+                **sign_info,
             },
         },
         {},

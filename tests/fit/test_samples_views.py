@@ -133,7 +133,7 @@ def test_verdict_names_the_planted_algorithm(extractions, name):
     ex = extractions[name]
     assert ex.verdict["label"] == name
     assert ex.verdict["text"].endswith(f"Verdict: {name}.")
-    assert "only terms of GD, GD++ and preconditioned GD" in ex.verdict["text"]
+    assert "no term outside GD, GD++ and preconditioned GD" in ex.verdict["text"]
     labels = [lay["label"] for lay in ex.views["verdict"].json["layers"]]
     # GD++'s first layer is a plain GD step on the iterate; it preconditions the next one's data
     assert labels == {"GD": ["GD", "GD"], "GD++": ["GD", "GD++"]}.get(name, [name, name])

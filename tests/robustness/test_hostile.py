@@ -530,7 +530,7 @@ def test_empty_output_paths(argv, tmp_path, monkeypatch, capsys):
         ("dangling", ["symbolic link"]),
         ("/proc/eagle-probe-x", ["cannot write"]),
         ("ro/x", ["cannot write"]),
-        ("nodir/x", ["does not exist"]),
+        ("m.pt/x", ["under a file"]),
     ],
 )
 def test_bad_output_paths_fail_before_the_work(out, words, tmp_path, monkeypatch, capsys):
