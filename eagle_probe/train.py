@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from eagle_probe.errors import signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.names import DEFAULT_STEPS, SCHEDULES
@@ -35,6 +36,9 @@ from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 # error explodes under constant steps cannot dominate, while a failure on many prompts still counts.
 SELECTIONS = ("mean", "median", "trimmed")
 TRIM = 0.99
+# Why a run stopped (its metrics' `stopped`): every step done; a KeyboardInterrupt (SIGINT, or
+# SIGTERM/SIGHUP under the command line) first; or validations ran and none had a finite loss.
+STOPS = ("finished", "interrupted", "diverged")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +108,33 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
         return cls(**data)
+
+
+def stop_record(
+    stop: KeyboardInterrupt | None, history: list[dict[str, Any]], best_selected: float | None
+) -> dict[str, Any]:
+    """Why a run stopped, for its metrics: `stopped` (one of STOPS: "diverged" once validations
+    ran and none was finite, interrupted or not), `interrupted` and `signal` (the interrupting
+    signal's name, None when none interrupted it)."""
+    if history and best_selected is None:
+        stopped = "diverged"
+    else:
+        stopped = "finished" if stop is None else "interrupted"
+    name = None if stop is None else signal_name(signal_of(stop))
+    return {"stopped": stopped, "interrupted": stop is not None, "signal": name}
+
+
+def check_in_dtype(cfg: TrainConfig, dtype: torch.dtype) -> None:
+    """Raise ValueError unless every rate, clip and decay of `cfg` is a finite number of `dtype`,
+    the dtype the optimiser computes in (a larger one overflows inside the first update)."""
+    top = torch.finfo(dtype).max
+    for name in ("lr", "gain_lr", "weight_decay", "clip", "clip_qk", "final_lr_ratio"):
+        value = getattr(cfg, name)
+        if not abs(value) <= top:
+            raise ValueError(
+                f"{name} {value!r} is beyond the range of {str(dtype).removeprefix('torch.')} "
+                f"(at most {top:.3g}), the dtype the model trains in; pass a smaller {name}"
+            )
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
@@ -224,9 +255,12 @@ def train(
 
     `init_from` starts a fresh run from another model's weights (`grow`: its heads become the
     first heads, the others keep their random initialisation).
+
+    The metrics say why the run stopped (`stop_record`: finished, interrupted, diverged).
     """
     if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
+    check_in_dtype(cfg, model_cfg.torch_dtype)
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):
         raise ValueError(
@@ -303,7 +337,7 @@ def train(
     }
     window_loss, window_steps, skipped = 0.0, 0, 0
     start = time.perf_counter()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     step = start_step
 
     def validate(step: int) -> dict[str, Any]:
@@ -338,7 +372,7 @@ def train(
         return row
 
     def _metrics() -> dict[str, Any]:
-        steps_done = step if interrupted or step >= cfg.steps else step + 1
+        steps_done = step if interrupted is not None or step >= cfg.steps else step + 1
         elapsed = time.perf_counter() - start
         return {
             "train_config": cfg.to_dict(),
@@ -441,8 +475,8 @@ def train(
             if save_every and ((step + 1) % save_every == 0 or step + 1 == cfg.steps):
                 snapshot(step + 1, value if math.isfinite(value) else None)
             bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
     finally:
         bar.close()
 
@@ -452,7 +486,8 @@ def train(
         model.reset_hooks(including_permanent=True)
     final = _with_state(model, best["state"])
     final.eval()
-    return final, _metrics() | {"interrupted": interrupted}
+    metrics = _metrics()
+    return final, metrics | stop_record(interrupted, history, metrics["best_val_selected"])
 
 
 def _trimmed_mean(errors: torch.Tensor) -> float:

@@ -4,15 +4,57 @@ and output claims. Imports nothing heavy at module level (the parsers are built 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated, signal_name, signal_of
 from eagle_probe.forked import set_threads
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 EXIT_PIPE = 141  # the reader of stdout left (`… | head`): as a process that SIGPIPE stopped
+# Signals that stop a command as SIGINT does (Python raises KeyboardInterrupt for SIGINT itself):
+# its claimed outputs are discarded, one line is printed, the exit code is 128 + the signal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+EXIT_STOPPED = {128 + s for s in (signal.SIGINT, *STOP_SIGNALS)}
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While the block runs, each of STOP_SIGNALS raises `Terminated` in the main thread, so a
+    command unwinds from it as from SIGINT: every output claim is discarded on the way out. A
+    signal this process ignores (SIGHUP under nohup) stays ignored; the handlers before are
+    restored afterwards. Elsewhere than in the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame) -> NoReturn:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stopped_line(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and the exit code of a command stopped by a signal (128 + the signal)."""
+    signum = signal_of(stop)
+    text = str(stop).strip()
+    if not text:
+        name = signal_name(signum)
+        text = "interrupted" if signum == signal.SIGINT else f"terminated ({name}); nothing written"
+    return f"eagle-probe: {text}", 128 + signum
 
 
 class UsageError(EagleProbeError):

@@ -10,11 +10,10 @@ import platform
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from eagle_probe import __version__
 from eagle_probe.cli.common import (
-    EXIT_INTERRUPTED,
     Parser,
     _budget,
     _claim,
@@ -24,7 +23,7 @@ from eagle_probe.cli.common import (
     _publish,
     _seed,
 )
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated
 from eagle_probe.names import (
     DEFAULT_STEPS,
     NORMALIZE,
@@ -279,6 +278,47 @@ def _lead_process() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
 
 
+def _exit_code(metrics: dict[str, Any]) -> int:
+    """0 for a finished run; 128 + the signal for one an interrupt stopped (its best weights
+    written), as for any command a signal stops."""
+    if not metrics["interrupted"]:
+        return 0
+    return 128 + signal.Signals[metrics["signal"]]
+
+
+def _status(metrics: dict[str, Any]) -> str:
+    """How the run ended, for its last line: "done" or "interrupted (SIGTERM) at step …"."""
+    if not metrics["interrupted"]:
+        return "done"
+    steps = metrics["train_config"]["steps"]
+    return (
+        f"interrupted ({metrics['signal']}) at step {metrics['steps_done']:,} of {steps:,}, "
+        "best weights so far"
+    )
+
+
+def _unvalidated(metrics: dict[str, Any]) -> Terminated:
+    """The stop of a run interrupted before its first validation: no weights were kept, so
+    nothing is written (a signal, not a divergence)."""
+    cfg = metrics["train_config"]
+    first = min(cfg["eval_every"], cfg["steps"])
+    return Terminated(
+        signal.Signals[metrics["signal"]],
+        f"interrupted ({metrics['signal']}) at step {metrics['steps_done']:,} of "
+        f"{cfg['steps']:,}, before the first validation (step {first:,}), so no weights were "
+        "kept; nothing written - a lower --eval-every keeps weights sooner",
+    )
+
+
+def _diverged(metrics: dict[str, Any], decisive: str) -> str | None:
+    """Why the kept weights cannot be written (None: they can): no validation was finite, or
+    the number they were selected by is not finite on the test prompts."""
+    if metrics["stopped"] == "diverged":
+        return "no validation had a finite loss, so no weights were kept"
+    value = metrics["test"][decisive]
+    return None if math.isfinite(value) else f"test {decisive.replace('_', ' ')} {value}"
+
+
 def loads(args: argparse.Namespace) -> tuple[str, ...]:
     """The modules `run` imports."""
     return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
@@ -428,41 +468,31 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         if claim is not None and steps_dir is not None:
             checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
 
-    def on_sigterm(signum, frame) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        model, metrics = train(
-            model_cfg,
-            task,
-            train_cfg,
-            progress=not args.no_progress,
-            on_validate=write,
-            resume=resume,
-            save_every=args.save_every or 0,
-            on_save=save_step,
-            init_from=getattr(args, "init_source", None),
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    model, metrics = train(
+        model_cfg,
+        task,
+        train_cfg,
+        progress=not args.no_progress,
+        on_validate=write,
+        resume=resume,
+        save_every=args.save_every or 0,
+        on_save=save_step,
+        init_from=getattr(args, "init_source", None),
+    )
     if metrics.get("processes", 1) > 1:
         import torch.distributed as tdist
 
         if tdist.get_rank() != 0:
             return 0  # rank 0 writes the checkpoint and reports
-    metrics["test"] = evaluate(model, task)
+    if metrics["stopped"] == "interrupted" and metrics.get("best_val_selected") is None:
+        raise _unvalidated(metrics)
+    if metrics["stopped"] != "diverged":
+        metrics["test"] = evaluate(model, task)
     # the number the kept weights were selected by must be finite on the test prompts too
-    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
-    if metrics.get("best_val_selected") is None:
+    reason = _diverged(metrics, "mse" if train_cfg.select == "mean" else "median_mse")
+    if reason is not None:
         raise EagleProbeError(
-            "training diverged (no validation had a finite loss, so no weights were kept); "
-            "nothing written - lower --lr or --init-std"
-        )
-    if not math.isfinite(metrics["test"][decisive]):
-        raise EagleProbeError(
-            f"training diverged (test {decisive.replace('_', ' ')} {metrics['test'][decisive]}); "
-            "nothing written - lower --lr or --init-std"
+            f"training diverged ({reason}); nothing written - lower --lr or --init-std"
         )
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
@@ -471,13 +501,12 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     )
     _publish(args)
     test = metrics["test"]
-    status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
     print(
-        f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+        f"{_status(metrics)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
         f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
         f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
     )
-    return EXIT_INTERRUPTED if metrics["interrupted"] else 0
+    return _exit_code(metrics)
 
 
 def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
@@ -559,30 +588,27 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
         payload = checkpoint.jsonable(metrics | provenance)
         claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
 
-    def on_sigterm(signum, frame) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        results = train_ensemble(
-            model_cfg,
-            task,
-            train_cfg,
-            seeds,
-            progress=not args.no_progress,
-            on_validate=write,
-            resume=resume,
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    results = train_ensemble(
+        model_cfg,
+        task,
+        train_cfg,
+        seeds,
+        progress=not args.no_progress,
+        on_validate=write,
+        resume=resume,
+    )
+    first = results[0][1]
+    if first["stopped"] == "interrupted" and first.get("best_val_selected") is None:
+        raise _unvalidated(first)  # the seeds validate together: none has kept weights
     decisive = "mse" if train_cfg.select == "mean" else "median_mse"
     diverged, lines = [], []
     for k, (model, metrics) in enumerate(results):
-        metrics["test"] = evaluate(model, task)
-        test = metrics["test"]
-        if metrics.get("best_val_selected") is None or not math.isfinite(test[decisive]):
+        if metrics["stopped"] != "diverged":
+            metrics["test"] = evaluate(model, task)
+        if _diverged(metrics, decisive) is not None:
             diverged.append(seeds[k])
             continue
+        test = metrics["test"]
         write(k, model, metrics)
         summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
         claim.write_text(
@@ -593,12 +619,9 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
             f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
             f"({test['improvement']:.1f}x below the zero predictor)"
         )
-    interrupted = results[0][1]["interrupted"]
     _publish(args)
     print("\n".join(lines))
-    wall = results[0][1]["wall_seconds"]
-    status = "interrupted, best weights so far" if interrupted else "done"
-    print(f"{status}: {len(lines)} of {len(seeds)} seeds in {wall:.0f} s")
+    print(f"{_status(first)}: {len(lines)} of {len(seeds)} seeds in {first['wall_seconds']:.0f} s")
     if diverged:
         print(
             f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
@@ -606,4 +629,4 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
             file=sys.stderr,
         )
         return EXIT_USER
-    return EXIT_INTERRUPTED if interrupted else 0
+    return _exit_code(first)

@@ -1,0 +1,186 @@
+"""Hostile inputs, part four: signals that leave nothing behind, interrupted training told as
+interrupted, Slurm paths, numeric flags bounded by the dtype they feed, contradicting import
+sizes, checkpoint metadata, skipped views, environment variables and matplotlib's chatter.
+
+Each test uses another command, size or flag than the case that found the hole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle_probe import checkpoint
+from eagle_probe.cli import main
+from eagle_probe.errors import Terminated
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig, make_generator
+from eagle_probe.train import TrainConfig, train
+
+SMALL = ModelConfig(n=5, d=4, n_layers=2)
+SMALL_TASK = TaskConfig(n=5, d=4, rank=2)
+TRAIN = ["train", "--regime", "centralized", "--n", "5", "--d", "4", "--task-rank", "2"]
+TRAIN += ["--layers", "1", "--batch", "8", "--eval-batch", "16", "--no-progress"]
+
+
+def _good(path: Path) -> Path:
+    checkpoint.save(path, LinearTransformer(SMALL, generator=make_generator(0)), SMALL_TASK)
+    return path
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _one_line(capsys, code: int, expected: int, *words: str) -> str:
+    err = capsys.readouterr().err
+    assert code == expected, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def _wait_for(root: Path, pattern: str, timeout: float = 120.0) -> Path:
+    """The first path under `root` matching `pattern`, waited for (a failure after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(root.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"nothing matching {pattern} appeared in {timeout:.0f} s")
+
+
+# --- 1. SIGTERM and SIGHUP unwind every command as SIGINT does -----------------------------
+
+
+def _blocked(*args, **kwargs):
+    """A command's work that runs until a signal stops it (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise AssertionError("no signal arrived")
+
+
+@pytest.mark.parametrize(
+    "command, work, signum",
+    [
+        ("extract", "eagle_probe.extract.extract", signal.SIGHUP),
+        ("timeline", "eagle_probe.timeline.timeline", signal.SIGTERM),
+    ],
+)
+def test_a_signal_removes_the_staging_directory_and_says_so(
+    command, work, signum, tmp_path, monkeypatch, capsys
+):
+    _good(tmp_path / "m.pt")
+    (tmp_path / "run").mkdir()
+    _good(tmp_path / "run" / "step_00000000.pt")
+    argv = {
+        "extract": ["extract", "m.pt", "--out", "x", "--no-progress"],
+        "timeline": ["timeline", "run", "--out", "x"],
+    }[command]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(work, _blocked)
+
+    def unexpected(signum, frame):  # only reached when the command installs no handler
+        raise AssertionError(f"{signal.Signals(signum).name} reached no handler of the command")
+
+    previous = signal.signal(signum, unexpected)
+    try:
+        stager = threading.Thread(
+            target=lambda: (
+                _wait_for(tmp_path, ".x.eagle-probe-partial-*"),
+                os.kill(os.getpid(), signum),
+            ),
+            daemon=True,
+        )
+        stager.start()
+        code = main(argv)
+        stager.join(timeout=5)
+    finally:
+        signal.signal(signum, previous)
+    _one_line(capsys, code, 128 + signum, signal.Signals(signum).name, "nothing written")
+    assert not [p for p in _listing(tmp_path) if p.startswith(".")]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_signal_this_process_ignores_stays_ignored():
+    from eagle_probe.cli.common import stop_signals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with stop_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+# --- 2. training says why it stopped -------------------------------------------------------
+
+
+def _stop_at(step: int, stop: KeyboardInterrupt):
+    def on_save(done: int, model, info) -> None:
+        if done == step:
+            raise stop
+
+    return on_save
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Terminated(signal.SIGHUP)])
+def test_training_records_an_interrupt_before_any_validation(stop):
+    cfg = TrainConfig(steps=50, batch=8, eval_every=40, eval_batch=16)
+    _, metrics = train(
+        SMALL, SMALL_TASK, cfg, progress=False, save_every=1, on_save=_stop_at(3, stop)
+    )
+    assert metrics["stopped"] == "interrupted" and metrics["interrupted"] is True
+    assert metrics["signal"] == ("SIGINT" if type(stop) is KeyboardInterrupt else "SIGHUP")
+    assert 0 < metrics["steps_done"] < 40 and metrics["best_val_selected"] is None
+
+
+def test_training_records_a_finished_and_a_diverged_run():
+    from eagle_probe.train import stop_record
+
+    cfg = TrainConfig(steps=4, batch=8, eval_every=2, eval_batch=16)
+    _, done = train(SMALL, SMALL_TASK, cfg, progress=False)
+    assert (done["stopped"], done["interrupted"], done["signal"]) == ("finished", False, None)
+    validated = [{"step": 2, "val_selected": None}]  # a validation ran, none was finite
+    assert stop_record(None, validated, None)["stopped"] == "diverged"
+    assert stop_record(Terminated(signal.SIGTERM), validated, None)["stopped"] == "diverged"
+    assert stop_record(Terminated(signal.SIGTERM), [], None) == {
+        "stopped": "interrupted",
+        "interrupted": True,
+        "signal": "SIGTERM",
+    }
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_first_validation_is_an_interrupt_not_a_divergence(tmp_path):
+    argv = [*TRAIN, "--steps", "10000000", "--eval-every", "5000000", "--save-every", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eagle_probe", *argv, "-o", "m.pt"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    try:  # step 1's weights are kept once the first step ran: the loop is under way
+        _wait_for(tmp_path, ".m.steps.eagle-probe-partial-*/step_00000001.pt")
+    except AssertionError:
+        proc.kill()
+        raise
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "diverged" not in err, err
+    assert "interrupted (SIGTERM)" in err and "before the first validation" in err, err
+    assert _listing(tmp_path) == []
