@@ -184,3 +184,66 @@ def test_sigterm_before_the_first_validation_is_an_interrupt_not_a_divergence(tm
     assert len(lines) == 1 and "diverged" not in err, err
     assert "interrupted (SIGTERM)" in err and "before the first validation" in err, err
     assert _listing(tmp_path) == []
+
+
+# --- 3. the Slurm script quotes and escapes its paths --------------------------------------
+
+
+def _sbatch_words(line: str) -> list[str]:
+    """The words sbatch reads from an #SBATCH line (Slurm's src/sbatch/opt.c, `_get_argument`:
+    a backslash escapes the next character, quotes group, an unquoted # ends the options)."""
+    words, word, quote, escape, i = [], None, None, False, 0
+    text = line.removeprefix("#SBATCH")
+    while i < len(text):
+        c = text[i]
+        i += 1
+        if escape:
+            word, escape = (word or "") + c, False
+        elif c == "\\":
+            escape, word = True, word or ""
+        elif quote:
+            word = word + c if c != quote else word
+            quote = None if c == quote else quote
+        elif c in "\"'":
+            quote, word = c, word or ""
+        elif c == "#":
+            break
+        elif c.isspace():
+            if word is not None:
+                words.append(word)
+            word = None
+        else:
+            word = (word or "") + c
+    assert quote is None, f"unmatched quote in {line!r}"
+    return words + ([word] if word is not None else [])
+
+
+def test_slurm_script_paths_survive_sbatchs_reading(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "runs #2 \"a\" 'b' 50%u\\x"
+    argv = ["sweep", "--regimes", "constrained", "--seeds", "2", "--out", str(out)]
+    argv += ["--plan", "p 1%.jsonl", "--slurm", "s.sbatch", "--job-name", "ep%x"]
+    argv += ["--slurm-partition", "gpu#1"]
+    assert main(argv) == 0, capsys.readouterr().err
+    script = (tmp_path / "s.sbatch").read_text().splitlines()
+    options = dict(
+        w.removeprefix("--").split("=", 1)
+        for line in script
+        if line.startswith("#SBATCH")
+        for w in _sbatch_words(line)
+    )
+    # the file-name pattern: every % of the path doubled, only Slurm's own %A and %a left
+    assert options["output"] == str(out).replace("%", "%%") + "/ep%%x-%A_%a.out"
+    assert options["job-name"] == "ep%x" and options["partition"] == "gpu#1"
+    body = shlex.split(next(line for line in script if line.startswith("exec ")))
+    assert body[body.index("--run") + 1] == str(tmp_path / "p 1%.jsonl")
+
+
+def test_a_line_break_cannot_enter_an_sbatch_line(tmp_path):
+    from eagle_probe import plan
+    from eagle_probe.errors import EagleProbeError
+
+    with pytest.raises(EagleProbeError, match="line break"):
+        plan.slurm_script(tmp_path / "p.jsonl", 2, python="python", logs=tmp_path / "a\nb")
