@@ -47,6 +47,7 @@ from eagle_probe.model import (
     token_mask,
 )
 from eagle_probe.model import prompt_scale as model_prompt_scale
+from eagle_probe.names import MAX_SEEDS
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 from eagle_probe.train import (
     TrainConfig,
@@ -60,7 +61,6 @@ from eagle_probe.train import (
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
 EPS = 1e-8
-MAX_SEEDS = 256  # seeds one process trains together
 # prompts (over all seeds) per forward-backward pass of a training step; measured best on a
 # 2-core CPU: 512 (K = 8, batch 1024: 25.5 ms per 1024 prompts, 38.7 ms in one pass)
 PASS_PROMPTS = 512
@@ -279,7 +279,7 @@ def train_ensemble(
         raise ValueError(f"the seeds repeat: {seeds}")
     for seed in seeds:
         replace(cfg, seed=seed)  # each seed's config is valid
-    check_in_dtype(cfg, model_cfg.torch_dtype)
+    check_in_dtype(cfg, task, model_cfg.torch_dtype)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("seeds in one process do not combine with torchrun; launch one run")
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)

@@ -13,3 +13,8 @@ NORMALIZE = ("none", "frobenius", "spectral")
 TASKS = ("paper", "least_squares", "nystrom", "completion")  # the keys of `tasks.TASKS`
 SCHEDULES = ("constant", "warmup_cosine")
 DEFAULT_STEPS = 20_000  # `TrainConfig.steps` default, the paper's run length
+MAX_STEPS = 10**9  # `TrainConfig.steps` limit: 12 days at 1 ms a step
+MAX_SEEDS = 256  # seeds one process trains together (`ensemble.train_ensemble`, `train --seeds`)
+# `CompareConfig.more_steps` limit: the algorithm runs more_steps × its layers steps on every prompt
+# of every sweep point (1000 on a one-layer model: a minute on 2 CPU cores)
+MAX_MORE_STEPS = 1000

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from eagle_probe.errors import signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
-from eagle_probe.names import DEFAULT_STEPS, SCHEDULES
+from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 
 # What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
@@ -84,6 +84,8 @@ class TrainConfig:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.steps > MAX_STEPS:
+            raise ValueError(f"steps must be at most {MAX_STEPS:,}, got {self.steps!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr!r}")
         for name in ("warmup", "freeze_values_last"):
@@ -124,12 +126,13 @@ def stop_record(
     return {"stopped": stopped, "interrupted": stop is not None, "signal": name}
 
 
-def check_in_dtype(cfg: TrainConfig, dtype: torch.dtype) -> None:
-    """Raise ValueError unless every rate, clip and decay of `cfg` is a finite number of `dtype`,
-    the dtype the optimiser computes in (a larger one overflows inside the first update)."""
+def check_in_dtype(cfg: TrainConfig, task: TaskConfig, dtype: torch.dtype) -> None:
+    """Raise ValueError unless every rate, clip and decay of `cfg` and the task's noise variance
+    are finite numbers of `dtype`, the dtype the model trains in (a larger rate overflows inside
+    the first update, a larger variance in the first prompts)."""
     top = torch.finfo(dtype).max
-    for name in ("lr", "gain_lr", "weight_decay", "clip", "clip_qk", "final_lr_ratio"):
-        value = getattr(cfg, name)
+    named = [(k, getattr(cfg, k)) for k in ("lr", "gain_lr", "weight_decay", "clip", "clip_qk")]
+    for name, value in [*named, ("final_lr_ratio", cfg.final_lr_ratio), ("noise", task.noise)]:
         if not abs(value) <= top:
             raise ValueError(
                 f"{name} {value!r} is beyond the range of {str(dtype).removeprefix('torch.')} "
@@ -260,7 +263,7 @@ def train(
     """
     if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
-    check_in_dtype(cfg, model_cfg.torch_dtype)
+    check_in_dtype(cfg, task, model_cfg.torch_dtype)
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):
         raise ValueError(

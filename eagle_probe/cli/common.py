@@ -8,12 +8,13 @@ import contextlib
 import math
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from eagle_probe.errors import EagleProbeError, Terminated, signal_name, signal_of
 from eagle_probe.forked import set_threads
+from eagle_probe.names import MAX_MORE_STEPS, MAX_SEEDS, MAX_STEPS
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 EXIT_PIPE = 141  # the reader of stdout left (`… | head`): as a process that SIGPIPE stopped
@@ -81,14 +82,48 @@ def _positive_int(text: str) -> int:
     return _int_at_least(text, 1, "a positive integer")
 
 
+def _at_most(high: int, unit: str, why: str) -> Callable[[str], int]:
+    """An argument type: a positive integer of at most `high` `unit` (`why`: what more would
+    mean), for the options whose size is work or time rather than memory."""
+
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"expected at most {high:,} {unit}, got {text!r} ({why})"
+            )
+        return value
+
+    return parse
+
+
 MAX_THREADS = 1024  # more CPU threads than this is a typo (OpenMP aborts on a million)
+_threads = _at_most(MAX_THREADS, "threads", "more is a typo, not a machine")
+_steps = _at_most(MAX_STEPS, "steps", "a longer run is months of computing")
+_seeds = _at_most(MAX_SEEDS, "seeds", "the seeds one process trains together")
+# compare's extra run of the algorithm, per unit of --more-steps and layer of the model, over the
+# default sweeps (1000 units of a one-layer model: 60 s more, measured on 2 CPU cores)
+SECONDS_PER_MORE_STEP = 0.06
 
 
-def _threads(text: str) -> int:
+def _more_steps(text: str) -> int:
+    """compare --more-steps: at most MAX_MORE_STEPS, a refusal saying how long more would run."""
     value = _positive_int(text)
-    if value > MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    if value > MAX_MORE_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_MORE_STEPS:,}, got {text!r}: the algorithm would run "
+            f"{value:,} × its layers steps on every prompt of every sweep point, about "
+            f"{_duration(value * SECONDS_PER_MORE_STEP)} per layer"
+        )
     return value
+
+
+def _duration(seconds: float) -> str:
+    """ "40 s", "3.2 hours", "694 days"."""
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.2g} s"
 
 
 def _nonneg_int(text: str) -> int:
@@ -132,6 +167,21 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+
+
+def _float32(text: str) -> float:
+    """A finite number within float32's range: what the options the training loop reads may
+    hold (the model trains in float32; a larger rate overflows inside the first update)."""
+    value = _finite_float(text)
+    if not abs(value) <= FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a number within float32's range (at most {FLOAT32_MAX:.3g} in size, "
+            f"the dtype training computes in), got {text!r}"
+        )
     return value
 
 

@@ -17,11 +17,13 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
-    _finite_float,
+    _float32,
     _init_std,
     _positive_int,
     _publish,
     _seed,
+    _seeds,
+    _steps,
 )
 from eagle_probe.errors import EagleProbeError, Terminated
 from eagle_probe.names import (
@@ -98,17 +100,17 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--alpha",
-        type=_finite_float,
+        type=_float32,
         default=0.7,
         help="anisotropy α of the paper distribution (0.7)",
     )
     parser.add_argument(
         "--kappa",
-        type=_finite_float,
+        type=_float32,
         default=None,
         help="prescribe the condition number of A instead",
     )
-    parser.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
+    parser.add_argument("--noise", type=_float32, default=0.0, help="noise variance σ² (0)")
     parser.add_argument(
         "--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)} (visible)"
     )
@@ -139,22 +141,22 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--steps",
-        type=_positive_int,
+        type=_steps,
         default=None,
         help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
     )
     parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step (1024)")
-    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
+    parser.add_argument("--lr", type=_float32, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
         "--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)} (constant)"
     )
     parser.add_argument(
-        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
+        "--warmup", type=_float32, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
     )
-    parser.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip (0.1)")
+    parser.add_argument("--clip", type=_float32, default=0.1, help="gradient-norm clip (0.1)")
     parser.add_argument(
         "--weight-decay",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
     )
@@ -166,19 +168,19 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--gain-lr",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="learning rate of a trained log-gain per layer and head, folded into W_P (0: off)",
     )
     parser.add_argument(
         "--clip-qk",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="separate clip for W_Q/W_K gradients (0: off)",
     )
     parser.add_argument(
         "--freeze-values-last",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="fraction of steps at the end with W_V, W_P frozen (0)",
     )
@@ -200,7 +202,7 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
     parser.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=_seeds,
         default=1,
         metavar="K",
         help="train seeds --seed … --seed+K-1 together in one process, one checkpoint each: "

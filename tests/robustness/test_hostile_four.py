@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from eagle_probe import checkpoint
 from eagle_probe.cli import main
@@ -247,3 +248,66 @@ def test_a_line_break_cannot_enter_an_sbatch_line(tmp_path):
 
     with pytest.raises(EagleProbeError, match="line break"):
         plan.slurm_script(tmp_path / "p.jsonl", 2, python="python", logs=tmp_path / "a\nb")
+
+
+# --- 4. numeric options bounded by the dtype they feed and the work they ask for -------------
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        ([*TRAIN, "--noise", "1e39", "-o", "m.pt"], "--noise"),
+        ([*TRAIN, "--clip=-4e38", "-o", "m.pt"], "--clip"),
+        ([*TRAIN, "--weight-decay", "1e300", "-o", "m.pt"], "--weight-decay"),
+        ([*TRAIN, "--steps", "10000000000", "-o", "m.pt"], "--steps"),
+        ([*TRAIN, "--seeds", "257", "-o", "m.pt"], "--seeds"),
+        (["sweep", "--gain-lr", "1e39", "--out", "s"], "--gain-lr"),
+        (["sweep", "--steps", "2000000000", "--plan", "p.jsonl"], "--steps"),
+        (["compare", "m.pt", "--out", "c", "--more-steps", "1001"], "--more-steps"),
+    ],
+)
+def test_numeric_options_beyond_their_dtype_or_budget_are_one_line(
+    argv, option, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    _good(tmp_path / "m.pt")
+    _one_line(capsys, main(argv), 2, f"argument {option}:")
+    assert _listing(tmp_path) == ["m.pt"]
+
+
+def test_a_refused_more_steps_names_what_it_would_cost(tmp_path, monkeypatch, capsys):
+    from eagle_probe.compare import CompareConfig
+
+    monkeypatch.chdir(tmp_path)
+    err = _one_line(capsys, main(["compare", "m.pt", "--out", "c", "--more-steps", "5000"]), 2)
+    assert "5,000" in err and "minutes per layer" in err
+    with pytest.raises(ValueError, match="more_steps must be at most 1000"):
+        CompareConfig(more_steps=1001)
+    assert CompareConfig(more_steps=1000).more_steps == 1000
+
+
+# --- 10. numbers beyond float range never reach the training loop ---------------------------
+
+
+def test_training_refuses_a_rate_beyond_the_models_dtype_before_any_step():
+    from eagle_probe.train import check_in_dtype
+
+    reached = []
+    cfg = TrainConfig(steps=4, batch=8, eval_every=2, eval_batch=16, gain_lr=1e39)
+    with pytest.raises(ValueError, match="gain_lr .* beyond the range of float32"):
+        train(SMALL, SMALL_TASK, cfg, progress=False, save_every=1, on_save=reached.append)
+    assert reached == []
+    noisy = TaskConfig(n=5, d=4, rank=2, noise=1e39)
+    with pytest.raises(ValueError, match="noise"):
+        check_in_dtype(TrainConfig(), noisy, torch.float32)
+    check_in_dtype(cfg, SMALL_TASK, torch.float64)  # 1e39 is a float64
+
+
+def test_a_resumed_record_with_a_rate_beyond_float32_is_refused(tmp_path, capsys):
+    record = {"train_config": TrainConfig(steps=10, lr=1e300).to_dict(), "steps_done": 4}
+    path = tmp_path / "m.pt"
+    checkpoint.save(path, LinearTransformer(SMALL, generator=make_generator(0)), SMALL_TASK, record)
+    before = path.read_bytes()
+    code = main(["train", "--regime", "centralized", "--resume", "--no-progress", "-o", str(path)])
+    _one_line(capsys, code, 2, "lr", "float32")
+    assert path.read_bytes() == before and _listing(tmp_path) == ["m.pt"]
