@@ -311,3 +311,48 @@ def test_a_resumed_record_with_a_rate_beyond_float32_is_refused(tmp_path, capsys
     code = main(["train", "--regime", "centralized", "--resume", "--no-progress", "-o", str(path)])
     _one_line(capsys, code, 2, "lr", "float32")
     assert path.read_bytes() == before and _listing(tmp_path) == ["m.pt"]
+
+
+# --- 5. every importer refuses size flags the weights contradict ----------------------------
+
+
+def _state_arrays(cfg: ModelConfig) -> dict:
+    state = LinearTransformer(cfg, generator=make_generator(0)).state_dict()
+    return {k: v.to(torch.float64).numpy() for k, v in state.items()}
+
+
+@pytest.mark.parametrize(
+    "layout, weights, flags, words",
+    [
+        ("ahn", "ahn.npz", ["--d-prime", "2"], ["--d-prime 2", "gives 1"]),
+        ("ahn", "ahn.npz", ["--heads", "3"], ["--heads 3", "gives 2"]),
+        ("eagle-probe", "feature.npz", ["--d", "3", "--d-prime", "2"], ["--d 3", "gives 4"]),
+        ("eagle-probe", "feature.npz", ["--d-prime", "1"], ["--d-prime 1", "gives 2"]),
+        ("eagle-probe", "feature.npz", ["--heads", "2"], ["--heads 2", "gives 1"]),
+    ],
+)
+def test_size_flags_that_contradict_the_weights_are_refused(
+    layout, weights, flags, words, tmp_path, monkeypatch, capsys
+):
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "ahn.npz", allparam=np.zeros((1, 2, 2, 6, 6)))  # d = 5, 2 heads
+    np.savez(tmp_path / "feature.npz", **_state_arrays(SMALL))  # d = 4, d' = 2, 1 head
+    before = _listing(tmp_path)
+    argv = ["import", weights, "--layout", layout, "--n", "5", "--n-prime", "2", *flags]
+    argv += ["-o", "imp.pt"]
+    _one_line(capsys, main(argv), 2, *words)
+    assert _listing(tmp_path) == before
+
+
+def test_size_flags_that_agree_with_the_weights_are_accepted():
+    import numpy as np
+
+    from eagle_probe.layouts import import_arrays
+
+    allparam = {"allparam": np.zeros((1, 2, 2, 6, 6))}
+    model, _ = import_arrays("ahn", allparam, n=5, d=5, d_prime=1, heads=2)
+    assert (model.cfg.d, model.cfg.d_prime, model.cfg.n_heads) == (5, 1, 2)
+    model, _ = import_arrays("eagle-probe", _state_arrays(SMALL), n=5, n_prime=2, d=4, d_prime=2)
+    assert (model.cfg.d, model.cfg.d_prime) == (4, 2)
