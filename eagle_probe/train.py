@@ -36,9 +36,6 @@ from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 # error explodes under constant steps cannot dominate, while a failure on many prompts still counts.
 SELECTIONS = ("mean", "median", "trimmed")
 TRIM = 0.99
-# Why a run stopped (its metrics' `stopped`): every step done; a KeyboardInterrupt (SIGINT, or
-# SIGTERM/SIGHUP under the command line) first; or validations ran and none had a finite loss.
-STOPS = ("finished", "interrupted", "diverged")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,9 +112,9 @@ class TrainConfig:
 def stop_record(
     stop: KeyboardInterrupt | None, history: list[dict[str, Any]], best_selected: float | None
 ) -> dict[str, Any]:
-    """Why a run stopped, for its metrics: `stopped` (one of STOPS: "diverged" once validations
-    ran and none was finite, interrupted or not), `interrupted` and `signal` (the interrupting
-    signal's name, None when none interrupted it)."""
+    """Why a run stopped, for its metrics: `stopped` (one of names.STOPS: "diverged" once
+    validations ran and none was finite, interrupted or not), `interrupted` and `signal` (the
+    interrupting signal's name, None when none interrupted it)."""
     if history and best_selected is None:
         stopped = "diverged"
     else:

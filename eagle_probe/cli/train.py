@@ -239,27 +239,11 @@ def _train_outputs(out: Path) -> list[Path]:
 
 
 def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
-    """The training record of a checkpoint to resume, checked (a bad one is a user error)."""
+    """The training record of a checkpoint to resume (its metrics' types and ranges are checked
+    on loading, `checkpoint.check_metrics`)."""
     record = previous.get("train_config")
-    if not isinstance(record, dict):
+    if record is None:
         raise EagleProbeError(f"{out} holds no training record to resume from")
-    bad = [
-        key
-        for key, kind in (("history", list), ("spikes", list))
-        if key in previous and not isinstance(previous[key], kind)
-    ]
-    if "history" in previous and isinstance(previous["history"], list):
-        if not all(isinstance(r, dict) for r in previous["history"]):
-            bad.append("history")
-    steps_done = previous.get("steps_done", 0)
-    if not isinstance(steps_done, int) or isinstance(steps_done, bool) or steps_done < 0:
-        bad.append("steps_done")
-    for key in ("best_val_mse", "best_val_selected"):
-        value = previous.get(key)
-        if value is not None and not isinstance(value, int | float):
-            bad.append(key)
-    if bad:
-        raise EagleProbeError(f"{out} holds an invalid training record ({', '.join(bad)})")
     return dict(record)
 
 

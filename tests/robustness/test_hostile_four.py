@@ -356,3 +356,77 @@ def test_size_flags_that_agree_with_the_weights_are_accepted():
     assert (model.cfg.d, model.cfg.d_prime, model.cfg.n_heads) == (5, 1, 2)
     model, _ = import_arrays("eagle-probe", _state_arrays(SMALL), n=5, n_prime=2, d=4, d_prime=2)
     assert (model.cfg.d, model.cfg.d_prime) == (4, 2)
+
+
+# --- 6. metadata read back from a checkpoint is checked by one schema -----------------------
+
+
+@pytest.mark.parametrize(
+    "metrics, entry",
+    [
+        ({"spikes": [{"step": 2**70}]}, "spikes[0].step"),
+        ({"spikes": [{"step": 3, "loss": "high"}]}, "spikes[0].loss"),
+        ({"spikes": [{"loss": 1.0}]}, "spikes[0]"),
+        ({"spikes": {"step": 3}}, "spikes"),
+        ({"history": [{"step": True}]}, "history[0].step"),
+        ({"history": [{"step": 4, "val_mse": -1.0}]}, "history[0].val_mse"),
+        ({"step": -1}, "step"),
+        ({"train_loss": float("inf")}, "train_loss"),
+        ({"steps_done": 4.0}, "steps_done"),
+        ({"interrupted": "no"}, "interrupted"),
+        ({"stopped": "bored"}, "stopped"),
+        ({"test": {"mse": "0.1"}}, "test.mse"),
+        ({"wall_seconds": "x" * 500}, "wall_seconds"),
+        ({"train_config": [1]}, "train_config"),
+    ],
+)
+def test_metrics_that_break_the_schema_are_one_line_naming_the_entry(metrics, entry, tmp_path):
+    from eagle_probe.errors import CheckpointError
+
+    path = tmp_path / "m.pt"
+    checkpoint.save(
+        path, LinearTransformer(SMALL, generator=make_generator(0)), SMALL_TASK, metrics
+    )
+    with pytest.raises(CheckpointError, match="invalid metrics") as caught:
+        checkpoint.load(path)
+    message = str(caught.value)
+    assert f": {entry} is " in message and len(message) < 300 and "\n" not in message
+
+
+def test_metrics_of_a_real_run_and_of_other_tools_pass_the_schema(tmp_path):
+    cfg = TrainConfig(steps=4, batch=8, eval_every=2, eval_batch=16)
+    model, metrics = train(SMALL, SMALL_TASK, cfg, progress=False)
+    notes = {"note": "x", "values": [1.0, 2.0], "planted": {"a_steps": [0.1]}}
+    checkpoint.save(tmp_path / "m.pt", model, SMALL_TASK, checkpoint.jsonable(metrics) | notes)
+    assert checkpoint.load(tmp_path / "m.pt")[2]["stopped"] == "finished"
+
+
+def _bad_run(root: Path) -> None:
+    """A run directory whose second checkpoint records a train loss that is not a number."""
+    (root / "run").mkdir()
+    model = LinearTransformer(SMALL, generator=make_generator(0))
+    checkpoint.save(root / "run" / "step_00000000.pt", model, SMALL_TASK, {"step": 0})
+    bad = {"step": 5, "train_loss": "0.3", "spikes": []}
+    checkpoint.save(root / "run" / "step_00000005.pt", model, SMALL_TASK, bad)
+
+
+def test_commands_reading_bad_metrics_say_so_in_one_line_and_write_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    _bad_run(tmp_path)
+    before = _listing(tmp_path)
+    _one_line(capsys, main(["timeline", "run", "--out", "t"]), 2, "train_loss", "step_00000005")
+    assert _listing(tmp_path) == before
+    # the checkpoint a plan's run left, read back by sweep --collect
+    plan = ["sweep", "--regimes", "centralized", "--seeds", "1", "--out", "o", "--plan", "p.jsonl"]
+    assert main(plan) == 0
+    (tmp_path / "o").mkdir()
+    record = {"train_config": {"steps": 4}, "steps_done": -4, "test": {"mse": 0.1}}
+    model = LinearTransformer(SMALL, generator=make_generator(0))
+    checkpoint.save(tmp_path / "o" / "centralized_seed0.pt", model, SMALL_TASK, record)
+    (tmp_path / "o" / "centralized_seed0.json").write_text("{}")
+    before = _listing(tmp_path)
+    capsys.readouterr()
+    _one_line(capsys, main(["sweep", "--collect", "p.jsonl", "--out", "o"]), 2, "steps_done")
+    assert _listing(tmp_path) == before
