@@ -65,8 +65,27 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float | None) -> str:
+    """A number for a sentence; None is the number of a view that did not run: "skipped"."""
+    if x is None:
+        return "skipped"
     return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def _control_layers(ctx: Context) -> list[dict] | None:
+    """The untrained control's fidelity per layer, or None where the control was skipped."""
+    if ctx.control is None or "fidelity" not in ctx.control.results:
+        return None
+    return ctx.control.results["fidelity"].json["layers"]
+
+
+def _control_gap(ctrl: list[dict] | None, layer: int) -> float | None:
+    """The control's relative one-step gap at `layer`: None (null, "skipped") without a control."""
+    return None if ctrl is None else ctrl[layer]["one_step"]["relative"]
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 BREAKS = 10.0  # a projection that raises the MSE more than 1000% breaks the model
@@ -90,9 +109,7 @@ def _costs(cost: float) -> str:
 def layer_labels(ctx: Context) -> list[dict]:
     fid = ctx.results["fidelity"].json["layers"]
     proj = ctx.results.get("projection")
-    ctrl = None
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = ctx.control.results["fidelity"].json["layers"]
+    ctrl = _control_layers(ctx)
     out = []
     for layer, f in enumerate(fid):
         gap = f["one_step"]["relative"]
@@ -100,8 +117,8 @@ def layer_labels(ctx: Context) -> list[dict]:
         if proj is not None and proj.json["network_mse"] > 0:
             # the projection's own prompts (fewer than all held-out ones for large models)
             cost = proj.json["layers"][layer]["mse"] / proj.json["network_mse"] - 1.0
-        control_gap = ctrl[layer]["one_step"]["relative"] if ctrl is not None else float("nan")
-        separated = not math.isfinite(control_gap) or control_gap >= CONTROL_FACTOR * gap
+        control_gap = _control_gap(ctrl, layer)
+        separated = not _finite(control_gap) or control_gap >= CONTROL_FACTOR * gap
         if gap <= EAGLE_GAP and separated:
             label = "EAGLE"
         elif separated and gap <= LIKE_GAP:
@@ -300,7 +317,7 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
     BREAKS); medium otherwise (every layer near the family, the projection not)."""
     net, zero = ctx.network_mse, ctx.zero_mse
     gaps = [lay["one_step_relative"] for lay in layers]
-    controls = [lay["control_relative"] for lay in layers if math.isfinite(lay["control_relative"])]
+    controls = [lay["control_relative"] for lay in layers if _finite(lay["control_relative"])]
     reasons = []
     worst = max(gaps, default=math.nan)
     conflict = communication_conflict(ctx)
@@ -487,9 +504,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
         ctx.results["algorithm"] = algorithm_view(ctx)
     algo = ctx.results["algorithm"].json["layers"]
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
-    ctrl = None
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = ctx.control.results["fidelity"].json["layers"]
+    ctrl = _control_layers(ctx)
     proj = ctx.results.get("projection")
     layers = []
     for lay in algo:
@@ -514,7 +529,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "one_step_relative_D": fid[layer]["one_step"]["relative_blocks"]["D"]
                 if fid
                 else float("nan"),
-                "control_relative": ctrl[layer]["one_step"]["relative"] if ctrl else float("nan"),
+                "control_relative": _control_gap(ctrl, layer),
                 "projection_cost": cost,
             }
         )
@@ -549,7 +564,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 f"; one GD++ layer misses {_fmt(lay['one_step_relative'])} of its update "
                 f"({_fmt(lay['one_step_relative_D'])} of the D slot's)"
             )
-            if math.isfinite(lay["control_relative"]):
+            if _finite(lay["control_relative"]):
                 gap += f" (untrained control {_fmt(lay['control_relative'])})"
         parts.append(f"Layer {lay['layer']}: {lay['label']}, {what}{gap}.")
     if proj is not None and net > 0 and math.isfinite(proj.json["projected_mse"]):
@@ -664,8 +679,8 @@ def verdict_view(ctx: Context) -> ViewResult:
         if conflict is not None:
             label = "not EAGLE"
             warnings.append(f"not claimed as eagle-distributed: {conflict}")
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = [c["one_step"]["relative"] for c in ctx.control.results["fidelity"].json["layers"]]
+    if _control_layers(ctx) is not None:
+        ctrl = [c["one_step"]["relative"] for c in _control_layers(ctx)]
         mine = [lay["one_step_relative"] for lay in layers]
         if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
             label = "not EAGLE"

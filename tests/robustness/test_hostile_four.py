@@ -430,3 +430,27 @@ def test_commands_reading_bad_metrics_say_so_in_one_line_and_write_nothing(
     capsys.readouterr()
     _one_line(capsys, main(["sweep", "--collect", "p.jsonl", "--out", "o"]), 2, "steps_done")
     assert _listing(tmp_path) == before
+
+
+# --- 7. a view that did not run reads "skipped", never "nan" --------------------------------
+
+
+@pytest.mark.slow
+def test_a_skipped_control_reads_skipped_in_the_summary_and_the_report(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    plant = ["plant", "--n", "5", "--d", "4", "--a-steps", "0.1,0.05", "--c-steps", "0.2,0.1"]
+    assert main([*plant, "--dtype", "float64", "-o", "p.pt"]) == 0
+    capsys.readouterr()
+    assert main(["extract", "p.pt", "--out", "x", "--no-control", "--no-progress"]) == 0
+    summary = " ".join(capsys.readouterr().out.split())  # the summary's lines joined
+    report = re.sub(r"\s+", " ", (tmp_path / "x" / "report.html").read_text())
+    for text in (summary, report):
+        assert "untrained control skipped" in text
+        assert not re.search(r"\bnan\b", text, re.I)
+    verdict = json.loads((tmp_path / "x" / "extraction.json").read_text())["views"]["verdict"]
+    assert all(lay["control_relative"] is None for lay in verdict["layers"])
