@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -57,6 +56,7 @@ from eagle_probe.train import (
     lr_factor,
     prompt_streams,
     stop_record,
+    torchrun_env,
 )
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
@@ -280,7 +280,7 @@ def train_ensemble(
     for seed in seeds:
         replace(cfg, seed=seed)  # each seed's config is valid
     check_in_dtype(cfg, task, model_cfg.torch_dtype)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if torchrun_env()[1] > 1:
         raise ValueError("seeds in one process do not combine with torchrun; launch one run")
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):

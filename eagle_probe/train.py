@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from eagle_probe.errors import signal_name, signal_of
+from eagle_probe.errors import EagleProbeError, signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
@@ -148,13 +148,42 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return cfg.final_lr_ratio + (1 - cfg.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def _process_group() -> tuple[int, int]:
-    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
+def _env_int(name: str, default: int, low: int, high: int) -> int:
+    """The integer environment variable `name` (`default` when unset), in [low, high]; any other
+    value is refused naming the variable (torchrun sets these: unset, one process trains)."""
     import os
 
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise EagleProbeError(
+            f"environment variable {name}={text!r} is not an integer in [{low}, {high}]; torchrun "
+            "sets it for each process it starts (without WORLD_SIZE one process trains)"
+        )
+    return value
+
+
+def torchrun_env() -> tuple[int, int]:
+    """(rank, world size) of this process as torchrun states them in RANK and WORLD_SIZE ((0, 1)
+    without torchrun), each checked, and with more than one process MASTER_PORT too: a value
+    that is not a fitting integer is refused in one line naming its variable."""
+    world = _env_int("WORLD_SIZE", 1, 1, 2**31 - 1)
+    if world == 1:  # one process: whatever else the environment says is not ours to read
+        return 0, 1
+    _env_int("MASTER_PORT", 29500, 1, 65535)
+    return _env_int("RANK", 0, 0, world - 1), world
+
+
+def _process_group() -> tuple[int, int]:
+    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
     import torch.distributed as tdist
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    _, world = torchrun_env()
     if world <= 1:
         return 0, 1
     if not tdist.is_initialized():

@@ -261,7 +261,9 @@ def _resumed_config(path: Path, record: dict[str, Any], steps: int | None):
 
 def _lead_process() -> bool:
     """False in the extra processes of a torchrun launch (rank 0 owns the outputs)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
+    from eagle_probe.train import torchrun_env
+
+    return torchrun_env()[0] == 0
 
 
 def _exit_code(metrics: dict[str, Any]) -> int:

@@ -454,3 +454,32 @@ def test_a_skipped_control_reads_skipped_in_the_summary_and_the_report(
         assert not re.search(r"\bnan\b", text, re.I)
     verdict = json.loads((tmp_path / "x" / "extraction.json").read_text())["views"]["verdict"]
     assert all(lay["control_relative"] is None for lay in verdict["layers"])
+
+
+# --- 8. environment variables are named in their errors -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"WORLD_SIZE": "2", "RANK": "two"}, "RANK"),
+        ({"WORLD_SIZE": "3", "RANK": "3"}, "RANK"),
+        ({"WORLD_SIZE": "-1"}, "WORLD_SIZE"),
+        ({"WORLD_SIZE": "2", "RANK": "1", "MASTER_PORT": "http"}, "MASTER_PORT"),
+    ],
+)
+@pytest.mark.parametrize("seeds", ["1", "2"])
+def test_a_malformed_torchrun_variable_is_named(env, name, seeds, tmp_path, monkeypatch, capsys):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    argv = [*TRAIN, "--steps", "2", "--seeds", seeds, "-o", str(tmp_path / "m.pt")]
+    _one_line(capsys, main(argv), 2, f"environment variable {name}=")
+    assert _listing(tmp_path) == []
+
+
+def test_one_process_reads_no_rank(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "7")  # not torchrun's: one process does not read it
+    argv = [*TRAIN, "--steps", "2", "--eval-every", "2", "-o", str(tmp_path / "m.pt")]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert _listing(tmp_path) == ["m.json", "m.pt"]
