@@ -483,3 +483,34 @@ def test_one_process_reads_no_rank(tmp_path, monkeypatch, capsys):
     argv = [*TRAIN, "--steps", "2", "--eval-every", "2", "-o", str(tmp_path / "m.pt")]
     assert main(argv) == 0, capsys.readouterr().err
     assert _listing(tmp_path) == ["m.json", "m.pt"]
+
+
+# --- 9. matplotlib's notices about an unusable MPLCONFIGDIR become one warning of ours -------
+
+IMPORT_PLOTS = """
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import eagle_probe.plots
+for w in caught:
+    print(w.category.__name__, w.message)
+"""
+
+
+@pytest.mark.slow  # an unusable directory makes matplotlib build its font cache afresh
+@pytest.mark.parametrize("usable", [False, True])
+def test_an_unusable_mplconfigdir_is_one_warning_and_no_chatter(usable, tmp_path):
+    import matplotlib
+
+    (tmp_path / "a_file").write_text("not a directory")
+    # a directory under a regular file cannot be made; this process's own one is usable
+    config = matplotlib.get_configdir() if usable else str(tmp_path / "a_file" / "config")
+    env = os.environ | {"MPLCONFIGDIR": config, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_PLOTS], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    mine = [line for line in done.stdout.splitlines() if "MPLCONFIGDIR" in line]
+    assert len(mine) == (0 if usable else 1), done.stdout
+    if not usable:
+        assert config in mine[0] and "writable directory" in mine[0]
