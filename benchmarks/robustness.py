@@ -15,7 +15,11 @@ Prints
      special files, overflowing steps, absurd sizes, a failing or signalled sweep); a case holds
      when its exit code is the expected one (2: one line on stderr, no traceback, the expected
      words, no output left behind), it ends within its time limit and its peak resident memory
-     stays under 1 GiB. Prints one line per case and the counts (cases, held).
+     stays under 1 GiB. Prints one line per case and the counts (cases, held). The cases of
+     Robustness IV (names "IV-k …": signals, interrupted training, Slurm paths, bounded numeric
+     options, contradicting import sizes, checkpoint metadata, skipped views, environment
+     variables, matplotlib's notices, numbers beyond float32) are counted per class as well;
+     `--only WORD …` runs the cases whose name holds one of the words (`--only IV-`: those).
 """
 
 from __future__ import annotations
@@ -171,6 +175,11 @@ class Case:
     left: tuple[str, ...] = ()  # outputs that must not exist afterwards
     env: tuple[tuple[str, str], ...] = ()
     term_after: float | None = None  # send SIGTERM after this many seconds
+    # send this signal once a path matching the glob appears in the case directory
+    signal_on: tuple[str, int] | None = None
+    absent: tuple[str, ...] = ()  # regular expressions found nowhere in stdout and stderr
+    contents: tuple[tuple[str, str], ...] = ()  # (file, text it holds, spaces collapsed)
+    stderr_lines: int | None = None  # lines on stderr of a case that succeeds
 
 
 def _make_inputs(root: Path) -> None:
@@ -204,6 +213,7 @@ def _make_inputs(root: Path) -> None:
     checkpoint.save(root / "m.pt", model, task)
     checkpoint.save(Path(os.fsdecode(os.fsencode(root) + b"/m\xff.pt")), model, task)
     state = {k: v.to(torch.float64).numpy() for k, v in model.state_dict().items()}
+    np.savez(root / "state.npz", **state)  # d = 5, d' = 2 in its token mask
     np.savez(
         root / "string_mask.npz", **(state | {"blocks.0.attn.mask": np.array([["1"] * 7] * 7)})
     )
@@ -237,6 +247,12 @@ def _make_inputs(root: Path) -> None:
     (root / "weights_dir.pt").mkdir()
     (root / "b_force").mkdir()
     (root / "b_force" / "summary.md").symlink_to(root / "elsewhere.md")
+    checkpoint.save(
+        root / "planted.pt", plant(ModelConfig(n=6, d=5, n_layers=1), [0.1], [0.2]), task
+    )
+    (root / "run").mkdir()  # a run directory whose checkpoint records spikes at steps "x" and 5
+    spikes = [{"step": "x", "loss": 1.0}, {"step": 5, "loss": 2.0}]
+    checkpoint.save(root / "run" / "step_00000005.pt", model, task, {"step": 5, "spikes": spikes})
 
 
 PLANT = ["plant", "--a-steps", "0.1", "--c-steps", "0.2"]
@@ -496,21 +512,154 @@ def _cases() -> list[Case]:
             code=0,
         ),
     ]
-    return cases
+    return cases + _cases_iv()
+
+
+TRAIN = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--task-rank", "3"]
+TRAIN += ["--layers", "1", "--batch", "8", "--eval-batch", "16", "--no-progress"]
+STAGED = ".{}.eagle-probe-partial-*"  # the staging directory of an output
+
+
+def _cases_iv() -> list[Case]:
+    """The ten classes of Robustness IV, each as the case that found it and a variant."""
+    term, hup, intr = signal.SIGTERM, signal.SIGHUP, signal.SIGINT
+    slow_train = [*TRAIN, "--steps", "3000", "--eval-every", "2000", "--save-every", "1"]
+    first_step = ".t.steps.eagle-probe-partial-*/step_00000001.pt"
+    plan = ["sweep", "--regimes", "centralized", "--seeds", "1", "--plan", "p.jsonl"]
+    return [
+        Case(
+            "IV-1 signals: compare, SIGTERM",
+            ["compare", "m.pt", "--out", "X"],
+            code=143,
+            words=("SIGTERM", "nothing written"),
+            left=("X", STAGED.format("X")),
+            signal_on=(STAGED.format("X"), term),
+        ),
+        Case(
+            "IV-1 signals: extract, SIGHUP",
+            ["extract", "m.pt", "--out", "X", "--no-progress"],
+            code=129,
+            words=("SIGHUP", "nothing written"),
+            left=("X", STAGED.format("X")),
+            signal_on=(STAGED.format("X"), hup),
+        ),
+        Case(
+            "IV-2 interrupted training: SIGINT before the first validation",
+            [*slow_train, "-o", "t.pt"],
+            code=130,
+            words=("interrupted (SIGINT)", "before the first validation"),
+            left=("t.pt", "t.json", "t.steps", STAGED.format("t.pt"), STAGED.format("t.steps")),
+            signal_on=(first_step, intr),
+            absent=("diverged",),
+        ),
+        Case(
+            "IV-2 interrupted training: SIGTERM before the first validation",
+            [*slow_train, "-o", "t.pt"],
+            code=143,
+            words=("interrupted (SIGTERM)", "before the first validation"),
+            left=("t.pt", "t.json", "t.steps", STAGED.format("t.pt"), STAGED.format("t.steps")),
+            signal_on=(first_step, term),
+            absent=("diverged",),
+        ),
+        Case(
+            "IV-3 Slurm paths: --out '/ROOT/o 4%j'",
+            [*plan, "--out", "o 4%j", "--slurm", "s.sbatch"],
+            code=0,
+            contents=(("s.sbatch", '/o 4%%j/eagle-probe-%A_%a.out"'),),
+        ),
+        Case(
+            "IV-3 Slurm paths: --out 'o #1', --job-name a%b",
+            [*plan, "--out", "o #1", "--job-name", "a%b", "--slurm", "s.sbatch", "--force"],
+            code=0,
+            contents=(("s.sbatch", '/o \\#1/a%%b-%A_%a.out"'),),
+        ),
+        Case(
+            "IV-4 bounded options: compare --more-steps 1e9",
+            ["compare", "m.pt", "--out", "X", "--more-steps", "1000000000"],
+            words=("--more-steps", "days"),
+            left=("X",),
+        ),
+        Case(
+            "IV-4 bounded options: train --steps 1e10",
+            [*TRAIN, "--steps", "10000000000", "-o", "t.pt"],
+            words=("--steps", "at most"),
+            left=("t.pt",),
+        ),
+        Case(
+            "IV-5 import sizes: ahn --d 7 (weights: d = 3)",
+            [*IMPORT, "small.npz", "--d", "7"],
+            words=("--d 7", "contradicts"),
+            left=("imp.pt",),
+        ),
+        Case(
+            "IV-5 import sizes: eagle-probe --d-prime 1 (mask: d' = 2)",
+            [*FEATURE[:7], "--d-prime", "1", "state.npz", "-o", "imp.pt"],
+            words=("--d-prime 1", "contradicts"),
+            left=("imp.pt",),
+        ),
+        Case(
+            "IV-6 checkpoint metadata: timeline, spikes at steps 'x' and 5",
+            ["timeline", "run", "--out", "tl"],
+            words=("spikes[0].step",),
+            left=("tl",),
+        ),
+        Case(
+            "IV-7 skipped views: extract --no-control",
+            ["extract", "planted.pt", "--out", "x7", "--no-control", "--no-progress"],
+            code=0,
+            absent=(r"\bnan\b",),
+            contents=(("x7/report.html", "untrained control skipped"),),
+        ),
+        Case(
+            "IV-8 environment: WORLD_SIZE=abc train",
+            [*TRAIN, "--steps", "2", "-o", "t.pt"],
+            words=("WORLD_SIZE",),
+            left=("t.pt",),
+            env=(("WORLD_SIZE", "abc"),),
+        ),
+        Case(
+            "IV-8 environment: WORLD_SIZE=2 RANK=x train",
+            [*TRAIN, "--steps", "2", "-o", "t.pt"],
+            words=("RANK",),
+            left=("t.pt",),
+            env=(("WORLD_SIZE", "2"), ("RANK", "x")),
+        ),
+        Case(
+            "IV-9 matplotlib: MPLCONFIGDIR a file, extract",
+            ["extract", "planted.pt", "--out", "x9", "--no-progress"],
+            code=0,
+            words=("MPLCONFIGDIR",),
+            env=(("MPLCONFIGDIR", "a_file"),),
+            stderr_lines=1,
+        ),
+        Case(
+            "IV-10 float range: sweep --lr 1e300",
+            [*SWEEP, "--lr", "1e300"],
+            words=("--lr", "float32"),
+            left=("sb",),
+        ),
+        Case(
+            "IV-10 float range: train --gain-lr 1e39",
+            [*TRAIN, "--steps", "2", "--gain-lr", "1e39", "-o", "t.pt"],
+            words=("--gain-lr", "float32"),
+            left=("t.pt",),
+        ),
+    ]
 
 
 def _run_case(case: Case, root: Path, limit: float = 180.0) -> tuple[bool, str, float, float]:
     """(held, reason, peak RSS in GiB, seconds) of one case in a fresh process."""
     env = os.environ | {"OMP_NUM_THREADS": "1"} | dict(case.env)
     for key, value in case.env:
-        if key == "EAGLE_PROBE_SUITESPARSE":
+        if key in ("EAGLE_PROBE_SUITESPARSE", "MPLCONFIGDIR"):
             env[key] = str(root / value)
     start = time.monotonic()
+    out = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [sys.executable, "-m", "eagle_probe", *case.argv],
         cwd=root,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=out,
         stderr=subprocess.PIPE,
     )
     termed = False
@@ -521,6 +670,9 @@ def _run_case(case: Case, root: Path, limit: float = 180.0) -> tuple[bool, str, 
         elapsed = time.monotonic() - start
         if case.term_after is not None and not termed and elapsed > case.term_after:
             proc.send_signal(signal.SIGTERM)
+            termed = True
+        if case.signal_on is not None and not termed and any(root.glob(case.signal_on[0])):
+            proc.send_signal(case.signal_on[1])
             termed = True
         if elapsed > limit:
             proc.kill()
@@ -540,20 +692,41 @@ def _run_case(case: Case, root: Path, limit: float = 180.0) -> tuple[bool, str, 
     if case.code != 0 and (len(lines) != 1 or "Traceback" in err):
         reasons.append(f"{len(lines)} lines on stderr")
     reasons += [f"no {w!r} in stderr" for w in case.words if w not in err]
-    reasons += [f"{name} left behind" for name in case.left if (root / name).exists()]
+    reasons += [f"{name} left behind" for name in case.left if any(root.glob(name))]
+    reasons += _checks_iv(case, root, err, out)
     if peak > 1.0:
         reasons.append(f"peak {peak:.2f} GiB")
     shown = lines[-1][:110] if lines else ""
     return not reasons, "; ".join(reasons) or shown, peak, seconds
 
 
+def _checks_iv(case: Case, root: Path, err: str, out) -> list[str]:
+    """What failed of a case's stdout/stderr patterns, file contents and stderr line count."""
+    import re
+
+    out.seek(0)
+    text = out.read().decode(errors="replace") + "\n" + err
+    out.close()
+    reasons = [f"{p!r} in the output" for p in case.absent if re.search(p, text, re.I)]
+    for name, want in case.contents:
+        path = root / name
+        held = " ".join(path.read_text(errors="replace").split()) if path.is_file() else ""
+        if want not in held:
+            reasons.append(f"no {want!r} in {name}")
+    lines = len(err.splitlines())
+    if case.stderr_lines is not None and lines != case.stderr_lines:
+        reasons.append(f"{lines} lines on stderr, expected {case.stderr_lines}")
+    return reasons
+
+
 def hostile_cases() -> tuple[int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _make_inputs(root)
-        cases = _cases()
+        cases = _selected(_cases())
         held = 0
         worst = 0.0
+        classes: dict[str, list[int]] = {}
         print("hostile cases: held?, peak RSS, seconds, case: last stderr line or what failed")
         for case in cases:
             ok, reason, peak, seconds = _run_case(case, root)
@@ -561,14 +734,27 @@ def hostile_cases() -> tuple[int, int]:
             worst = max(worst, peak)
             mark = "held" if ok else "FAIL"
             print(f"  {mark} {peak:5.2f} GiB {seconds:5.1f} s  {case.name}: {reason}")
+            if case.name.startswith("IV-"):
+                counts = classes.setdefault(case.name.split(":")[0], [0, 0])
+                counts[0], counts[1] = counts[0] + 1, counts[1] + ok
             for name in case.left:  # a failed case's debris must not decide the next one
-                path = root / name
-                if path.is_dir():
-                    shutil.rmtree(path)
-                elif path.exists():
-                    path.unlink()
+                for path in root.glob(name):
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+        for name, (count, ok) in classes.items():
+            print(f"  {name}: {count} cases, {ok} held, {count - ok} failing")
         print(f"hostile cases: {len(cases)} cases, {held} held; largest peak {worst:.2f} GiB")
         return len(cases), held
+
+
+def _selected(cases: list[Case]) -> list[Case]:
+    """The cases named by `--only WORD …` (all without it)."""
+    if "--only" not in sys.argv:
+        return cases
+    words = sys.argv[sys.argv.index("--only") + 1 :]
+    return [case for case in cases if any(word in case.name for word in words)]
 
 
 if __name__ == "__main__":

@@ -757,8 +757,9 @@ def run_bench(
 
 
 def plots(tables: dict[str, pd.DataFrame]) -> dict:
-    import matplotlib
+    from eagle_probe.plots import load_matplotlib
 
+    matplotlib = load_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

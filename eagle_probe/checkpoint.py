@@ -20,7 +20,7 @@ import math
 import os
 import pickle
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +30,7 @@ from eagle_probe import budget
 from eagle_probe.errors import CheckpointError
 from eagle_probe.files import atomic_write_bytes, atomic_write_text, input_file, jsonable
 from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.names import STOPS
 from eagle_probe.tasks import TaskConfig
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "jsonable", "load", "read", "save"]
@@ -258,7 +259,99 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
     if not isinstance(payload.get("metrics", {}), dict):
         raise CheckpointError(f"checkpoint {path} has 'metrics' that are not a dict")
     _check_values(path, payload)
+    check_metrics(path, payload.get("metrics") or {})
     return upgrade(path, payload)
+
+
+# --- the metrics read back ---------------------------------------------------------------------
+# What each metrics entry eagle-probe reads back must hold: (test, what it is). Entries it never
+# reads may hold any plain value; those it reads are held to these before anything uses them.
+
+Rule = tuple[Callable[[Any], bool], str]
+INT64 = 2**63
+
+
+def _count(low: int = 0) -> Rule:
+    return (lambda v: type(v) is int and low <= v < INT64), f"an integer in [{low}, 2**63)"
+
+
+def _size(v: Any) -> bool:
+    return v is None or (type(v) in (int, float) and math.isfinite(v) and v >= 0)
+
+
+def _number(v: Any) -> bool:
+    return v is None or (type(v) in (int, float) and math.isfinite(v))
+
+
+COUNT, POSITIVE = _count(), _count(1)
+SIZE: Rule = (_size, "a finite number >= 0, or null")
+NUMBER: Rule = (_number, "a finite number, or null")
+FLAG: Rule = (lambda v: type(v) is bool, "true or false")
+TEXT: Rule = (lambda v: isinstance(v, str), "a string")
+SPIKE = {"step": COUNT, "skipped": FLAG} | dict.fromkeys(
+    ("loss", "running_median", "batch_max_norm_a", "batch_median_norm_a"), SIZE
+)
+HISTORY = (
+    {"step": COUNT}
+    | dict.fromkeys(
+        ("train_loss", "val_mse", "val_median", "val_trimmed", "val_worst", "val_selected", "lr"),
+        SIZE,
+    )
+    | {"seconds": SIZE}
+)
+METRICS: dict[str, Rule | tuple[str, dict[str, Rule]]] = {
+    **dict.fromkeys(
+        ("step", "steps_done", "resumed_from_step", "best_step", "skipped_steps", "spike_count"),
+        COUNT,
+    ),
+    "processes": POSITIVE,
+    "threads": POSITIVE,
+    **dict.fromkeys(
+        ("wall_seconds", "seconds_per_step", "train_loss", "best_val_mse", "best_val_selected"),
+        SIZE,
+    ),
+    "interrupted": FLAG,
+    "stopped": (lambda v: v in STOPS, f"one of {', '.join(STOPS)}"),
+    "signal": (lambda v: v is None or isinstance(v, str), "a signal's name, or null"),
+    **dict.fromkeys(("command", "machine", "processor", "torch", "eagle_probe"), TEXT),
+    "train_config": (lambda v: isinstance(v, dict), "an object"),
+    "test": ("object", dict.fromkeys(("mse", "median_mse", "worst_mse", "zero_mse"), NUMBER)),
+    "spikes": ("rows", SPIKE),
+    "history": ("rows", HISTORY),
+}
+
+
+def check_metrics(path: str | os.PathLike, metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` unless an entry eagle-probe reads back (`METRICS`) breaks its rule: then one
+    line naming the entry, its value and what it must be. The one schema of a checkpoint's
+    metadata: `load` applies it, so `timeline`, `train --resume` and `sweep --collect` read
+    checked values only."""
+    for key, rule in METRICS.items():
+        if key in metrics:
+            _check_entry(path, key, metrics[key], rule)
+    return metrics
+
+
+def _check_entry(path, where: str, value: Any, rule) -> None:
+    if rule[0] in ("rows", "object"):
+        rows = value if rule[0] == "rows" else [value]
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            _bad(path, where, value, "a list of objects" if rule[0] == "rows" else "an object")
+        for i, row in enumerate(rows):
+            if rule[0] == "rows" and "step" not in row:
+                _bad(path, f"{where}[{i}]", row, "an object with a step")
+            for key, sub in rule[1].items():
+                if key in row:
+                    at = f"{where}[{i}].{key}" if rule[0] == "rows" else f"{where}.{key}"
+                    _check_entry(path, at, row[key], sub)
+    elif not rule[0](value):
+        _bad(path, where, value, rule[1])
+
+
+def _bad(path, where: str, value: Any, what: str) -> None:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise CheckpointError(f"checkpoint {path} has invalid metrics: {where} is {shown}, not {what}")
 
 
 def upgrade(path: str | os.PathLike, payload: dict[str, Any]) -> dict[str, Any]:

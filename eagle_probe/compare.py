@@ -73,6 +73,7 @@ import torch
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
+from eagle_probe.names import MAX_MORE_STEPS
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 SCHEMA = "eagle-probe compare"
@@ -146,6 +147,11 @@ class CompareConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.prompts < 2:
             raise ValueError(f"prompts must be at least 2, got {self.prompts}")
+        if self.more_steps > MAX_MORE_STEPS:
+            raise ValueError(
+                f"more_steps must be at most {MAX_MORE_STEPS} (the algorithm's steps on every "
+                f"prompt of every sweep point, times the layers), got {self.more_steps}"
+            )
         if not isinstance(self.interpolation_points, int) or self.interpolation_points < 2:
             raise ValueError(
                 f"interpolation_points must be an integer >= 2, got {self.interpolation_points!r}"

@@ -147,12 +147,25 @@ def _other_block(key: str) -> bool:
     return bool(MLPS.search(head) or NORMS.search(head) or EMBEDDINGS.search(head))
 
 
+def agree(flag: str, given: int | None, found: int, source: str) -> int:
+    """The size `found` in the weights (`source` says where), unless the size flag `flag` gave
+    another: an import never builds a model of sizes it was told are something else."""
+    if given is not None and given != found:
+        raise EagleProbeError(
+            f"{flag} {given} contradicts the weights: {source} gives {found}; pass {flag} {found} "
+            "or leave it out"
+        )
+    return found
+
+
 def _heads_of(entries: list[Entry], arrays: dict[str, np.ndarray], heads: int | None) -> int:
-    """Heads of nn.Linear or 2-D weights: `heads`, or read from a 3-D sibling, else 1."""
-    if heads is not None:
-        return heads
-    three = [np.asarray(arrays[e.key]).shape[0] for e in entries if arrays[e.key].ndim == 3]
-    return three[0] if three else 1
+    """Heads of nn.Linear or 2-D weights: `heads`, or read from a 3-D sibling (which `heads`
+    must then agree with), else 1."""
+    three = [e.key for e in entries if arrays[e.key].ndim == 3]
+    if not three:
+        return 1 if heads is None else heads
+    shape = np.shape(arrays[three[0]])
+    return agree("--heads", heads, shape[0], f"{three[0]} of shape {shape}")
 
 
 def _to_heads(key: str, W: np.ndarray, heads: int, role: str, kind: str) -> tuple[np.ndarray, str]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -47,12 +46,21 @@ from eagle_probe.model import (
     token_mask,
 )
 from eagle_probe.model import prompt_scale as model_prompt_scale
+from eagle_probe.names import MAX_SEEDS
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
-from eagle_probe.train import TrainConfig, _seeds, _trimmed_mean, lr_factor, prompt_streams
+from eagle_probe.train import (
+    TrainConfig,
+    _seeds,
+    _trimmed_mean,
+    check_in_dtype,
+    lr_factor,
+    prompt_streams,
+    stop_record,
+    torchrun_env,
+)
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
 EPS = 1e-8
-MAX_SEEDS = 256  # seeds one process trains together
 # prompts (over all seeds) per forward-backward pass of a training step; measured best on a
 # 2-core CPU: 512 (K = 8, batch 1024: 25.5 ms per 1024 prompts, 38.7 ms in one pass)
 PASS_PROMPTS = 512
@@ -256,7 +264,8 @@ def train_ensemble(
     """Train one model per seed of `seeds` with `cfg` (its own `seed` is replaced by each);
     return [(model, metrics)] in the order of `seeds`, each what `train.train` returns for that
     seed. `on_validate(index, model_with_best_weights, metrics)` runs for every seed after every
-    validation. KeyboardInterrupt stops all seeds: their metrics say `interrupted: True`.
+    validation. KeyboardInterrupt stops all seeds: their metrics say `interrupted: True` (and why
+    each stopped, `train.stop_record`).
 
     `resume` (one (state_dict, metrics) per seed, all at the same `steps_done`) continues each
     seed as `train.train(resume=...)` continues it: from its checkpoint's weights, step count,
@@ -270,7 +279,8 @@ def train_ensemble(
         raise ValueError(f"the seeds repeat: {seeds}")
     for seed in seeds:
         replace(cfg, seed=seed)  # each seed's config is valid
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    check_in_dtype(cfg, task, model_cfg.torch_dtype)
+    if torchrun_env()[1] > 1:
         raise ValueError("seeds in one process do not combine with torchrun; launch one run")
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):
@@ -340,7 +350,7 @@ def train_ensemble(
     window_loss, window_steps, skipped = [0.0] * K, [0] * K, [0] * K
     lr_now = cfg.lr
     start = time.perf_counter()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     step = start_step
 
     @torch.no_grad()
@@ -383,7 +393,7 @@ def train_ensemble(
                 )
 
     def metrics(k: int) -> dict[str, Any]:
-        steps_done = step if interrupted or step >= cfg.steps else step + 1
+        steps_done = step if interrupted is not None or step >= cfg.steps else step + 1
         elapsed = time.perf_counter() - start
         b = best[k]
         return {
@@ -470,15 +480,17 @@ def train_ensemble(
                     for k in range(K):
                         on_validate(k, _model(model_cfg, best[k]["state"]), metrics(k))
             bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
     finally:
         bar.close()
     results = []
     for k in range(K):
         keep_best = cfg.keep_best and history[k]
         state = best[k]["state"] if keep_best else _state(model_cfg, template, params, k, log_gain)
-        results.append((_model(model_cfg, state), metrics(k) | {"interrupted": interrupted}))
+        record = metrics(k)
+        stopped = stop_record(interrupted, history[k], record["best_val_selected"])
+        results.append((_model(model_cfg, state), record | stopped))
     return results
 
 

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from eagle_probe import budget, files
-from eagle_probe.conventions import plan_import
+from eagle_probe.conventions import agree, plan_import
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.model import (
     DTYPES,
@@ -460,7 +460,8 @@ def import_arrays(
     if readout not in (-1, 1):
         raise EagleProbeError(f"readout must be -1 or +1, got {readout!r}")
     if layout == "ahn":
-        return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype, max_bytes=max_bytes)
+        sizes = {"d": d, "d_prime": d_prime, "heads": heads}
+        return _import_ahn(arrays, n=n, n_prime=n_prime, dtype=dtype, max_bytes=max_bytes, **sizes)
     for key, value in arrays.items():
         if key.endswith("attn.qk_mask") and not np.all(np.asarray(value) == 1):
             raise EagleProbeError(
@@ -502,8 +503,9 @@ def import_arrays(
         if mask is not None:
             mask = _token_mask(np.asarray(mask))
             d_found = int(np.asarray(mask).any(axis=0).sum())
-            d = d if d is not None else d_found
-            d_prime = d_prime if d_prime is not None else mask.shape[0] - d_found
+            where = f"the stored token mask ({mask.shape[0]} tokens, {d_found} visible rows)"
+            d = agree("--d", d, d_found, where)
+            d_prime = agree("--d-prime", d_prime, mask.shape[0] - d_found, where)
         if d is None:
             raise EagleProbeError(
                 "feature layout: the weights do not fix d (rows of A); pass --d and --d-prime"
@@ -572,12 +574,27 @@ def ahn_products(allparam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _import_ahn(
-    arrays: dict[str, np.ndarray], *, n: int, n_prime: int, dtype: str, max_bytes: float
+    arrays: dict[str, np.ndarray],
+    *,
+    n: int,
+    n_prime: int,
+    dtype: str,
+    max_bytes: float,
+    d: int | None = None,
+    d_prime: int | None = None,
+    heads: int | None = None,
 ) -> tuple[LinearTransformer, TaskConfig]:
+    """The ahn layout: allparam (layers, heads, 2, d + 1, d + 1) fixes d, d' = 1 and the heads;
+    size flags that say otherwise are refused."""
     if "allparam" not in arrays:
         names = ", ".join(sorted(arrays)[:5]) or "nothing"
         raise EagleProbeError(f"the ahn layout needs an array named 'allparam'; found {names}")
     shape = np.shape(arrays["allparam"])
+    if len(shape) == 5 and shape[3] >= 1:
+        where = f"allparam of shape {tuple(shape)} (layers, heads, 2, d + 1, d + 1)"
+        agree("--d", d, shape[3] - 1, where)
+        agree("--d-prime", d_prime, 1, "the ahn layout (one output row)")
+        agree("--heads", heads, shape[1], where)
     if len(shape) == 5 and shape[2] == 2 and shape[3] == shape[4] >= 2 and 0 not in shape:
         # checked before the float64 copies: the array as float64, W_QK and W_VP
         early = sample_config(n=n, d=shape[3] - 1, layers=shape[0], heads=shape[1], dtype=dtype)

@@ -13,3 +13,11 @@ NORMALIZE = ("none", "frobenius", "spectral")
 TASKS = ("paper", "least_squares", "nystrom", "completion")  # the keys of `tasks.TASKS`
 SCHEDULES = ("constant", "warmup_cosine")
 DEFAULT_STEPS = 20_000  # `TrainConfig.steps` default, the paper's run length
+# Why a training run stopped (its metrics' `stopped`): every step done; a KeyboardInterrupt (SIGINT,
+# or SIGTERM/SIGHUP under the command line) first; or validations ran and none had a finite loss.
+STOPS = ("finished", "interrupted", "diverged")
+MAX_STEPS = 10**9  # `TrainConfig.steps` limit: 12 days at 1 ms a step
+MAX_SEEDS = 256  # seeds one process trains together (`ensemble.train_ensemble`, `train --seeds`)
+# `CompareConfig.more_steps` limit: the algorithm runs more_steps × its layers steps on every prompt
+# of every sweep point (1000 on a one-layer model: a minute on 2 CPU cores)
+MAX_MORE_STEPS = 1000

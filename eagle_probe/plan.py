@@ -124,6 +124,28 @@ def select(lines: list[dict[str, Any]], index: int, path: str | Path) -> dict[st
     return lines[index]
 
 
+_SBATCH_SPECIAL = frozenset("\\\"'#")
+
+
+def sbatch_word(value: str) -> str:
+    """`value` as one word of an #SBATCH line, read back by sbatch as it is: a plain word as it
+    is; otherwise in double quotes (spaces kept), with a backslash before each backslash, quote
+    and # (sbatch ends a line's options at an unescaped #). A line break cannot be written in
+    an #SBATCH line and is refused."""
+    if "\n" in value or "\r" in value:
+        raise EagleProbeError(f"{value!r} holds a line break; an #SBATCH option is one line")
+    if value and not any(c.isspace() or c in _SBATCH_SPECIAL for c in value):
+        return value
+    escaped = "".join("\\" + c if c in _SBATCH_SPECIAL else c for c in value)
+    return f'"{escaped}"'
+
+
+def _literal(path: str) -> str:
+    """A path in a Slurm file-name pattern (`--output`): each % doubled, so Slurm writes it as
+    a % instead of replacing %j, %A, … by the job's numbers."""
+    return path.replace("%", "%%")
+
+
 def slurm_script(
     plan: Path,
     count: int,
@@ -151,17 +173,18 @@ def slurm_script(
             raise EagleProbeError(f"{name} must be one word, got {value!r}")
     array = f"0-{count - 1}" + (f"%{max_parallel}" if max_parallel else "")
     logs = logs if logs is not None else plan.parent
+    output = _literal(str(logs / job_name)) + "-%A_%a.out"  # job id, task index
     head = [
         "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --job-name={sbatch_word(job_name)}",
         f"#SBATCH --array={array}",
         f"#SBATCH --cpus-per-task={cpus}",
-        f"#SBATCH --mem={mem}",
-        f"#SBATCH --time={time}",
-        f"#SBATCH --output={logs / (job_name + '-%A_%a.out')}",
+        f"#SBATCH --mem={sbatch_word(mem)}",
+        f"#SBATCH --time={sbatch_word(time)}",
+        f"#SBATCH --output={sbatch_word(output)}",
     ]
     if partition:
-        head.append(f"#SBATCH --partition={partition}")
+        head.append(f"#SBATCH --partition={sbatch_word(partition)}")
     for option in sbatch:
         if "\n" in option:
             raise EagleProbeError(f"--sbatch option {option!r} must be one line")

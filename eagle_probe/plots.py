@@ -8,19 +8,56 @@ every view an extraction ran, the figures of that view.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter, NullLocator
 
 from eagle_probe.model import LinearTransformer
 
 if TYPE_CHECKING:
     from eagle_probe.extract import Extraction
+
+
+def load_matplotlib() -> ModuleType:
+    """matplotlib, imported once without its notices on stderr. An MPLCONFIGDIR it cannot use
+    (a file, a read-only or missing directory) makes it fall back to a temporary directory and
+    log 2-4 lines about it, and about the font cache it then rebuilds: those are held back while
+    it loads, and one warning of ours says what happened and what to do (the command line prints
+    it as one line)."""
+    import logging
+    import os
+    import sys
+    import warnings
+
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"]
+    chosen = os.environ.get("MPLCONFIGDIR")
+    logger = logging.getLogger("matplotlib")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        import matplotlib
+        import matplotlib.font_manager  # noqa: F401 - reads or builds the font cache now
+    finally:
+        logger.setLevel(level)
+    if chosen and os.path.realpath(matplotlib.get_configdir()) != os.path.realpath(chosen):
+        warnings.warn(
+            f"MPLCONFIGDIR={chosen} is not a writable directory, so matplotlib used a temporary "
+            "one (its font cache rebuilt each run); point MPLCONFIGDIR at a writable directory, "
+            "or unset it",
+            UserWarning,
+            stacklevel=2,
+        )
+    return matplotlib
+
+
+load_matplotlib()
+from matplotlib.figure import Figure  # noqa: E402 - after load_matplotlib
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 
 def weight_heatmaps(model: LinearTransformer, layer: int) -> Figure:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from eagle_probe.errors import EagleProbeError, Terminated
+from eagle_probe.errors import EagleProbeError
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,9 @@ def run_sweep(
     sweep, shared by the `parallel` training processes (each gets its share as --max-memory).
 
     Runs that fail are rows with status "failed: …"; when every run fails nothing is written and
-    the error names them. SIGTERM is handled like an interrupt: running children are stopped and
-    waited for, no further run starts, and `Terminated` is raised; children die with the sweep."""
+    the error names them. An interrupt (KeyboardInterrupt; the command line raises one for SIGTERM
+    and SIGHUP too) stops the sweep: running children are stopped and waited for, no further run
+    starts, and the interrupt goes on; children die with the sweep even when it is killed."""
     out.mkdir(parents=True, exist_ok=True)
     runs = [Run(r, s, out / f"{run_name(name, r, s)}.pt") for r in regimes for s in seeds]
     if len({run.path for run in runs}) < len(runs):
@@ -186,23 +187,13 @@ def run_sweep(
         seconds = time.perf_counter() - start
         return [(r, proc.returncode, seconds, tail) for r in group]
 
-    def on_sigterm(signum, frame):
-        raise Terminated
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
-
     def stop() -> None:  # no run starts from now on; the running ones stop (and are waited for)
         with lock:
             stopping.set()
             for proc in live:
                 proc.terminate()
 
-    try:
-        rows = _train_and_extract(groups, train, stop, parallel, published, log)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+    rows = _train_and_extract(groups, train, stop, parallel, published, log)
     failed = [row for row in rows if row["status"] != "ok"]
     if len({(r["regime"], r["seed"]) for r in failed}) == len(runs):
         raise EagleProbeError(
@@ -289,7 +280,7 @@ def _rows(results, published: Path | None, log) -> list[dict]:
             )
             continue
         model, task, metrics = checkpoint.load(run.path)
-        if published is not None and isinstance(metrics.get("command"), str):
+        if published is not None and "command" in metrics:  # a string (`check_metrics`)
             _record_path(run.path, published / run.path.name, model, task, metrics)
         ex = extract(
             model,

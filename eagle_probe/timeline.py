@@ -153,8 +153,8 @@ def timeline(
                 f"{first_path.name} differ in the {key} config ({', '.join(diff)}); a timeline "
                 "reads the checkpoints of one run"
             )
-        recorded = metrics.get("step")
-        if isinstance(recorded, int) and recorded != step:
+        recorded = metrics.get("step")  # metrics are checked on loading (`check_metrics`)
+        if recorded is not None and recorded != step:
             raise EagleProbeError(
                 f"{path.name} records step {recorded}, not the {step} its name says"
             )
@@ -183,17 +183,14 @@ def timeline(
                     entry["one_step_gap"] = lab["one_step_relative_D"]
             layers.append(entry)
             rows.append({"step": step} | entry)
-        for spike in metrics.get("spikes") or []:
-            if isinstance(spike, dict) and "step" in spike:
-                spikes.append(spike)
-        loss = metrics.get("train_loss")
+        spikes += metrics.get("spikes", [])
         points.append(
             {
                 "step": step,
                 "file": path.name,
                 "mse": ex.network["mse"],
                 "zero_mse": ex.network["zero_mse"],
-                "train_loss": loss if isinstance(loss, int | float) else None,
+                "train_loss": metrics.get("train_loss"),
                 "verdict": ex.verdict.get("label"),
                 "family": ex.verdict.get("family"),
                 "read_as": ex.info.get("family"),

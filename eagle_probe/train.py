@@ -25,9 +25,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from eagle_probe.errors import EagleProbeError, signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
-from eagle_probe.names import DEFAULT_STEPS, SCHEDULES
+from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
 from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
 
 # What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
@@ -80,6 +81,8 @@ class TrainConfig:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.steps > MAX_STEPS:
+            raise ValueError(f"steps must be at most {MAX_STEPS:,}, got {self.steps!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive number, got {self.lr!r}")
         for name in ("warmup", "freeze_values_last"):
@@ -106,6 +109,34 @@ class TrainConfig:
         return cls(**data)
 
 
+def stop_record(
+    stop: KeyboardInterrupt | None, history: list[dict[str, Any]], best_selected: float | None
+) -> dict[str, Any]:
+    """Why a run stopped, for its metrics: `stopped` (one of names.STOPS: "diverged" once
+    validations ran and none was finite, interrupted or not), `interrupted` and `signal` (the
+    interrupting signal's name, None when none interrupted it)."""
+    if history and best_selected is None:
+        stopped = "diverged"
+    else:
+        stopped = "finished" if stop is None else "interrupted"
+    name = None if stop is None else signal_name(signal_of(stop))
+    return {"stopped": stopped, "interrupted": stop is not None, "signal": name}
+
+
+def check_in_dtype(cfg: TrainConfig, task: TaskConfig, dtype: torch.dtype) -> None:
+    """Raise ValueError unless every rate, clip and decay of `cfg` and the task's noise variance
+    are finite numbers of `dtype`, the dtype the model trains in (a larger rate overflows inside
+    the first update, a larger variance in the first prompts)."""
+    top = torch.finfo(dtype).max
+    named = [(k, getattr(cfg, k)) for k in ("lr", "gain_lr", "weight_decay", "clip", "clip_qk")]
+    for name, value in [*named, ("final_lr_ratio", cfg.final_lr_ratio), ("noise", task.noise)]:
+        if not abs(value) <= top:
+            raise ValueError(
+                f"{name} {value!r} is beyond the range of {str(dtype).removeprefix('torch.')} "
+                f"(at most {top:.3g}), the dtype the model trains in; pass a smaller {name}"
+            )
+
+
 def lr_factor(cfg: TrainConfig, step: int) -> float:
     """Multiplier of the peak learning rate at `step` (0-based)."""
     if cfg.schedule == "constant":
@@ -117,13 +148,42 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return cfg.final_lr_ratio + (1 - cfg.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def _process_group() -> tuple[int, int]:
-    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
+def _env_int(name: str, default: int, low: int, high: int) -> int:
+    """The integer environment variable `name` (`default` when unset), in [low, high]; any other
+    value is refused naming the variable (torchrun sets these: unset, one process trains)."""
     import os
 
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise EagleProbeError(
+            f"environment variable {name}={text!r} is not an integer in [{low}, {high}]; torchrun "
+            "sets it for each process it starts (without WORLD_SIZE one process trains)"
+        )
+    return value
+
+
+def torchrun_env() -> tuple[int, int]:
+    """(rank, world size) of this process as torchrun states them in RANK and WORLD_SIZE ((0, 1)
+    without torchrun), each checked, and with more than one process MASTER_PORT too: a value
+    that is not a fitting integer is refused in one line naming its variable."""
+    world = _env_int("WORLD_SIZE", 1, 1, 2**31 - 1)
+    if world == 1:  # one process: whatever else the environment says is not ours to read
+        return 0, 1
+    _env_int("MASTER_PORT", 29500, 1, 65535)
+    return _env_int("RANK", 0, 0, world - 1), world
+
+
+def _process_group() -> tuple[int, int]:
+    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
     import torch.distributed as tdist
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    _, world = torchrun_env()
     if world <= 1:
         return 0, 1
     if not tdist.is_initialized():
@@ -224,9 +284,12 @@ def train(
 
     `init_from` starts a fresh run from another model's weights (`grow`: its heads become the
     first heads, the others keep their random initialisation).
+
+    The metrics say why the run stopped (`stop_record`: finished, interrupted, diverged).
     """
     if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
+    check_in_dtype(cfg, task, model_cfg.torch_dtype)
     sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
     if sizes != (task.n, task.d, task.n_prime, task.d_prime):
         raise ValueError(
@@ -303,7 +366,7 @@ def train(
     }
     window_loss, window_steps, skipped = 0.0, 0, 0
     start = time.perf_counter()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     step = start_step
 
     def validate(step: int) -> dict[str, Any]:
@@ -338,7 +401,7 @@ def train(
         return row
 
     def _metrics() -> dict[str, Any]:
-        steps_done = step if interrupted or step >= cfg.steps else step + 1
+        steps_done = step if interrupted is not None or step >= cfg.steps else step + 1
         elapsed = time.perf_counter() - start
         return {
             "train_config": cfg.to_dict(),
@@ -441,8 +504,8 @@ def train(
             if save_every and ((step + 1) % save_every == 0 or step + 1 == cfg.steps):
                 snapshot(step + 1, value if math.isfinite(value) else None)
             bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
     finally:
         bar.close()
 
@@ -452,7 +515,8 @@ def train(
         model.reset_hooks(including_permanent=True)
     final = _with_state(model, best["state"])
     final.eval()
-    return final, _metrics() | {"interrupted": interrupted}
+    metrics = _metrics()
+    return final, metrics | stop_record(interrupted, history, metrics["best_val_selected"])
 
 
 def _trimmed_mean(errors: torch.Tensor) -> float:

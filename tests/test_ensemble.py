@@ -282,7 +282,7 @@ def test_sigterm_stops_all_seeds_with_their_best_weights_written(tmp_path):
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signal.SIGTERM, err
     for seed, path in ((0, first), (1, second)):
         _, _, metrics = checkpoint.load(path)
         assert metrics["interrupted"] is True and 0 < metrics["steps_done"] < 100000

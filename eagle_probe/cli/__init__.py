@@ -31,17 +31,18 @@ from types import ModuleType
 from eagle_probe import __version__
 from eagle_probe.cli.common import (
     EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     EXIT_PIPE,
-    EXIT_TERMINATED,
+    EXIT_STOPPED,
     EXIT_USER,
     Parser,
     UsageError,
     _apply_compute,
     _gib,
     _threads,
+    stop_signals,
+    stopped_line,
 )
-from eagle_probe.errors import EagleProbeError, Terminated
+from eagle_probe.errors import EagleProbeError
 
 # command name -> module in this package, in the order `--help` lists them
 COMMANDS: dict[str, str] = {
@@ -278,14 +279,15 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             parser.print_help()
             return EXIT_USER
         run = getattr(sys.modules[__name__], f"cmd_{args.command}")
-        with contextlib.ExitStack() as outputs:  # the command's output claims, see common._claim
+        # SIGTERM and SIGHUP unwind like SIGINT: the claims below are discarded on the way out
+        with stop_signals(), contextlib.ExitStack() as outputs:  # claims: see common._claim
             args.outputs = outputs
             with _warnings_as_lines(debug):  # the imports' warnings too, one line each
                 if whole_process:
                     _load(args)
                 _apply_compute(args)
                 code = run(args)
-            if code not in (0, EXIT_INTERRUPTED):
+            if code != 0 and code not in EXIT_STOPPED:  # a stopped run publishes what it kept
                 raise _Failed(code)  # leaving the block with an exception discards the claims
         return code
     except _Failed as failed:
@@ -316,12 +318,10 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         print(f"eagle-probe: error: {exc.strerror or _one_line(exc)}{where}", file=sys.stderr)
         return EXIT_USER
-    except Terminated:
-        print("eagle-probe: terminated (SIGTERM); nothing written", file=sys.stderr)
-        return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        print("eagle-probe: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:  # SIGINT, or SIGTERM/SIGHUP (`stop_signals`)
+        line, code = stopped_line(stop)
+        print(line, file=sys.stderr)
+        return code
     except Exception as exc:  # noqa: BLE001 - the CLI is the one place that turns bugs into a line
         if debug:
             raise

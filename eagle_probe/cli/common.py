@@ -4,15 +4,58 @@ and output claims. Imports nothing heavy at module level (the parsers are built 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated, signal_name, signal_of
 from eagle_probe.forked import set_threads
+from eagle_probe.names import MAX_MORE_STEPS, MAX_SEEDS, MAX_STEPS
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 EXIT_PIPE = 141  # the reader of stdout left (`… | head`): as a process that SIGPIPE stopped
+# Signals that stop a command as SIGINT does (Python raises KeyboardInterrupt for SIGINT itself):
+# its claimed outputs are discarded, one line is printed, the exit code is 128 + the signal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+EXIT_STOPPED = {128 + s for s in (signal.SIGINT, *STOP_SIGNALS)}
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While the block runs, each of STOP_SIGNALS raises `Terminated` in the main thread, so a
+    command unwinds from it as from SIGINT: every output claim is discarded on the way out. A
+    signal this process ignores (SIGHUP under nohup) stays ignored; the handlers before are
+    restored afterwards. Elsewhere than in the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame) -> NoReturn:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stopped_line(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and the exit code of a command stopped by a signal (128 + the signal)."""
+    signum = signal_of(stop)
+    text = str(stop).strip()
+    if not text:
+        name = signal_name(signum)
+        text = "interrupted" if signum == signal.SIGINT else f"terminated ({name}); nothing written"
+    return f"eagle-probe: {text}", 128 + signum
 
 
 class UsageError(EagleProbeError):
@@ -39,14 +82,48 @@ def _positive_int(text: str) -> int:
     return _int_at_least(text, 1, "a positive integer")
 
 
+def _at_most(high: int, unit: str, why: str) -> Callable[[str], int]:
+    """An argument type: a positive integer of at most `high` `unit` (`why`: what more would
+    mean), for the options whose size is work or time rather than memory."""
+
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"expected at most {high:,} {unit}, got {text!r} ({why})"
+            )
+        return value
+
+    return parse
+
+
 MAX_THREADS = 1024  # more CPU threads than this is a typo (OpenMP aborts on a million)
+_threads = _at_most(MAX_THREADS, "threads", "more is a typo, not a machine")
+_steps = _at_most(MAX_STEPS, "steps", "a longer run is months of computing")
+_seeds = _at_most(MAX_SEEDS, "seeds", "the seeds one process trains together")
+# compare's extra run of the algorithm, per unit of --more-steps and layer of the model, over the
+# default sweeps (1000 units of a one-layer model: 60 s more, measured on 2 CPU cores)
+SECONDS_PER_MORE_STEP = 0.06
 
 
-def _threads(text: str) -> int:
+def _more_steps(text: str) -> int:
+    """compare --more-steps: at most MAX_MORE_STEPS, a refusal saying how long more would run."""
     value = _positive_int(text)
-    if value > MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    if value > MAX_MORE_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_MORE_STEPS:,}, got {text!r}: the algorithm would run "
+            f"{value:,} × its layers steps on every prompt of every sweep point, about "
+            f"{_duration(value * SECONDS_PER_MORE_STEP)} per layer"
+        )
     return value
+
+
+def _duration(seconds: float) -> str:
+    """ "40 s", "3.2 hours", "694 days"."""
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.2g} s"
 
 
 def _nonneg_int(text: str) -> int:
@@ -90,6 +167,21 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+
+
+def _float32(text: str) -> float:
+    """A finite number within float32's range: what the options the training loop reads may
+    hold (the model trains in float32; a larger rate overflows inside the first update)."""
+    value = _finite_float(text)
+    if not abs(value) <= FLOAT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a number within float32's range (at most {FLOAT32_MAX:.3g} in size, "
+            f"the dtype training computes in), got {text!r}"
+        )
     return value
 
 

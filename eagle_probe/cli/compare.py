@@ -9,6 +9,7 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
+    _more_steps,
     _out_dir,
     _positive_int,
     _publish,
@@ -51,10 +52,10 @@ def _add_compare(parser: Parser) -> None:
     )
     parser.add_argument(
         "--more-steps",
-        type=_positive_int,
+        type=_more_steps,
         default=4,
-        help="the algorithm is also run for this many times the network's layers (4; feature "
-        "layout)",
+        help="the algorithm is also run for this many times the network's layers (4; at most "
+        "1000; feature layout)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="seed of every prompt drawn (0)")
     parser.add_argument(

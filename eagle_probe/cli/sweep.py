@@ -11,11 +11,12 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
-    _finite_float,
+    _float32,
     _nonneg_int,
     _out_dir,
     _positive_int,
     _publish,
+    _steps,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -33,7 +34,7 @@ def _add_sweep(parser: Parser) -> None:
         default="0,1,2",
         help="comma-separated seeds (one seed: 5,), or a count like 10 (0,1,2)",
     )
-    parser.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
+    parser.add_argument("--steps", type=_steps, default=500, help="steps per run (500)")
     parser.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
     parser.add_argument(
         "--parallel", type=_positive_int, default=None, help="runs at a time (the CPU count)"
@@ -42,9 +43,9 @@ def _add_sweep(parser: Parser) -> None:
     parser.add_argument(
         "--schedule", default="warmup_cosine", help="learning-rate schedule (warmup_cosine)"
     )
-    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
+    parser.add_argument("--lr", type=_float32, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
-        "--gain-lr", type=_finite_float, default=0.0, help="rate of the head log-gains (0: off)"
+        "--gain-lr", type=_float32, default=0.0, help="rate of the head log-gains (0: off)"
     )
     parser.add_argument("--select", default="mean", help="mean, median or trimmed (mean)")
     parser.add_argument(

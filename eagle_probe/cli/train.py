@@ -10,21 +10,22 @@ import platform
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from eagle_probe import __version__
 from eagle_probe.cli.common import (
-    EXIT_INTERRUPTED,
     Parser,
     _budget,
     _claim,
-    _finite_float,
+    _float32,
     _init_std,
     _positive_int,
     _publish,
     _seed,
+    _seeds,
+    _steps,
 )
-from eagle_probe.errors import EagleProbeError
+from eagle_probe.errors import EagleProbeError, Terminated
 from eagle_probe.names import (
     DEFAULT_STEPS,
     NORMALIZE,
@@ -99,17 +100,17 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--alpha",
-        type=_finite_float,
+        type=_float32,
         default=0.7,
         help="anisotropy α of the paper distribution (0.7)",
     )
     parser.add_argument(
         "--kappa",
-        type=_finite_float,
+        type=_float32,
         default=None,
         help="prescribe the condition number of A instead",
     )
-    parser.add_argument("--noise", type=_finite_float, default=0.0, help="noise variance σ² (0)")
+    parser.add_argument("--noise", type=_float32, default=0.0, help="noise variance σ² (0)")
     parser.add_argument(
         "--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)} (visible)"
     )
@@ -140,22 +141,22 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--steps",
-        type=_positive_int,
+        type=_steps,
         default=None,
         help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
     )
     parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step (1024)")
-    parser.add_argument("--lr", type=_finite_float, default=1e-3, help="Adam learning rate (1e-3)")
+    parser.add_argument("--lr", type=_float32, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
         "--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)} (constant)"
     )
     parser.add_argument(
-        "--warmup", type=_finite_float, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
+        "--warmup", type=_float32, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
     )
-    parser.add_argument("--clip", type=_finite_float, default=0.1, help="gradient-norm clip (0.1)")
+    parser.add_argument("--clip", type=_float32, default=0.1, help="gradient-norm clip (0.1)")
     parser.add_argument(
         "--weight-decay",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
     )
@@ -167,19 +168,19 @@ def _add_train(parser: Parser) -> None:
     )
     parser.add_argument(
         "--gain-lr",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="learning rate of a trained log-gain per layer and head, folded into W_P (0: off)",
     )
     parser.add_argument(
         "--clip-qk",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="separate clip for W_Q/W_K gradients (0: off)",
     )
     parser.add_argument(
         "--freeze-values-last",
-        type=_finite_float,
+        type=_float32,
         default=0.0,
         help="fraction of steps at the end with W_V, W_P frozen (0)",
     )
@@ -201,7 +202,7 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
     parser.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=_seeds,
         default=1,
         metavar="K",
         help="train seeds --seed … --seed+K-1 together in one process, one checkpoint each: "
@@ -238,27 +239,11 @@ def _train_outputs(out: Path) -> list[Path]:
 
 
 def _training_record(out: Path, previous: dict[str, Any]) -> dict[str, Any]:
-    """The training record of a checkpoint to resume, checked (a bad one is a user error)."""
+    """The training record of a checkpoint to resume (its metrics' types and ranges are checked
+    on loading, `checkpoint.check_metrics`)."""
     record = previous.get("train_config")
-    if not isinstance(record, dict):
+    if record is None:
         raise EagleProbeError(f"{out} holds no training record to resume from")
-    bad = [
-        key
-        for key, kind in (("history", list), ("spikes", list))
-        if key in previous and not isinstance(previous[key], kind)
-    ]
-    if "history" in previous and isinstance(previous["history"], list):
-        if not all(isinstance(r, dict) for r in previous["history"]):
-            bad.append("history")
-    steps_done = previous.get("steps_done", 0)
-    if not isinstance(steps_done, int) or isinstance(steps_done, bool) or steps_done < 0:
-        bad.append("steps_done")
-    for key in ("best_val_mse", "best_val_selected"):
-        value = previous.get(key)
-        if value is not None and not isinstance(value, int | float):
-            bad.append(key)
-    if bad:
-        raise EagleProbeError(f"{out} holds an invalid training record ({', '.join(bad)})")
     return dict(record)
 
 
@@ -276,7 +261,50 @@ def _resumed_config(path: Path, record: dict[str, Any], steps: int | None):
 
 def _lead_process() -> bool:
     """False in the extra processes of a torchrun launch (rank 0 owns the outputs)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
+    from eagle_probe.train import torchrun_env
+
+    return torchrun_env()[0] == 0
+
+
+def _exit_code(metrics: dict[str, Any]) -> int:
+    """0 for a finished run; 128 + the signal for one an interrupt stopped (its best weights
+    written), as for any command a signal stops."""
+    if not metrics["interrupted"]:
+        return 0
+    return 128 + signal.Signals[metrics["signal"]]
+
+
+def _status(metrics: dict[str, Any]) -> str:
+    """How the run ended, for its last line: "done" or "interrupted (SIGTERM) at step …"."""
+    if not metrics["interrupted"]:
+        return "done"
+    steps = metrics["train_config"]["steps"]
+    return (
+        f"interrupted ({metrics['signal']}) at step {metrics['steps_done']:,} of {steps:,}, "
+        "best weights so far"
+    )
+
+
+def _unvalidated(metrics: dict[str, Any]) -> Terminated:
+    """The stop of a run interrupted before its first validation: no weights were kept, so
+    nothing is written (a signal, not a divergence)."""
+    cfg = metrics["train_config"]
+    first = min(cfg["eval_every"], cfg["steps"])
+    return Terminated(
+        signal.Signals[metrics["signal"]],
+        f"interrupted ({metrics['signal']}) at step {metrics['steps_done']:,} of "
+        f"{cfg['steps']:,}, before the first validation (step {first:,}), so no weights were "
+        "kept; nothing written - a lower --eval-every keeps weights sooner",
+    )
+
+
+def _diverged(metrics: dict[str, Any], decisive: str) -> str | None:
+    """Why the kept weights cannot be written (None: they can): no validation was finite, or
+    the number they were selected by is not finite on the test prompts."""
+    if metrics["stopped"] == "diverged":
+        return "no validation had a finite loss, so no weights were kept"
+    value = metrics["test"][decisive]
+    return None if math.isfinite(value) else f"test {decisive.replace('_', ' ')} {value}"
 
 
 def loads(args: argparse.Namespace) -> tuple[str, ...]:
@@ -428,41 +456,31 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         if claim is not None and steps_dir is not None:
             checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
 
-    def on_sigterm(signum, frame) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        model, metrics = train(
-            model_cfg,
-            task,
-            train_cfg,
-            progress=not args.no_progress,
-            on_validate=write,
-            resume=resume,
-            save_every=args.save_every or 0,
-            on_save=save_step,
-            init_from=getattr(args, "init_source", None),
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    model, metrics = train(
+        model_cfg,
+        task,
+        train_cfg,
+        progress=not args.no_progress,
+        on_validate=write,
+        resume=resume,
+        save_every=args.save_every or 0,
+        on_save=save_step,
+        init_from=getattr(args, "init_source", None),
+    )
     if metrics.get("processes", 1) > 1:
         import torch.distributed as tdist
 
         if tdist.get_rank() != 0:
             return 0  # rank 0 writes the checkpoint and reports
-    metrics["test"] = evaluate(model, task)
+    if metrics["stopped"] == "interrupted" and metrics.get("best_val_selected") is None:
+        raise _unvalidated(metrics)
+    if metrics["stopped"] != "diverged":
+        metrics["test"] = evaluate(model, task)
     # the number the kept weights were selected by must be finite on the test prompts too
-    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
-    if metrics.get("best_val_selected") is None:
+    reason = _diverged(metrics, "mse" if train_cfg.select == "mean" else "median_mse")
+    if reason is not None:
         raise EagleProbeError(
-            "training diverged (no validation had a finite loss, so no weights were kept); "
-            "nothing written - lower --lr or --init-std"
-        )
-    if not math.isfinite(metrics["test"][decisive]):
-        raise EagleProbeError(
-            f"training diverged (test {decisive.replace('_', ' ')} {metrics['test'][decisive]}); "
-            "nothing written - lower --lr or --init-std"
+            f"training diverged ({reason}); nothing written - lower --lr or --init-std"
         )
     write(model, metrics)
     summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
@@ -471,13 +489,12 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     )
     _publish(args)
     test = metrics["test"]
-    status = "interrupted, best weights so far" if metrics["interrupted"] else "done"
     print(
-        f"{status}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+        f"{_status(metrics)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
         f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
         f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
     )
-    return EXIT_INTERRUPTED if metrics["interrupted"] else 0
+    return _exit_code(metrics)
 
 
 def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
@@ -559,30 +576,27 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
         payload = checkpoint.jsonable(metrics | provenance)
         claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
 
-    def on_sigterm(signum, frame) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        results = train_ensemble(
-            model_cfg,
-            task,
-            train_cfg,
-            seeds,
-            progress=not args.no_progress,
-            on_validate=write,
-            resume=resume,
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    results = train_ensemble(
+        model_cfg,
+        task,
+        train_cfg,
+        seeds,
+        progress=not args.no_progress,
+        on_validate=write,
+        resume=resume,
+    )
+    first = results[0][1]
+    if first["stopped"] == "interrupted" and first.get("best_val_selected") is None:
+        raise _unvalidated(first)  # the seeds validate together: none has kept weights
     decisive = "mse" if train_cfg.select == "mean" else "median_mse"
     diverged, lines = [], []
     for k, (model, metrics) in enumerate(results):
-        metrics["test"] = evaluate(model, task)
-        test = metrics["test"]
-        if metrics.get("best_val_selected") is None or not math.isfinite(test[decisive]):
+        if metrics["stopped"] != "diverged":
+            metrics["test"] = evaluate(model, task)
+        if _diverged(metrics, decisive) is not None:
             diverged.append(seeds[k])
             continue
+        test = metrics["test"]
         write(k, model, metrics)
         summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
         claim.write_text(
@@ -593,12 +607,9 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
             f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
             f"({against_zero(test['mse'], test['zero_mse'], lambda r: f'{r:.1f}x')})"
         )
-    interrupted = results[0][1]["interrupted"]
     _publish(args)
     print("\n".join(lines))
-    wall = results[0][1]["wall_seconds"]
-    status = "interrupted, best weights so far" if interrupted else "done"
-    print(f"{status}: {len(lines)} of {len(seeds)} seeds in {wall:.0f} s")
+    print(f"{_status(first)}: {len(lines)} of {len(seeds)} seeds in {first['wall_seconds']:.0f} s")
     if diverged:
         print(
             f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
@@ -606,4 +617,4 @@ def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
             file=sys.stderr,
         )
         return EXIT_USER
-    return EXIT_INTERRUPTED if interrupted else 0
+    return _exit_code(first)

@@ -72,8 +72,27 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float | None) -> str:
+    """A number for a sentence; None is the number of a view that did not run: "skipped"."""
+    if x is None:
+        return "skipped"
     return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def _control_layers(ctx: Context) -> list[dict] | None:
+    """The untrained control's fidelity per layer, or None where the control was skipped."""
+    if ctx.control is None or "fidelity" not in ctx.control.results:
+        return None
+    return ctx.control.results["fidelity"].json["layers"]
+
+
+def _control_gap(ctrl: list[dict] | None, layer: int) -> float | None:
+    """The control's relative one-step gap at `layer`: None (null, "skipped") without a control."""
+    return None if ctrl is None else ctrl[layer]["one_step"]["relative"]
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 BREAKS = 10.0  # a projection that raises the MSE more than 1000% breaks the model
@@ -97,9 +116,7 @@ def _costs(cost: float) -> str:
 def layer_labels(ctx: Context) -> list[dict]:
     fid = ctx.results["fidelity"].json["layers"]
     proj = ctx.results.get("projection")
-    ctrl = None
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = ctx.control.results["fidelity"].json["layers"]
+    ctrl = _control_layers(ctx)
     out = []
     for layer, f in enumerate(fid):
         gap = f["one_step"]["relative"]
@@ -107,8 +124,8 @@ def layer_labels(ctx: Context) -> list[dict]:
         if proj is not None and proj.json["network_mse"] > 0:
             # the projection's own prompts (fewer than all held-out ones for large models)
             cost = proj.json["layers"][layer]["mse"] / proj.json["network_mse"] - 1.0
-        control_gap = ctrl[layer]["one_step"]["relative"] if ctrl is not None else float("nan")
-        separated = not math.isfinite(control_gap) or control_gap >= CONTROL_FACTOR * gap
+        control_gap = _control_gap(ctrl, layer)
+        separated = not _finite(control_gap) or control_gap >= CONTROL_FACTOR * gap
         if gap <= EAGLE_GAP and separated:
             label = "EAGLE"
         elif separated and gap <= LIKE_GAP:
@@ -304,7 +321,7 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
     BREAKS); medium otherwise (every layer near the family, the projection not)."""
     net, zero = ctx.network_mse, ctx.zero_mse
     gaps = [lay["one_step_relative"] for lay in layers]
-    controls = [lay["control_relative"] for lay in layers if math.isfinite(lay["control_relative"])]
+    controls = [lay["control_relative"] for lay in layers if _finite(lay["control_relative"])]
     reasons = []
     worst = max(gaps, default=math.nan)
     conflict = communication_conflict(ctx)
@@ -577,9 +594,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
     algo_json = ctx.results["algorithm"].json
     algo, r2_min = algo_json["layers"], algo_json["thresholds"]["r2_min"]
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
-    ctrl = None
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = ctx.control.results["fidelity"].json["layers"]
+    ctrl = _control_layers(ctx)
     proj = ctx.results.get("projection")
     layers = []
     for lay in algo:
@@ -613,7 +628,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "one_step_relative_D": one_step["relative_blocks"]["D"]
                 if one_step
                 else float("nan"),
-                "control_relative": ctrl[layer]["one_step"]["relative"] if ctrl else float("nan"),
+                "control_relative": _control_gap(ctrl, layer),
                 "projection_cost": cost,
             }
         )
@@ -641,7 +656,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
             gap = f"; one GD++ layer misses {_fmt(lay[key])} of its update" + (
                 " on the D slot, the only block the prediction reads" if last else ""
             )
-            if math.isfinite(lay["control_relative"]):
+            if _finite(lay["control_relative"]):
                 gap += f" (untrained control {_fmt(lay['control_relative'])})"
         words = _layer_words(lay, a, last, r2_min)
         parts.append(f"Layer {lay['layer']}: {lay['label']}, {words}{gap}.")
@@ -771,8 +786,8 @@ def verdict_view(ctx: Context) -> ViewResult:
         if conflict is not None:
             label = "not EAGLE"
             warnings.append(f"not claimed as eagle-distributed: {conflict}")
-    if ctx.control is not None and "fidelity" in ctx.control.results:
-        ctrl = [c["one_step"]["relative"] for c in ctx.control.results["fidelity"].json["layers"]]
+    if _control_layers(ctx) is not None:
+        ctrl = [c["one_step"]["relative"] for c in _control_layers(ctx)]
         mine = [lay["one_step_relative"] for lay in layers]
         if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
             label = "not EAGLE"
