@@ -24,7 +24,7 @@ demo: venv
 	$(BIN)/eagle-probe extract trained_models/centralized.pt --out out/centralized --force
 
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: venv
 	$(BIN)/ruff check eagle_probe tests benchmarks

@@ -31,7 +31,7 @@ import torch
 from IPython.display import display
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", message="IProgress not found")
-torch.set_num_threads(2)
+torch.set_num_threads(min(2, torch.get_num_threads()))  # at most 2 (fewer under OMP_NUM_THREADS)
 pd.set_option("display.width", 160)
 pd.set_option("display.precision", 3)"""
 

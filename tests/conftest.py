@@ -12,7 +12,13 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "trained_models"
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on the 2 cores: one thread each, for torch here and for the
+    # processes a test starts (commands, notebook kernels), so that no worker waits on the other's
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 # --- planted models ------------------------------------------------------------------------------
