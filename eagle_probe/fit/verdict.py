@@ -454,7 +454,7 @@ def sample_label(labels: list[str]) -> str:
 
 
 def one_step_theory(ctx: Context) -> float | None:
-    """The best single GD step from zero, α_0 = −1/(n + d + 1) (BRIEF §8, Zhang–Frei–Bartlett),
+    """The best single GD step from zero, α_0 = −1/(n + d + 1) (Zhang–Frei–Bartlett),
     where the task makes one: one sample-layout layer, least squares with isotropic noiseless
     samples (α = 1, no κ) and no prompt normalisation; None elsewhere."""
     t, geo = ctx.task, ctx.geometry
