@@ -54,6 +54,15 @@ def _check_share_heads(args: argparse.Namespace) -> None:
 
 
 def _add_train(parser: Parser) -> None:
+    _add_architecture(parser)
+    _add_prompt_task(parser)
+    _add_model_form(parser)
+    _add_optimiser(parser)
+    _add_run(parser)
+
+
+def _add_architecture(parser: Parser) -> None:
+    """The regime and its shape: layers, heads, machines, rank."""
     parser.add_argument(
         "--regime",
         required=True,
@@ -85,6 +94,10 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument(
         "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
     )
+
+
+def _add_prompt_task(parser: Parser) -> None:
+    """The prompt sizes and the task distribution."""
     # --columns/--rows: aliases that torchrun's own option parser does not mistake for its own
     parser.add_argument(
         "--n", "--columns", type=_positive_int, default=18, help="columns of A (18)"
@@ -111,6 +124,10 @@ def _add_train(parser: Parser) -> None:
         help="prescribe the condition number of A instead",
     )
     parser.add_argument("--noise", type=_float32, default=0.0, help="noise variance σ² (0)")
+
+
+def _add_model_form(parser: Parser) -> None:
+    """The mask, readout, normalisation, token layout and initialisation."""
     parser.add_argument(
         "--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)} (visible)"
     )
@@ -139,6 +156,10 @@ def _add_train(parser: Parser) -> None:
         help="start from a checkpoint's weights: its heads become the first heads of this model "
         "(same sizes and regime, at most --heads heads), the others initialised at random",
     )
+
+
+def _add_optimiser(parser: Parser) -> None:
+    """The optimiser, its schedule and clips, and how batches are drawn."""
     parser.add_argument(
         "--steps",
         type=_steps,
@@ -193,6 +214,10 @@ def _add_train(parser: Parser) -> None:
         help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
         "(default: one per process, so 1 without torchrun)",
     )
+
+
+def _add_run(parser: Parser) -> None:
+    """Validation, seeds, progress, resuming, timeline steps and the output."""
     parser.add_argument(
         "--eval-every", type=_positive_int, default=250, help="validation period in steps (250)"
     )
