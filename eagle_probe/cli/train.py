@@ -337,12 +337,9 @@ def loads(args: argparse.Namespace) -> tuple[str, ...]:
     return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
 
 
-def run(args: argparse.Namespace) -> int:
-    from eagle_probe import budget, checkpoint, files
-    from eagle_probe.model import ModelConfig
-    from eagle_probe.tasks import TaskConfig
-    from eagle_probe.train import TrainConfig
-
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Refuse the options that do not combine: --seeds with --save-every or torchrun,
+    --init-from with --resume or --seeds."""
     if args.seeds > 1 and (args.save_every is not None or not _lead_process()):
         raise EagleProbeError(
             "--seeds trains its seeds in one process: it does not combine with --save-every "
@@ -353,6 +350,95 @@ def run(args: argparse.Namespace) -> int:
             "--init-from starts one fresh run from a checkpoint's weights: it does not combine "
             "with --resume (which continues the run in --out) or --seeds"
         )
+
+
+def _fresh_configs(args: argparse.Namespace):
+    """The model, task and training configurations of a fresh run, from the options."""
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+    from eagle_probe.train import TrainConfig
+
+    task = TaskConfig(
+        task=args.task,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        noise=args.noise,
+        rank=args.task_rank,
+        alpha=args.alpha,
+        kappa=args.kappa,
+    )
+    _check_share_heads(args)
+    model_cfg = ModelConfig(
+        regime=args.regime,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        machines=args.machines,
+        share_heads=True if args.share_heads is None else args.share_heads,
+        rank=args.rank,
+        token_mask=args.token_mask,
+        readout=args.readout,
+        normalize=args.normalize,
+        init=args.init,
+        init_std=args.init_std,
+        tokens=args.tokens,
+    )
+    train_cfg = TrainConfig(
+        steps=args.steps if args.steps is not None else TrainConfig().steps,
+        batch=args.batch,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        clip=args.clip,
+        clip_qk=args.clip_qk,
+        weight_decay=args.weight_decay,
+        gain_lr=args.gain_lr,
+        select=args.select,
+        freeze_values_last=args.freeze_values_last,
+        curriculum=args.curriculum,
+        skip_spikes=args.skip_spikes,
+        data_shards=args.data_shards,
+        eval_every=args.eval_every,
+        eval_batch=args.eval_batch,
+        seed=args.seed,
+    )
+    return model_cfg, task, train_cfg
+
+
+def _check_budget(args: argparse.Namespace, model_cfg, train_cfg) -> None:
+    """Refuse a model, --batch or --eval-batch beyond the memory budget."""
+    from eagle_probe import budget
+
+    limit = _budget(args)
+    budget.check_model(model_cfg, limit)
+    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
+    budget.check(
+        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
+    )
+
+
+def _attach_init_source(args: argparse.Namespace, source, model_cfg) -> None:
+    """Check that the --init-from model can start this one; keep it and its hash on `args`."""
+    from eagle_probe import checkpoint
+    from eagle_probe.train import check_growable
+
+    try:
+        check_growable(source.cfg, model_cfg)
+    except ValueError as exc:
+        raise EagleProbeError(f"--init-from {args.init_from}: {exc}") from None
+    args.init_source = source
+    args.init_sha256 = checkpoint.sha256(args.init_from)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint, files
+
+    _check_combinations(args)
     source = None
     if args.init_from is not None:
         source, _, _ = checkpoint.load(args.init_from, max_bytes=_budget(args))
@@ -371,70 +457,10 @@ def run(args: argparse.Namespace) -> int:
         model_cfg = model.cfg
         resume = (model.state_dict(), previous)
     else:
-        task = TaskConfig(
-            task=args.task,
-            n=args.n,
-            d=args.d,
-            n_prime=args.n_prime,
-            d_prime=args.d_prime,
-            noise=args.noise,
-            rank=args.task_rank,
-            alpha=args.alpha,
-            kappa=args.kappa,
-        )
-        _check_share_heads(args)
-        model_cfg = ModelConfig(
-            regime=args.regime,
-            n=args.n,
-            d=args.d,
-            n_prime=args.n_prime,
-            d_prime=args.d_prime,
-            n_layers=args.layers,
-            n_heads=args.heads,
-            machines=args.machines,
-            share_heads=True if args.share_heads is None else args.share_heads,
-            rank=args.rank,
-            token_mask=args.token_mask,
-            readout=args.readout,
-            normalize=args.normalize,
-            init=args.init,
-            init_std=args.init_std,
-            tokens=args.tokens,
-        )
-        train_cfg = TrainConfig(
-            steps=args.steps if args.steps is not None else TrainConfig().steps,
-            batch=args.batch,
-            lr=args.lr,
-            schedule=args.schedule,
-            warmup=args.warmup,
-            clip=args.clip,
-            clip_qk=args.clip_qk,
-            weight_decay=args.weight_decay,
-            gain_lr=args.gain_lr,
-            select=args.select,
-            freeze_values_last=args.freeze_values_last,
-            curriculum=args.curriculum,
-            skip_spikes=args.skip_spikes,
-            data_shards=args.data_shards,
-            eval_every=args.eval_every,
-            eval_batch=args.eval_batch,
-            seed=args.seed,
-        )
-    limit = _budget(args)
-    budget.check_model(model_cfg, limit)
-    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
-    budget.check(
-        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
-    )
+        model_cfg, task, train_cfg = _fresh_configs(args)
+    _check_budget(args, model_cfg, train_cfg)
     if source is not None:
-        from eagle_probe.train import check_growable
-
-        try:
-            check_growable(source.cfg, model_cfg)
-        except ValueError as exc:
-            raise EagleProbeError(f"--init-from {args.init_from}: {exc}") from None
-        args.init_source = source
-        args.init_sha256 = checkpoint.sha256(args.init_from)
+        _attach_init_source(args, source, model_cfg)
     if args.seeds > 1:
         return _run_seeds(args, out, model_cfg, task, train_cfg, seeds_resumed)
     from eagle_probe import (
