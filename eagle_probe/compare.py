@@ -563,6 +563,164 @@ def iteration_map(
     return out
 
 
+def _default_extraction(model: LinearTransformer, task: TaskConfig, cfg: CompareConfig):
+    """The extraction `compare` reads when none is given: the views its scorer needs."""
+    from eagle_probe.extract import extract
+
+    views = ("eagle", "fidelity", "projection", "optimum", "verdict")
+    return extract(
+        model,
+        task,
+        views=views + (("algorithm",) if model.cfg.samples else ()),  # the sample verdict's names
+        seed=cfg.seed,
+        test_batch=1024,
+        tuning_batch=256,
+    )
+
+
+def _sweep_point(
+    scorer: _Scorer,
+    task: TaskConfig,
+    sweep: str,
+    value: float,
+    seed: int,
+    train_norm: float,
+    cfg: CompareConfig,
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One value of a sweep: its JSON point (errors, gaps to the network, sensitivity cosines)
+    and its table row."""
+    z0, D = _point_prompts(task, sweep, value, cfg.prompts, seed, train_norm)
+    here = scorer.with_samples(int(value)) if sweep == "samples" else scorer
+    preds = here.predictions(z0)
+    zero = float(np.mean(D**2))
+    mse = {k: _mse(v, D) for k, v in preds.items()}
+    sens = here.sensitivity(z0[: cfg.sensitivity_prompts], rng)
+    norms_a = np.linalg.norm(z0[:, : scorer.geo.d, : here.n], ord=2, axis=(-2, -1))
+    point = {
+        "value": float(value),
+        "prompts": int(z0.shape[0]),
+        "norm_a": float(np.median(norms_a)),
+        "zero_mse": zero,
+        "mse": mse,
+        "relative_mse": {k: v / zero if zero > 0 else math.inf for k, v in mse.items()},
+        "gap": {
+            k: _rel(preds[k], preds["network"])
+            for k in ("faithful", "optimum", "more")
+            if k in preds
+        },
+        "sensitivity_cosine": sens,
+    }
+    row = (
+        {"value": point["value"], "norm_a": point["norm_a"]}
+        | {f"mse_{k}": v for k, v in mse.items()}
+        | {"gap": point["gap"]["faithful"]}
+        | {f"gap_{k}": v for k, v in point["gap"].items()}
+        | {f"cos_{k}": v for k, v in sens.items()}
+    )
+    return point, row
+
+
+def _training_index(points: list[dict[str, Any]], train_value: float | None) -> int:
+    """The sweep point nearest the training distribution (on a log scale where both are
+    positive); without a training value, the point of the smallest faithful gap."""
+    if train_value is None:
+        return int(np.argmin([p["gap"]["faithful"] for p in points]))
+    return int(
+        np.argmin(
+            [
+                abs(math.log(v / train_value))
+                if v > 0 and train_value > 0
+                else abs(v - train_value)
+                for v in (p["value"] for p in points)
+            ]
+        )
+    )
+
+
+def _run_sweep(
+    scorer: _Scorer,
+    task: TaskConfig,
+    sweep: str,
+    values: tuple[float, ...],
+    train_norm: float,
+    cfg: CompareConfig,
+    rng: np.random.Generator,
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """One sweep's JSON (its points, the training point, where the network follows its
+    algorithm) and its table."""
+    seed = cfg.seed + 1000 * (1 + SWEEPS.index(sweep))
+    points, rows = [], []
+    for value in values:
+        point, row = _sweep_point(scorer, task, sweep, value, seed, train_norm, cfg, rng)
+        points.append(point)
+        rows.append(row)
+    train_value = _training_value(task, sweep)
+    train_index = _training_index(points, train_value)
+    vals = [p["value"] for p in points]
+    lo, hi = _follows(vals, [p["gap"]["faithful"] for p in points], train_index)
+    record = {
+        "parameter": _PARAMETER[sweep],
+        "training_value": train_value,
+        "training_index": train_index,
+        "points": points,
+        "follows": {"low": lo, "high": hi, "factor": FOLLOW_FACTOR, "floor": FOLLOW_FLOOR},
+    }
+    return record, pd.DataFrame(rows)
+
+
+def _model_record(model: LinearTransformer, task: TaskConfig, extraction, geo) -> dict[str, Any]:
+    samples = model.cfg.samples
+    return {
+        "regime": model.cfg.regime,
+        "tokens": model.cfg.tokens,
+        # the family the views read: GD++ in the sample layout (GD its γ = 0 case)
+        "family": "GD++" if samples else extraction.info.get("family"),
+        "verdict": extraction.verdict.get("label"),
+        "layers": geo.layers,
+        "heads": geo.heads,
+        "normalize": geo.normalize,
+        "task": task.to_dict(),
+    }
+
+
+def _steps_record(scorer: _Scorer, cfg: CompareConfig, samples: bool) -> dict[str, Any]:
+    """The steps of every scored algorithm and the products a step or iteration costs."""
+    more = {"total_steps": cfg.more_steps * scorer.geo.layers, "eta": THEORY[0], "gamma": THEORY[1]}
+    optimum = scorer.optimum
+    return {
+        "faithful": {"a_steps": scorer.faithful[0], "c_steps": scorer.faithful[1]},
+        "optimum": None if optimum is None else {"a_steps": optimum[0], "c_steps": optimum[1]},
+        "more": None if samples else more,
+        "baseline_iterations": scorer.iterations,
+        "products_per_step": PRODUCTS_PER_STEP,
+        "products_per_iteration": PRODUCTS_PER_ITERATION,
+    }
+
+
+def _interpolation_record(interp) -> dict[str, Any]:
+    return {
+        "to": "the family read, planted with the faithful steps",
+        "t": interp.t.tolist(),
+        "mse": interp.mse.tolist(),
+        "gap": interp.gap.tolist(),
+        "mse_range": float(interp.mse.max() - interp.mse.min()),
+        "mse_relative_range": _spread(interp.mse.to_numpy()),
+    }
+
+
+def _iteration_map_record(imap: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        name: {
+            "steps": m["steps"],
+            "distance": m["distance"].tolist(),
+            "closest": m["closest"],
+            "closest_distance": m["closest_distance"],
+        }
+        for name, m in imap.items()
+    }
+
+
 def compare(
     model: LinearTransformer,
     task: TaskConfig,
@@ -575,7 +733,7 @@ def compare(
     classical baselines on sweeps of the prompt distribution (module text). `values` replaces
     the default sweep values (`default_values`); `extraction` an extraction of this model with
     at least the views eagle, fidelity, projection and optimum."""
-    from eagle_probe.extract import extract
+    from eagle_probe.files import jsonable
     from eagle_probe.layouts import state_products
 
     samples = model.cfg.samples
@@ -583,15 +741,7 @@ def compare(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if extraction is None:
-        views = ("eagle", "fidelity", "projection", "optimum", "verdict")
-        extraction = extract(
-            model,
-            task,
-            views=views + (("algorithm",) if samples else ()),  # the sample verdict's names
-            seed=cfg.seed,
-            test_batch=1024,
-            tuning_batch=256,
-        )
+        extraction = _default_extraction(model, task, cfg)
     timings["extract"] = time.perf_counter() - t0
     scorer = _Scorer(model, extraction, cfg)
     geo = scorer.geo
@@ -617,140 +767,42 @@ def compare(
             skipped[sweep] = "no values given"
             continue
         t0 = time.perf_counter()
-        seed = cfg.seed + 1000 * (1 + SWEEPS.index(sweep))
-        points, rows = [], []
-        for value in grid[sweep]:
-            z0, D = _point_prompts(task, sweep, value, cfg.prompts, seed, train_norm)
-            here = scorer.with_samples(int(value)) if sweep == "samples" else scorer
-            preds = here.predictions(z0)
-            zero = float(np.mean(D**2))
-            mse = {k: _mse(v, D) for k, v in preds.items()}
-            sens = here.sensitivity(z0[: cfg.sensitivity_prompts], rng)
-            point = {
-                "value": float(value),
-                "prompts": int(z0.shape[0]),
-                "norm_a": float(
-                    np.median(np.linalg.norm(z0[:, : geo.d, : here.n], ord=2, axis=(-2, -1)))
-                ),
-                "zero_mse": zero,
-                "mse": mse,
-                "relative_mse": {k: v / zero if zero > 0 else math.inf for k, v in mse.items()},
-                "gap": {
-                    k: _rel(preds[k], preds["network"])
-                    for k in ("faithful", "optimum", "more")
-                    if k in preds
-                },
-                "sensitivity_cosine": sens,
-            }
-            points.append(point)
-            rows.append(
-                {"value": point["value"], "norm_a": point["norm_a"]}
-                | {f"mse_{k}": v for k, v in mse.items()}
-                | {"gap": point["gap"]["faithful"]}
-                | {f"gap_{k}": v for k, v in point["gap"].items()}
-                | {f"cos_{k}": v for k, v in sens.items()}
-            )
-        train_value = _training_value(task, sweep)
-        vals = [p["value"] for p in points]
-        train_index = (
-            int(
-                np.argmin(
-                    [
-                        abs(math.log(v / train_value))
-                        if v > 0 and train_value > 0
-                        else abs(v - train_value)
-                        for v in vals
-                    ]
-                )
-            )
-            if train_value is not None
-            else int(np.argmin([p["gap"]["faithful"] for p in points]))
+        sweeps_json[sweep], tables[sweep] = _run_sweep(
+            scorer, task, sweep, grid[sweep], train_norm, cfg, rng
         )
-        gaps = [p["gap"]["faithful"] for p in points]
-        lo, hi = _follows(vals, gaps, train_index)
-        sweeps_json[sweep] = {
-            "parameter": _PARAMETER[sweep],
-            "training_value": train_value,
-            "training_index": train_index,
-            "points": points,
-            "follows": {"low": lo, "high": hi, "factor": FOLLOW_FACTOR, "floor": FOLLOW_FLOOR},
-        }
-        tables[sweep] = pd.DataFrame(rows)
         timings[sweep] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     z0 = base.z0().numpy()
-    D = base.D.numpy()
-    interp = interpolation(scorer.model, geo, *scorer.faithful, z0, D, cfg.interpolation_points)
+    interp = interpolation(
+        scorer.model, geo, *scorer.faithful, z0, base.D.numpy(), cfg.interpolation_points
+    )
     timings["interpolation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     qk, vp = state_products(scorer.model)
     imap = iteration_map(geo, qk, vp, z0, cfg.map_steps)
     timings["iteration_map"] = time.perf_counter() - t0
 
-    summary = _summary(sweeps_json, interp)
     out = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
-        "model": {
-            "regime": model.cfg.regime,
-            "tokens": model.cfg.tokens,
-            # the family the views read: GD++ in the sample layout (GD its γ = 0 case)
-            "family": "GD++" if samples else extraction.info.get("family"),
-            "verdict": extraction.verdict.get("label"),
-            "layers": geo.layers,
-            "heads": geo.heads,
-            "normalize": geo.normalize,
-            "task": task.to_dict(),
-        },
+        "model": _model_record(model, task, extraction, geo),
         "config": cfg.to_dict(),
         "algorithms": {
             k: _SAMPLE_DESCRIPTIONS.get(k, v) if samples else v
             for k, v in _DESCRIPTIONS.items()
             if not (samples and k == "more")
         },
-        "steps": {
-            "faithful": {"a_steps": scorer.faithful[0], "c_steps": scorer.faithful[1]},
-            "optimum": None
-            if scorer.optimum is None
-            else {"a_steps": scorer.optimum[0], "c_steps": scorer.optimum[1]},
-            "more": None
-            if samples
-            else {
-                "total_steps": cfg.more_steps * geo.layers,
-                "eta": THEORY[0],
-                "gamma": THEORY[1],
-            },
-            "baseline_iterations": scorer.iterations,
-            "products_per_step": PRODUCTS_PER_STEP,
-            "products_per_iteration": PRODUCTS_PER_ITERATION,
-        },
+        "steps": _steps_record(scorer, cfg, samples),
         "training_norm_a": train_norm,
         "export_check": export_check,
         "sweeps": sweeps_json,
         "skipped": {k: v for k, v in skipped.items() if k in cfg.sweeps},
-        "interpolation": {
-            "to": "the family read, planted with the faithful steps",
-            "t": interp.t.tolist(),
-            "mse": interp.mse.tolist(),
-            "gap": interp.gap.tolist(),
-            "mse_range": float(interp.mse.max() - interp.mse.min()),
-            "mse_relative_range": _spread(interp.mse.to_numpy()),
-        },
-        "iteration_map": {
-            name: {
-                "steps": m["steps"],
-                "distance": m["distance"].tolist(),
-                "closest": m["closest"],
-                "closest_distance": m["closest_distance"],
-            }
-            for name, m in imap.items()
-        },
-        "summary": summary,
+        "interpolation": _interpolation_record(interp),
+        "iteration_map": _iteration_map_record(imap),
+        "summary": _summary(sweeps_json, interp),
         "timings": timings,
     }
-    from eagle_probe.files import jsonable
-
     return Comparison(
         json=jsonable(out),
         sweeps=tables,

@@ -24,17 +24,13 @@ Measured speed-ups against sequential runs are in docs/training.md ("Seeds in on
 
 from __future__ import annotations
 
-import collections
-import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from eagle_probe.evaluate import summarize
 from eagle_probe.model import (
     LinearTransformer,
     ModelConfig,
@@ -47,14 +43,18 @@ from eagle_probe.model import (
 )
 from eagle_probe.model import prompt_scale as model_prompt_scale
 from eagle_probe.names import MAX_SEEDS
-from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
+from eagle_probe.tasks import TaskConfig, make_generator, sample
 from eagle_probe.train import (
+    Batch,
+    RunClock,
+    SeedLog,
     TrainConfig,
     _seeds,
-    _trimmed_mean,
     check_in_dtype,
-    lr_factor,
+    check_sizes,
     prompt_streams,
+    resumed_step,
+    run_steps,
     stop_record,
     torchrun_env,
 )
@@ -251,6 +251,128 @@ def _loss_and_grads(
     return losses, total
 
 
+class _StackedStepper:
+    """The `Stepper` of K seeds trained together: their parameters stacked on a seed axis, one
+    batched forward-backward for all seeds (`_loss_and_grads`), each seed's own gradient-norm
+    clips and Adam state (`_Adam`), W_V/W_P frozen from the freeze step on."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        task: TaskConfig,
+        cfg: TrainConfig,
+        seeds: list[int],
+        models: list[LinearTransformer],
+        start_step: int,
+    ) -> None:
+        K = len(seeds)
+        self.model_cfg, self.cfg = model_cfg, cfg
+        self.params = {name: p.requires_grad_() for name, p in stack_models(models).items()}
+        self.template = {k: v for k, v in models[0].state_dict().items() if k not in self.params}
+        self.log_gain = None
+        if cfg.gain_lr > 0:
+            shape = (K, model_cfg.n_layers, model_cfg.heads)
+            self.log_gain = torch.zeros(shape, dtype=model_cfg.torch_dtype).requires_grad_()
+        self.adam = _Adam(K, cfg.weight_decay)
+        self.qk_names = [n for n in self.params if n.endswith(("W_Q", "W_K"))]
+        self.value_names = {n for n in self.params if n.endswith(("W_V", "W_P"))}
+        self.freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
+        self.streams = [prompt_streams(cfg, s, start_step) for s in seeds]
+        self.val_prompts = [
+            sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)
+            for s in seeds
+        ]
+        self.lr, self.gain_lr, self.frozen = cfg.lr, cfg.gain_lr, False
+        self.trained: dict[str, torch.Tensor] = {}
+        self.grads: dict[str, torch.Tensor] = {}
+
+    def begin(self, step: int, factor: float) -> None:
+        self.lr, self.gain_lr = self.cfg.lr * factor, self.cfg.gain_lr * factor
+        self.frozen = step >= self.freeze_at and self.cfg.freeze_values_last > 0
+
+    def losses(self, batches: list[Batch]) -> list[float]:
+        z0 = torch.stack([b.z0 for b in batches])  # (K, b, d + d', n + n')
+        target = torch.stack([b.target for b in batches])  # (K, b, d', n')
+        frozen = self.value_names if self.frozen else set()
+        self.trained = {n: p for n, p in self.params.items() if n not in frozen}
+        inputs = list(self.trained.values())
+        names = [*self.trained]
+        if self.log_gain is not None:
+            inputs.append(self.log_gain)
+            names.append("log_gain")
+        losses, grads = _loss_and_grads(
+            self.model_cfg, self.params, self.log_gain, z0, target, inputs
+        )
+        self.grads = dict(zip(names, grads, strict=True))
+        return losses.tolist()
+
+    def update(self, applied: list[bool]) -> None:
+        on = torch.tensor(applied)
+        if not on.any():
+            return
+        # a dropped seed's gradient (maybe NaN) stays in its own slices: every operation is
+        # batched over the seed axis, and the updates below leave those seeds alone
+        grads = self.grads
+        if self.cfg.clip_qk > 0:
+            _clip([grads[n] for n in self.qk_names], self.cfg.clip_qk)
+        if self.cfg.clip > 0:
+            _clip(list(grads.values()), self.cfg.clip)
+        for name, p in self.trained.items():
+            self.adam.step(name, p, grads[name], self.lr, on, decay=True)
+        if self.log_gain is not None:
+            gains = self.log_gain
+            self.adam.step("log_gain", gains, grads["log_gain"], self.gain_lr, on, decay=False)
+
+    @torch.no_grad()
+    def validation_errors(self) -> list[dict[str, torch.Tensor]]:
+        K, dtype = len(self.val_prompts), self.model_cfg.torch_dtype
+        chunk = max(1, 4096 // K)
+        errors: list[list[torch.Tensor]] = [[] for _ in range(K)]
+        for lo in range(0, self.cfg.eval_batch, chunk):
+            parts = [v[lo : lo + chunk] for v in self.val_prompts]
+            z0 = torch.stack([p.z0().to(dtype) for p in parts])  # (K, c, d + d', n + n')
+            pred = stacked_prediction(self.model_cfg, self.params, z0, log_gain=self.log_gain)
+            pred = pred.double()
+            for k, part in enumerate(parts):
+                errors[k].append((pred[k] - part.D).square().mean(dim=(-1, -2)))
+        return [{"model": torch.cat(e)} for e in errors]
+
+    def state(self, k: int) -> dict[str, torch.Tensor]:
+        return _state(self.model_cfg, self.template, self.params, k, self.log_gain)
+
+
+def _check_seeds(seeds: list[int], cfg: TrainConfig) -> None:
+    """Refuse an empty, too long or repeating seed list, and a seed no configuration takes."""
+    if not seeds:
+        raise ValueError("give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"at most {MAX_SEEDS} seeds train together, got {len(seeds)}")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"the seeds repeat: {seeds}")
+    for seed in seeds:
+        replace(cfg, seed=seed)  # each seed's config is valid
+
+
+def _resume_step(
+    resume: Sequence[tuple[dict[str, torch.Tensor], dict[str, Any]]] | None,
+    K: int,
+    cfg: TrainConfig,
+) -> int:
+    """The step every seed's checkpoint resumes from (0 for a fresh run); refused unless there is
+    one checkpoint a seed and all have done the same steps."""
+    if resume is None:
+        return 0
+    if len(resume) != K:
+        raise ValueError(f"resume holds {len(resume)} checkpoints for {K} seeds")
+    done = sorted({int(metrics.get("steps_done", 0)) for _, metrics in resume})
+    if len(done) > 1:
+        raise ValueError(
+            f"the seeds' checkpoints have done different numbers of steps ({done}): resume "
+            "them one at a time"
+        )
+    return resumed_step({"steps_done": done[0]}, cfg)
+
+
 def train_ensemble(
     model_cfg: ModelConfig,
     task: TaskConfig,
@@ -271,225 +393,48 @@ def train_ensemble(
     seed as `train.train(resume=...)` continues it: from its checkpoint's weights, step count,
     history and spikes, with fresh optimiser moments and the prompt streams of the step reached."""
     seeds = list(seeds)
-    if not seeds:
-        raise ValueError("give at least one seed")
-    if len(seeds) > MAX_SEEDS:
-        raise ValueError(f"at most {MAX_SEEDS} seeds train together, got {len(seeds)}")
-    if len(set(seeds)) < len(seeds):
-        raise ValueError(f"the seeds repeat: {seeds}")
-    for seed in seeds:
-        replace(cfg, seed=seed)  # each seed's config is valid
+    _check_seeds(seeds, cfg)
     check_in_dtype(cfg, task, model_cfg.torch_dtype)
     if torchrun_env()[1] > 1:
         raise ValueError("seeds in one process do not combine with torchrun; launch one run")
-    sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
-    if sizes != (task.n, task.d, task.n_prime, task.d_prime):
-        raise ValueError(
-            f"model sizes (n, d, n', d') = {sizes} do not match the task's "
-            f"{(task.n, task.d, task.n_prime, task.d_prime)}"
-        )
-    shards = 1 if cfg.data_shards is None else cfg.data_shards
-    cfg = replace(cfg, data_shards=shards)
-    K, dtype = len(seeds), model_cfg.torch_dtype
+    check_sizes(model_cfg, task)
+    cfg = replace(cfg, data_shards=1 if cfg.data_shards is None else cfg.data_shards)
+    K = len(seeds)
     models = [LinearTransformer(model_cfg, generator=make_generator(_seeds(s)[0])) for s in seeds]
-    start_step = 0
+    start_step = _resume_step(resume, K, cfg)
     if resume is not None:
-        if len(resume) != K:
-            raise ValueError(f"resume holds {len(resume)} checkpoints for {K} seeds")
-        done = sorted({int(metrics.get("steps_done", 0)) for _, metrics in resume})
-        if len(done) > 1:
-            raise ValueError(
-                f"the seeds' checkpoints have done different numbers of steps ({done}): resume "
-                "them one at a time"
-            )
-        start_step = done[0]
-        if not 0 <= start_step < cfg.steps:
-            raise ValueError(
-                f"the checkpoint has done {start_step} of {cfg.steps} steps; pass a larger "
-                "--steps to continue it"
-            )
         for model, (state, _) in zip(models, resume, strict=True):
             model.load_state_dict(state)
-    params = {name: p.requires_grad_() for name, p in stack_models(models).items()}
-    template = {k: v for k, v in models[0].state_dict().items() if k not in params}
-    log_gain = None
-    if cfg.gain_lr > 0:
-        log_gain = torch.zeros(K, model_cfg.n_layers, model_cfg.heads, dtype=dtype)
-        log_gain.requires_grad_()
-    adam = _Adam(K, cfg.weight_decay)
-    qk_names = [n for n in params if n.endswith(("W_Q", "W_K"))]
-    value_names = {n for n in params if n.endswith(("W_V", "W_P"))}
-    freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
-    streams = [prompt_streams(cfg, s, start_step) for s in seeds]
-    shard_batch = cfg.batch // cfg.data_shards
-    val_prompts = [
-        sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)
-        for s in seeds
-    ]
-    curriculum = (
-        Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
-        if cfg.curriculum
-        else None
-    )
+    stepper = _StackedStepper(model_cfg, task, cfg, seeds, models, start_step)
     previous = [metrics for _, metrics in resume] if resume is not None else [{}] * K
-    history = [list(p.get("history", [])) for p in previous]
-    spikes = [list(p.get("spikes", [])) for p in previous]
-    recent = [collections.deque(maxlen=200) for _ in seeds]
-    best = []
-    for k, p in enumerate(previous):
-        best_val = p.get("best_val_mse")
-        selected = p.get("best_val_selected", best_val)
-        best.append(
-            {
-                "val_selected": selected if selected is not None else math.inf,
-                "val_mse": best_val if best_val is not None else math.inf,
-                "step": p.get("best_step", 0),
-                "state": _state(model_cfg, template, params, k, log_gain),
-            }
-        )
-    window_loss, window_steps, skipped = [0.0] * K, [0] * K, [0] * K
-    lr_now = cfg.lr
-    start = time.perf_counter()
-    interrupted: KeyboardInterrupt | None = None
-    step = start_step
-
-    @torch.no_grad()
-    def validate(step: int) -> None:
-        chunk = max(1, 4096 // K)
-        errors: list[list[torch.Tensor]] = [[] for _ in seeds]
-        for lo in range(0, cfg.eval_batch, chunk):
-            parts = [v[lo : lo + chunk] for v in val_prompts]
-            z0 = torch.stack([p.z0().to(dtype) for p in parts])  # (K, c, d + d', n + n')
-            pred = stacked_prediction(model_cfg, params, z0, log_gain=log_gain).double()
-            for k, part in enumerate(parts):
-                errors[k].append((pred[k] - part.D).square().mean(dim=(-1, -2)))
-        for k in range(K):
-            e = torch.cat(errors[k])
-            summary = summarize({"model": e})
-            trimmed = _trimmed_mean(e)
-            val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
-                cfg.select
-            ]
-            val = val if math.isfinite(val) else math.inf
-            history[k].append(
-                {
-                    "step": step,
-                    "train_loss": window_loss[k] / max(1, window_steps[k]),
-                    "val_mse": summary["mse"],
-                    "val_median": summary["median_mse"],
-                    "val_trimmed": trimmed,
-                    "val_worst": summary["worst_mse"],
-                    "val_selected": val if math.isfinite(val) else None,
-                    "lr": lr_now,
-                    "seconds": time.perf_counter() - start,
-                }
-            )
-            if val < best[k]["val_selected"]:
-                best[k].update(
-                    val_selected=val,
-                    val_mse=summary["mse"] if math.isfinite(summary["mse"]) else math.inf,
-                    step=step,
-                    state=_state(model_cfg, template, params, k, log_gain),
-                )
+    logs = [SeedLog.resumed(p, stepper.state(k)) for k, p in enumerate(previous)]
+    clock = RunClock(start_step)
 
     def metrics(k: int) -> dict[str, Any]:
-        steps_done = step if interrupted is not None or step >= cfg.steps else step + 1
-        elapsed = time.perf_counter() - start
-        b = best[k]
-        return {
-            "train_config": replace(cfg, seed=seeds[k]).to_dict(),
-            "steps_done": steps_done,
-            "wall_seconds": elapsed,
-            "seconds_per_step": elapsed / max(1, steps_done - start_step),
-            "resumed_from_step": start_step,
-            "best_step": b["step"],
-            "best_val_mse": b["val_mse"] if math.isfinite(b["val_mse"]) else None,
-            "best_val_selected": b["val_selected"] if math.isfinite(b["val_selected"]) else None,
-            "skipped_steps": skipped[k],
-            "spikes": spikes[k][-200:],
-            "spike_count": len(spikes[k]),
-            "history": history[k],
-            "torch": str(torch.__version__),
-            "processes": 1,
-            "threads": torch.get_num_threads(),
-            "ensemble": {"seeds": seeds, "index": k},  # trained together; wall time is shared
-        }
+        record = clock.metrics(replace(cfg, seed=seeds[k]), logs[k], processes=1)
+        return record | {"ensemble": {"seeds": seeds, "index": k}}  # the wall time is shared
 
-    bar = tqdm(
-        total=cfg.steps, initial=start_step, disable=not progress, desc=f"train x{K}", unit="step"
+    def validated(rows: list[dict[str, Any]]) -> None:
+        if on_validate is not None:
+            for k in range(K):
+                on_validate(k, _model(model_cfg, logs[k].best["state"]), metrics(k))
+
+    run_steps(
+        cfg,
+        task,
+        stepper,
+        logs,
+        clock,
+        dtype=model_cfg.torch_dtype,
+        progress=progress,
+        desc=f"train x{K}",
+        on_validation=validated,
     )
-    try:
-        for step in range(start_step, cfg.steps):
-            factor = lr_factor(cfg, step)
-            lr_now = cfg.lr * factor
-            frozen = step >= freeze_at and cfg.freeze_values_last > 0
-            step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
-            parts = [[sample(step_task, shard_batch, g, dtype=dtype) for g in s] for s in streams]
-            z0 = torch.stack([torch.cat([p.z0() for p in ps]) for ps in parts])  # (K, b, …)
-            target = torch.stack([torch.cat([p.D for p in ps]) for ps in parts])  # (K, b, d', n')
-            trained = {n: p for n, p in params.items() if not (frozen and n in value_names)}
-            inputs = list(trained.values()) + ([log_gain] if log_gain is not None else [])
-            names = [*trained] + (["log_gain"] if log_gain is not None else [])
-            losses, grads = _loss_and_grads(model_cfg, params, log_gain, z0, target, inputs)
-            grads = dict(zip(names, grads, strict=True))
-            values = losses.tolist()
-            active = []
-            for k, value in enumerate(values):
-                window = recent[k]
-                median = sorted(window)[len(window) // 2] if len(window) >= 20 else math.inf
-                is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
-                drop = is_spike and (cfg.skip_spikes or not math.isfinite(value))
-                if is_spike:
-                    A = torch.cat([p.A for p in parts[k]]).detach().double()
-                    norm = torch.linalg.matrix_norm(A, ord=2)
-                    spikes[k].append(
-                        {
-                            "step": step,
-                            "loss": value if math.isfinite(value) else None,
-                            "running_median": median if math.isfinite(median) else None,
-                            "batch_max_norm_a": float(norm.max()),
-                            "batch_median_norm_a": float(norm.median()),
-                            "skipped": bool(drop),
-                        }
-                    )
-                if drop:
-                    skipped[k] += 1
-                else:
-                    window.append(value)
-                    window_loss[k] += value
-                    window_steps[k] += 1
-                active.append(not drop)
-            on = torch.tensor(active)
-            if on.any():
-                # a dropped seed's gradient (maybe NaN) stays in its own slices: every operation
-                # is batched over the seed axis, and the updates below leave those seeds alone
-                if cfg.clip_qk > 0:
-                    _clip([grads[n] for n in qk_names], cfg.clip_qk)
-                if cfg.clip > 0:
-                    _clip(list(grads.values()), cfg.clip)
-                for name, p in trained.items():
-                    adam.step(name, p, grads[name], lr_now, on, decay=True)
-                if log_gain is not None:
-                    gain_lr = cfg.gain_lr * factor
-                    adam.step("log_gain", log_gain, grads["log_gain"], gain_lr, on, decay=False)
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-                validate(step + 1)
-                for k in range(K):
-                    window_loss[k], window_steps[k] = 0.0, 0
-                if on_validate is not None:
-                    for k in range(K):
-                        on_validate(k, _model(model_cfg, best[k]["state"]), metrics(k))
-            bar.update(1)
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-    finally:
-        bar.close()
     results = []
-    for k in range(K):
-        keep_best = cfg.keep_best and history[k]
-        state = best[k]["state"] if keep_best else _state(model_cfg, template, params, k, log_gain)
+    for k, log in enumerate(logs):
+        state = log.kept_state(cfg, partial(stepper.state, k))
         record = metrics(k)
-        stopped = stop_record(interrupted, history[k], record["best_val_selected"])
+        stopped = stop_record(clock.interrupted, log.history, record["best_val_selected"])
         results.append((_model(model_cfg, state), record | stopped))
     return results
 

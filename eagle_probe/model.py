@@ -7,7 +7,7 @@ Tokens are the d + d' rows of the prompt Z (b, d + d', n + n'). One layer is (pa
 with no softmax, MLP or LayerNorm. The fixed mask M lets every token attend only to the d visible
 rows [A C], so the hidden D block never feeds a key or a value. The prediction is the *negated* D
 slot: one layer with W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') runs one EAGLE step on A, B,
-C exactly while the D slot accumulates -D_EAGLE (BRIEF §3), so a model that read D directly could
+C exactly while the D slot accumulates -D_EAGLE, so a model that read D directly could
 not express EAGLE. `readout="learned"` replaces the fixed -1 by a trained scalar.
 
 Regimes (registry `REGIMES`):
@@ -637,7 +637,7 @@ def eagle_weights(
 ) -> dict[str, torch.Tensor]:
     """A state dict whose layer l runs one EAGLE step with A-step a_l and C-step c_l.
 
-    Centralized layout: W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n') (BRIEF §3). With h heads
+    Centralized layout: W_QK = diag(I_n, 0), W_VP = diag(-a I_n, -c I_n'). With h heads
     each head carries 1/h of the value, so the summed update is the same. The steps act in the
     model's internal units: only with `normalize="none"` do they act on the prompt itself.
     """

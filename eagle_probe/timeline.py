@@ -124,83 +124,50 @@ class Timeline:
         return "\n".join(lines)
 
 
-def timeline(
-    run_dir: str | Path,
-    *,
-    seed: int = 0,
-    test_batch: int = 1024,
-    max_bytes: float = budget.DEFAULT_BYTES,
-) -> Timeline:
-    """Extract every checkpoint of a run directory with the cheap views (module text)."""
-    from eagle_probe import checkpoint
-    from eagle_probe.extract import extract
+def _check_same_run(run_dir, path: Path, cfg: tuple, first_cfg: tuple, first_path: Path) -> None:
+    """Refuse a checkpoint whose (model, task) configs differ from the run's first one."""
+    if cfg == first_cfg:
+        return
+    key = "model" if cfg[0] != first_cfg[0] else "task"
+    which = 0 if key == "model" else 1
+    diff = sorted(k for k in cfg[which] if cfg[which][k] != first_cfg[which].get(k))
+    raise EagleProbeError(
+        f"checkpoints of different configurations in {run_dir}: {path.name} and "
+        f"{first_path.name} differ in the {key} config ({', '.join(diff)}); a timeline "
+        "reads the checkpoints of one run"
+    )
 
-    found = run_checkpoints(run_dir)
-    rows, points, spikes = [], [], []
-    first_cfg = None
-    timings = {"extract": 0.0}
-    for step, path in found:
-        model, task, metrics = checkpoint.load(path, max_bytes=max_bytes)
-        cfg = (model.cfg.to_dict(), task.to_dict())
-        if first_cfg is None:
-            first_cfg, first_path = cfg, path
-        elif cfg != first_cfg:
-            key = "model" if cfg[0] != first_cfg[0] else "task"
-            which = 0 if key == "model" else 1
-            diff = sorted(k for k in cfg[which] if cfg[which][k] != first_cfg[which].get(k))
-            raise EagleProbeError(
-                f"checkpoints of different configurations in {run_dir}: {path.name} and "
-                f"{first_path.name} differ in the {key} config ({', '.join(diff)}); a timeline "
-                "reads the checkpoints of one run"
-            )
-        recorded = metrics.get("step")  # metrics are checked on loading (`check_metrics`)
-        if recorded is not None and recorded != step:
-            raise EagleProbeError(
-                f"{path.name} records step {recorded}, not the {step} its name says"
-            )
-        t0 = time.perf_counter()
-        samples = model.cfg.samples
-        views = SAMPLE_VIEWS if samples else CHEAP_VIEWS
-        ex = extract(model, task, views=views, seed=seed, test_batch=test_batch)
-        timings["extract"] += time.perf_counter() - t0
-        verdict = ex.views["verdict"].json
-        table = ex.views["eagle"].tables["eagle"]
-        layers = []
-        last = len(verdict["layers"]) - 1
-        for row, lab in zip(table.to_dict("records"), verdict["layers"], strict=True):
-            entry = {
-                "layer": int(row["layer"]),
-                "one_step_gap": lab["one_step_relative"],
-                "a_step": row["a_step"],
-                "c_step": row["c_step"],
-                "eta": row["eta"],
-                "gamma": row["gamma"],
-                "label": lab["label"],
-            }
-            if samples:  # GD++'s names as the verdict reads them; the last layer on its D slot
-                entry |= {"eta": lab["eta"], "gamma": lab["gamma"]}
-                if entry["layer"] == last:
-                    entry["one_step_gap"] = lab["one_step_relative_D"]
-            layers.append(entry)
-            rows.append({"step": step} | entry)
-        spikes += metrics.get("spikes", [])
-        points.append(
-            {
-                "step": step,
-                "file": path.name,
-                "mse": ex.network["mse"],
-                "zero_mse": ex.network["zero_mse"],
-                "train_loss": metrics.get("train_loss"),
-                "verdict": ex.verdict.get("label"),
-                "family": ex.verdict.get("family"),
-                "read_as": ex.info.get("family"),
-                "layers": layers,
-            }
-        )
-    frame = pd.DataFrame(rows)
+
+def _layer_entries(ex, samples: bool) -> list[dict[str, Any]]:
+    """Each layer's steps, one-step gap and label in one checkpoint's extraction (in the sample
+    layout GD++'s names as the verdict reads them, the last layer on its D slot)."""
+    verdict = ex.views["verdict"].json
+    table = ex.views["eagle"].tables["eagle"]
+    layers = []
+    last = len(verdict["layers"]) - 1
+    for row, lab in zip(table.to_dict("records"), verdict["layers"], strict=True):
+        entry = {
+            "layer": int(row["layer"]),
+            "one_step_gap": lab["one_step_relative"],
+            "a_step": row["a_step"],
+            "c_step": row["c_step"],
+            "eta": row["eta"],
+            "gamma": row["gamma"],
+            "label": lab["label"],
+        }
+        if samples:
+            entry |= {"eta": lab["eta"], "gamma": lab["gamma"]}
+            if entry["layer"] == last:
+                entry["one_step_gap"] = lab["one_step_relative_D"]
+        layers.append(entry)
+    return layers
+
+
+def _emergence_rows(frame: pd.DataFrame, points: list[dict], samples: bool) -> list[dict]:
+    """For each layer, the step its label settles: the final and a recognised one in the
+    sample layout, EAGLE and EAGLE-like in the feature layout."""
     steps = [p["step"] for p in points]
     emerge = []
-    samples = first_cfg[0].get("tokens") == "samples"
     for layer in sorted(frame.layer.unique()) if len(frame) else []:
         labels = [p["layers"][layer]["label"] for p in points]
         if samples:
@@ -220,6 +187,58 @@ def timeline(
                 "eagle_like": emergence(steps, labels, LIKE),
             }
         )
+    return emerge
+
+
+def timeline(
+    run_dir: str | Path,
+    *,
+    seed: int = 0,
+    test_batch: int = 1024,
+    max_bytes: float = budget.DEFAULT_BYTES,
+) -> Timeline:
+    """Extract every checkpoint of a run directory with the cheap views (module text)."""
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import extract
+    from eagle_probe.files import jsonable
+
+    found = run_checkpoints(run_dir)
+    rows, points, spikes = [], [], []
+    first_cfg = None
+    timings = {"extract": 0.0}
+    for step, path in found:
+        model, task, metrics = checkpoint.load(path, max_bytes=max_bytes)
+        cfg = (model.cfg.to_dict(), task.to_dict())
+        if first_cfg is None:
+            first_cfg, first_path = cfg, path
+        _check_same_run(run_dir, path, cfg, first_cfg, first_path)
+        recorded = metrics.get("step")  # metrics are checked on loading (`check_metrics`)
+        if recorded is not None and recorded != step:
+            raise EagleProbeError(
+                f"{path.name} records step {recorded}, not the {step} its name says"
+            )
+        t0 = time.perf_counter()
+        views = SAMPLE_VIEWS if model.cfg.samples else CHEAP_VIEWS
+        ex = extract(model, task, views=views, seed=seed, test_batch=test_batch)
+        timings["extract"] += time.perf_counter() - t0
+        layers = _layer_entries(ex, model.cfg.samples)
+        rows += [{"step": step} | entry for entry in layers]
+        spikes += metrics.get("spikes", [])
+        points.append(
+            {
+                "step": step,
+                "file": path.name,
+                "mse": ex.network["mse"],
+                "zero_mse": ex.network["zero_mse"],
+                "train_loss": metrics.get("train_loss"),
+                "verdict": ex.verdict.get("label"),
+                "family": ex.verdict.get("family"),
+                "read_as": ex.info.get("family"),
+                "layers": layers,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    samples = first_cfg[0].get("tokens") == "samples"
     model_cfg, task_cfg = first_cfg
     out = {
         "schema": SCHEMA,
@@ -231,10 +250,8 @@ def timeline(
         "seed": seed,
         "test_prompts": test_batch,
         "checkpoints": points,
-        "emergence": emerge,
+        "emergence": _emergence_rows(frame, points, samples),
         "spikes": sorted(spikes, key=lambda s: s["step"]),
         "timings": timings,
     }
-    from eagle_probe.files import jsonable
-
     return Timeline(json=jsonable(out), layers=frame)

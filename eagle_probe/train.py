@@ -19,8 +19,9 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from tqdm import tqdm
@@ -29,7 +30,7 @@ from eagle_probe.errors import EagleProbeError, signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
-from eagle_probe.tasks import Curriculum, TaskConfig, make_generator, sample
+from eagle_probe.tasks import Curriculum, Prompt, TaskConfig, make_generator, sample
 
 # What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
 # or the mean over the best 99% of prompts ("trimmed"), which a few rare large-‖A‖ prompts whose
@@ -256,6 +257,432 @@ def grow(model: LinearTransformer, source: LinearTransformer) -> None:
                 t[: value.shape[0]].copy_(value)
 
 
+def check_sizes(model_cfg: ModelConfig, task: TaskConfig) -> None:
+    """Raise ValueError unless the model's sizes (n, d, n', d') are the task's."""
+    sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
+    if sizes != (task.n, task.d, task.n_prime, task.d_prime):
+        raise ValueError(
+            f"model sizes (n, d, n', d') = {sizes} do not match the task's "
+            f"{(task.n, task.d, task.n_prime, task.d_prime)}"
+        )
+
+
+def resumed_step(metrics: dict[str, Any], cfg: TrainConfig) -> int:
+    """The step a checkpoint with `metrics` resumes from; refused unless it is below cfg.steps."""
+    start_step = int(metrics.get("steps_done", 0))
+    if not 0 <= start_step < cfg.steps:
+        raise ValueError(
+            f"the checkpoint has done {start_step} of {cfg.steps} steps; pass a larger "
+            "--steps to continue it"
+        )
+    return start_step
+
+
+class Batch(NamedTuple):
+    """One seed's training prompts of a step: its shards' prompts, and their block prompts z0 and
+    hidden D blocks joined over the shards."""
+
+    parts: list[Prompt]
+    z0: torch.Tensor
+    target: torch.Tensor
+
+    @classmethod
+    def draw(
+        cls, task: TaskConfig, streams: list[torch.Generator], size: int, dtype: torch.dtype
+    ) -> Batch:
+        """`size` prompts of `task` from each stream, in `dtype`."""
+        parts = [sample(task, size, g, dtype=dtype) for g in streams]
+        return cls(parts, torch.cat([p.z0() for p in parts]), torch.cat([p.D for p in parts]))
+
+    def norms_a(self) -> torch.Tensor:
+        """‖A‖₂ of every prompt of the batch (float64)."""
+        return torch.linalg.matrix_norm(
+            torch.cat([p.A for p in self.parts]).detach().double(), ord=2
+        )
+
+
+@dataclass
+class SeedLog:
+    """What one seed's run records while it trains: the spike log, the running losses the spike
+    test compares against, the validation history and the best validated weights."""
+
+    history: list[dict[str, Any]]
+    spikes: list[dict[str, Any]]
+    best: dict[str, Any]
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200))
+    window_loss: float = 0.0
+    window_steps: int = 0
+    skipped: int = 0
+
+    @classmethod
+    def resumed(cls, previous: dict[str, Any], state: dict[str, torch.Tensor]) -> SeedLog:
+        """The log a run continues from its checkpoint's `previous` metrics ({} for a fresh run);
+        `state`: the weights it starts with, the best until a validation beats them."""
+        best_val = previous.get("best_val_mse")
+        best_selected = previous.get("best_val_selected", best_val)
+        best = {
+            "val_selected": best_selected if best_selected is not None else math.inf,
+            "val_mse": best_val if best_val is not None else math.inf,
+            "step": previous.get("best_step", 0),
+            "state": state,
+        }
+        return cls(list(previous.get("history", [])), list(previous.get("spikes", [])), best)
+
+    def judge(self, cfg: TrainConfig, step: int, value: float, batch: Batch) -> bool:
+        """Log the step's training loss `value`; True when its update is to be applied, False when
+        it is dropped (a spike with `skip_spikes`, or a loss that is not finite)."""
+        recent = self.recent
+        median = sorted(recent)[len(recent) // 2] if len(recent) >= 20 else math.inf
+        is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
+        drop = is_spike and (cfg.skip_spikes or not math.isfinite(value))
+        if is_spike:
+            norm = batch.norms_a()
+            self.spikes.append(
+                {
+                    "step": step,
+                    "loss": value if math.isfinite(value) else None,
+                    "running_median": median if math.isfinite(median) else None,
+                    "batch_max_norm_a": float(norm.max()),
+                    "batch_median_norm_a": float(norm.median()),
+                    "skipped": bool(drop),
+                }
+            )
+        if drop:
+            self.skipped += 1
+        else:
+            recent.append(value)
+            self.window_loss += value
+            self.window_steps += 1
+        return not drop
+
+    def validated(
+        self,
+        cfg: TrainConfig,
+        step: int,
+        errors: dict[str, torch.Tensor],
+        lr: float,
+        seconds: float,
+        state: Callable[[], dict[str, torch.Tensor]],
+    ) -> dict[str, Any]:
+        """Record a validation at `step` from the held-out prompt errors (`evaluate.summarize`'s
+        input), keep `state()` when it is the best so far, start a new loss window; the row."""
+        summary = summarize(errors)
+        trimmed = _trimmed_mean(errors["model"])
+        val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
+            cfg.select
+        ]
+        val = val if math.isfinite(val) else math.inf
+        row = {
+            "step": step,
+            "train_loss": self.window_loss / max(1, self.window_steps),
+            "val_mse": summary["mse"],
+            "val_median": summary["median_mse"],
+            "val_trimmed": trimmed,
+            "val_worst": summary["worst_mse"],
+            "val_selected": val if math.isfinite(val) else None,
+            "lr": lr,
+            "seconds": seconds,
+        }
+        self.history.append(row)
+        if val < self.best["val_selected"]:
+            self.best.update(
+                val_selected=val,
+                val_mse=summary["mse"] if math.isfinite(summary["mse"]) else math.inf,
+                step=step,
+                state=state(),
+            )
+        self.window_loss, self.window_steps = 0.0, 0
+        return row
+
+    def kept_state(
+        self, cfg: TrainConfig, current: Callable[[], dict[str, torch.Tensor]]
+    ) -> dict[str, torch.Tensor]:
+        """The weights the run returns: the best validated ones with `keep_best` once a
+        validation ran, else `current()`."""
+        return self.best["state"] if cfg.keep_best and self.history else current()
+
+
+@dataclass
+class RunClock:
+    """Where a run is: the step it started from, the step it is at, when it started and the
+    interrupt that stopped it (None while none has)."""
+
+    start_step: int
+    step: int = 0
+    start: float = field(default_factory=time.perf_counter)
+    interrupted: KeyboardInterrupt | None = None
+
+    def __post_init__(self) -> None:
+        self.step = self.start_step
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def metrics(self, cfg: TrainConfig, log: SeedLog, processes: int) -> dict[str, Any]:
+        """A seed's metrics as a checkpoint records them (`cfg`: that seed's configuration)."""
+        step = self.step
+        steps_done = step if self.interrupted is not None or step >= cfg.steps else step + 1
+        elapsed = self.seconds()
+        best = log.best
+        return {
+            "train_config": cfg.to_dict(),
+            "steps_done": steps_done,
+            "wall_seconds": elapsed,
+            "seconds_per_step": elapsed / max(1, steps_done - self.start_step),
+            "resumed_from_step": self.start_step,
+            "best_step": best["step"],
+            "best_val_mse": best["val_mse"] if math.isfinite(best["val_mse"]) else None,
+            "best_val_selected": (
+                best["val_selected"] if math.isfinite(best["val_selected"]) else None
+            ),
+            "skipped_steps": log.skipped,
+            "spikes": log.spikes[-200:],
+            "spike_count": len(log.spikes),
+            "history": log.history,
+            "torch": str(torch.__version__),
+            "processes": processes,
+            "threads": torch.get_num_threads(),
+        }
+
+
+class Stepper(Protocol):
+    """The model side of a training step for one or more seeds trained together (`run_steps`):
+    `streams[k]`, seed k's prompt streams; the losses of a step's batches, then the update of
+    the seeds whose step is applied; the held-out errors and weights of each seed."""
+
+    streams: list[list[torch.Generator]]
+
+    def begin(self, step: int, factor: float) -> None:
+        """Set the learning rates (peak × `factor`) and freezing for `step`."""
+
+    def losses(self, batches: list[Batch]) -> list[float]:
+        """Each seed's training loss on its batch."""
+
+    def update(self, applied: list[bool]) -> None:
+        """One optimiser step for each seed whose entry of `applied` is True."""
+
+    def validation_errors(self) -> list[dict[str, torch.Tensor]]:
+        """Each seed's per-prompt errors on its held-out prompts (`evaluate.summarize`'s input)."""
+
+    def state(self, k: int) -> dict[str, torch.Tensor]:
+        """Seed k's current weights as a plain model's state dict."""
+
+
+def run_steps(
+    cfg: TrainConfig,
+    task: TaskConfig,
+    stepper: Stepper,
+    logs: list[SeedLog],
+    clock: RunClock,
+    *,
+    dtype: torch.dtype,
+    progress: bool,
+    desc: str = "train",
+    on_validation: Callable[[list[dict[str, Any]]], None] | None = None,
+    after_step: Callable[[int, list[float]], None] | None = None,
+) -> None:
+    """The training loop of every run, from `clock.start_step` to cfg.steps: each step sets the
+    rates, draws each seed's batch (the curriculum's task at that point), judges each seed's loss
+    (`SeedLog.judge`) and applies the kept updates; every eval_every steps and after the last it
+    validates every seed and calls `on_validation(rows)`; `after_step(steps_done, losses)` ends
+    each step. A KeyboardInterrupt ends the loop, kept in `clock.interrupted`."""
+    curriculum = (
+        Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
+        if cfg.curriculum
+        else None
+    )
+    shard_batch = cfg.batch // cfg.data_shards
+    lr = cfg.lr
+    bar = tqdm(
+        total=cfg.steps,
+        initial=clock.start_step,
+        disable=not progress,
+        desc=desc,
+        unit="step",
+        smoothing=0.05,
+    )
+    try:
+        for step in range(clock.start_step, cfg.steps):
+            clock.step = step
+            factor = lr_factor(cfg, step)
+            lr = cfg.lr * factor
+            stepper.begin(step, factor)
+            step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
+            batches = [Batch.draw(step_task, s, shard_batch, dtype) for s in stepper.streams]
+            values = stepper.losses(batches)
+            applied = [
+                log.judge(cfg, step, value, batch)
+                for log, value, batch in zip(logs, values, batches, strict=True)
+            ]
+            stepper.update(applied)
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                rows = [
+                    log.validated(
+                        cfg, step + 1, errors, lr, clock.seconds(), partial(stepper.state, k)
+                    )
+                    for k, (log, errors) in enumerate(
+                        zip(logs, stepper.validation_errors(), strict=True)
+                    )
+                ]
+                if len(rows) == 1:
+                    bar.set_postfix(
+                        loss=f"{rows[0]['train_loss']:.2e}", val=f"{rows[0]['val_mse']:.2e}"
+                    )
+                if on_validation is not None:
+                    on_validation(rows)
+            if after_step is not None:
+                after_step(step + 1, values)
+            bar.update(1)
+    except KeyboardInterrupt as stop:
+        clock.interrupted = stop
+    finally:
+        bar.close()
+
+
+def _optimizer(
+    model: LinearTransformer, cfg: TrainConfig, log_gain: torch.Tensor | None
+) -> torch.optim.Optimizer:
+    """Adam (AdamW with weight decay) on the model's parameters and the head log-gains (their own
+    rate, no decay); each group keeps its peak rate as `base_lr`."""
+    groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "base_lr": cfg.lr}]
+    if log_gain is not None:
+        groups.append({"params": [log_gain], "base_lr": cfg.gain_lr, "weight_decay": 0.0})
+    if cfg.weight_decay > 0:
+        return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(groups, lr=cfg.lr)
+
+
+class _ModelStepper:
+    """The `Stepper` of one model: torch.optim Adam, the gradient-norm clips, W_V/W_P frozen from
+    the freeze step on, and under torchrun one DistributedDataParallel model a process."""
+
+    def __init__(
+        self, model: LinearTransformer, task: TaskConfig, cfg: TrainConfig, start_step: int
+    ) -> None:
+        self.model, self.cfg = model, cfg
+        self.rank, self.world = _process_group()
+        self.streams = [prompt_streams(cfg, cfg.seed, start_step, self.rank, self.world)]
+        self.net = model
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.net = DistributedDataParallel(model)
+        val_generator = make_generator(_seeds(cfg.seed)[2])
+        self.val_prompts = sample(task, cfg.eval_batch, val_generator, dtype=torch.float64)
+        self.log_gain = _attach_gains(model) if cfg.gain_lr > 0 else None
+        self.optimizer = _optimizer(model, cfg, self.log_gain)
+        named = list(model.named_parameters())
+        self.qk_params = [p for n, p in named if n.endswith(("W_Q", "W_K"))]
+        self.value_params = [p for n, p in named if n.endswith(("W_V", "W_P"))]
+        self.freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
+        self.loss: torch.Tensor | None = None
+
+    def begin(self, step: int, factor: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * factor
+        if step == self.freeze_at and self.cfg.freeze_values_last > 0:
+            for p in self.value_params:
+                p.requires_grad_(False)
+                p.grad = None
+
+    def losses(self, batches: list[Batch]) -> list[float]:
+        (batch,) = batches
+        self.loss = (self.net(batch.z0) - batch.target).square().mean()
+        return [_global_mean(float(self.loss.detach()), self.world)]
+
+    def update(self, applied: list[bool]) -> None:
+        loss, optimizer = self.loss, self.optimizer
+        if not applied[0]:
+            if self.world > 1:  # DDP needs the backward pass it prepared for; drop its result
+                loss.backward()
+                optimizer.zero_grad(set_to_none=True)
+            return
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.clip_qk > 0:
+            torch.nn.utils.clip_grad_norm_(self.qk_params, self.cfg.clip_qk)
+        if self.cfg.clip > 0:
+            clipped = [p for p in self.model.parameters() if p.requires_grad]
+            gains = [self.log_gain] if self.log_gain is not None else []
+            torch.nn.utils.clip_grad_norm_(clipped + gains, self.cfg.clip)
+        optimizer.step()
+
+    def validation_errors(self) -> list[dict[str, torch.Tensor]]:
+        self.model.eval()
+        errors = prompt_errors(self.model, self.val_prompts, reference=False)
+        self.model.train()
+        return [errors]
+
+    def state(self, k: int = 0) -> dict[str, torch.Tensor]:
+        return _folded_state(self.model, self.log_gain)
+
+    def model_with(self, state: dict[str, torch.Tensor]) -> LinearTransformer:
+        """A plain model carrying `state` (the training model keeps its weights)."""
+        return _with_state(self.model, state)
+
+
+def _with_shards(cfg: TrainConfig, world: int) -> TrainConfig:
+    """`cfg` with the data shards that run on `world` processes (one each unless set), refused
+    unless they split over the processes and split the batch evenly."""
+    shards = world if cfg.data_shards is None else cfg.data_shards
+    if shards % world:
+        raise ValueError(
+            f"{world} processes need data_shards to be a multiple of {world} "
+            f"(got {cfg.data_shards}); pass --data-shards {world} or leave it unset"
+        )
+    if cfg.batch % shards:
+        raise ValueError(
+            f"a batch of {cfg.batch} prompts does not split into {shards} equal shards "
+            f"(one per process); pass a --batch that {shards} divides"
+        )
+    return replace(cfg, data_shards=shards)
+
+
+def _starting_model(
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    resume: tuple[dict[str, torch.Tensor], dict[str, Any]] | None,
+    init_from: LinearTransformer | None,
+) -> LinearTransformer:
+    """The seed's initialisation, grown from `init_from` or carrying the resumed weights."""
+    model = LinearTransformer(model_cfg, generator=make_generator(_seeds(cfg.seed)[0]))
+    if init_from is not None:
+        if resume is not None:
+            raise ValueError("init_from starts a fresh run; resume continues one: pass one")
+        grow(model, init_from)
+    if resume is not None:
+        model.load_state_dict(resume[0])
+    return model
+
+
+class _Snapshots:
+    """`train`'s timeline checkpoints: `on_save(step, model, info)` at the steps `save_every`
+    names (on the first process only), each with the spikes since the one before."""
+
+    def __init__(
+        self,
+        stepper: _ModelStepper,
+        log: SeedLog,
+        save_every: int,
+        on_save: Callable[[int, LinearTransformer, dict[str, Any]], None] | None,
+    ) -> None:
+        self.stepper, self.log, self.save_every, self.on_save = stepper, log, save_every, on_save
+        self.saved_spikes = len(log.spikes)
+
+    def __call__(self, done: int, loss: float | None) -> None:
+        if not self.save_every or self.on_save is None or self.stepper.rank != 0:
+            return
+        spikes = self.log.spikes
+        info = {"step": done, "train_loss": loss, "spikes": spikes[self.saved_spikes :]}
+        self.saved_spikes = len(spikes)
+        self.on_save(done, self.stepper.model_with(self.stepper.state()), info)
+
+    def after_step(self, done: int, values: list[float]) -> None:
+        if self.save_every and (done % self.save_every == 0 or done == self.stepper.cfg.steps):
+            (value,) = values
+            self(done, value if math.isfinite(value) else None)
+
+
 def train(
     model_cfg: ModelConfig,
     task: TaskConfig,
@@ -290,233 +717,42 @@ def train(
     if not isinstance(save_every, int) or isinstance(save_every, bool) or save_every < 0:
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
     check_in_dtype(cfg, task, model_cfg.torch_dtype)
-    sizes = (model_cfg.n, model_cfg.d, model_cfg.n_prime, model_cfg.d_prime)
-    if sizes != (task.n, task.d, task.n_prime, task.d_prime):
-        raise ValueError(
-            f"model sizes (n, d, n', d') = {sizes} do not match the task's "
-            f"{(task.n, task.d, task.n_prime, task.d_prime)}"
-        )
-    init_seed, _, val_seed = _seeds(cfg.seed)
-    model = LinearTransformer(model_cfg, generator=make_generator(init_seed))
-    if init_from is not None:
-        if resume is not None:
-            raise ValueError("init_from starts a fresh run; resume continues one: pass one")
-        grow(model, init_from)
-    start_step = 0
-    if resume is not None:
-        model.load_state_dict(resume[0])
-        start_step = int(resume[1].get("steps_done", 0))
-        if not 0 <= start_step < cfg.steps:
-            raise ValueError(
-                f"the checkpoint has done {start_step} of {cfg.steps} steps; pass a larger "
-                "--steps to continue it"
-            )
+    check_sizes(model_cfg, task)
+    model = _starting_model(model_cfg, cfg, resume, init_from)
+    start_step = 0 if resume is None else resumed_step(resume[1], cfg)
     model.train()
-    dtype = model_cfg.torch_dtype
-    rank, world = _process_group()
-    shards = world if cfg.data_shards is None else cfg.data_shards
-    if shards % world:
-        raise ValueError(
-            f"{world} processes need data_shards to be a multiple of {world} "
-            f"(got {cfg.data_shards}); pass --data-shards {world} or leave it unset"
-        )
-    if cfg.batch % shards:
-        raise ValueError(
-            f"a batch of {cfg.batch} prompts does not split into {shards} equal shards "
-            f"(one per process); pass a --batch that {shards} divides"
-        )
-    cfg = replace(cfg, data_shards=shards)  # the metrics record the shards that ran
-    streams = prompt_streams(cfg, cfg.seed, start_step, rank, world)
-    shard_batch = cfg.batch // cfg.data_shards
-    net = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
+    cfg = _with_shards(cfg, _process_group()[1])  # the metrics record the shards that ran
+    stepper = _ModelStepper(model, task, cfg, start_step)
+    log = SeedLog.resumed(resume[1] if resume is not None else {}, stepper.state())
+    clock = RunClock(start_step)
+    snapshots = _Snapshots(stepper, log, save_every, on_save)
 
-        net = DistributedDataParallel(model)
-    val_prompts = sample(task, cfg.eval_batch, make_generator(val_seed), dtype=torch.float64)
-    curriculum = (
-        Curriculum(start=cfg.curriculum_start, until=cfg.curriculum_until)
-        if cfg.curriculum
-        else None
-    )
-
-    groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "base_lr": cfg.lr}]
-    log_gain = _attach_gains(model) if cfg.gain_lr > 0 else None
-    if log_gain is not None:
-        groups.append({"params": [log_gain], "base_lr": cfg.gain_lr, "weight_decay": 0.0})
-    if cfg.weight_decay > 0:
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    else:
-        optimizer = torch.optim.Adam(groups, lr=cfg.lr)
-    qk_params = [p for n, p in model.named_parameters() if n.endswith(("W_Q", "W_K"))]
-    value_params = [p for n, p in model.named_parameters() if n.endswith(("W_V", "W_P"))]
-    freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
-
-    previous = resume[1] if resume is not None else {}
-    history: list[dict[str, Any]] = list(previous.get("history", []))
-    spikes: list[dict[str, Any]] = list(previous.get("spikes", []))
-    recent = collections.deque(maxlen=200)
-    best_val = previous.get("best_val_mse")
-    best_selected = previous.get("best_val_selected", best_val)
-    best = {
-        "val_selected": best_selected if best_selected is not None else math.inf,
-        "val_mse": best_val if best_val is not None else math.inf,
-        "step": previous.get("best_step", 0),
-        "state": _folded_state(model, log_gain),
-    }
-    window_loss, window_steps, skipped = 0.0, 0, 0
-    start = time.perf_counter()
-    interrupted: KeyboardInterrupt | None = None
-    step = start_step
-
-    def validate(step: int) -> dict[str, Any]:
-        model.eval()
-        errors = prompt_errors(model, val_prompts, reference=False)
-        model.train()
-        summary = summarize(errors)
-        trimmed = _trimmed_mean(errors["model"])
-        val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
-            cfg.select
-        ]
-        val = val if math.isfinite(val) else math.inf
-        row = {
-            "step": step,
-            "train_loss": window_loss / max(1, window_steps),
-            "val_mse": summary["mse"],
-            "val_median": summary["median_mse"],
-            "val_trimmed": trimmed,
-            "val_worst": summary["worst_mse"],
-            "val_selected": val if math.isfinite(val) else None,
-            "lr": optimizer.param_groups[0]["lr"],
-            "seconds": time.perf_counter() - start,
-        }
-        history.append(row)
-        if val < best["val_selected"]:
-            best.update(
-                val_selected=val,
-                val_mse=summary["mse"] if math.isfinite(summary["mse"]) else math.inf,
-                step=step,
-                state=_folded_state(model, log_gain),
-            )
-        return row
-
-    def _metrics() -> dict[str, Any]:
-        steps_done = step if interrupted is not None or step >= cfg.steps else step + 1
-        elapsed = time.perf_counter() - start
-        return {
-            "train_config": cfg.to_dict(),
-            "steps_done": steps_done,
-            "wall_seconds": elapsed,
-            "seconds_per_step": elapsed / max(1, steps_done - start_step),
-            "resumed_from_step": start_step,
-            "best_step": best["step"],
-            "best_val_mse": best["val_mse"] if math.isfinite(best["val_mse"]) else None,
-            "best_val_selected": (
-                best["val_selected"] if math.isfinite(best["val_selected"]) else None
-            ),
-            "skipped_steps": skipped,
-            "spikes": spikes[-200:],
-            "spike_count": len(spikes),
-            "history": history,
-            "torch": str(torch.__version__),
-            "processes": world,
-            "threads": torch.get_num_threads(),
-        }
-
-    saved_spikes = len(spikes)
-
-    def snapshot(done: int, loss: float | None) -> None:
-        nonlocal saved_spikes
-        if not save_every or on_save is None or rank != 0:
-            return
-        info = {"step": done, "train_loss": loss, "spikes": spikes[saved_spikes:]}
-        saved_spikes = len(spikes)
-        on_save(done, _with_state(model, _folded_state(model, log_gain)), info)
+    def validated(rows: list[dict[str, Any]]) -> None:
+        if on_validate is not None and stepper.rank == 0:
+            metrics = clock.metrics(cfg, log, stepper.world)
+            on_validate(stepper.model_with(log.best["state"]), metrics)
 
     if start_step == 0:
-        snapshot(0, None)
-    bar = tqdm(
-        total=cfg.steps,
-        initial=start_step,
-        disable=not progress,
-        desc="train",
-        unit="step",
-        smoothing=0.05,
+        snapshots(0, None)
+    run_steps(
+        cfg,
+        task,
+        stepper,
+        [log],
+        clock,
+        dtype=model_cfg.torch_dtype,
+        progress=progress,
+        on_validation=validated,
+        after_step=snapshots.after_step,
     )
-    try:
-        for step in range(start_step, cfg.steps):
-            for group in optimizer.param_groups:
-                group["lr"] = group["base_lr"] * lr_factor(cfg, step)
-            if step == freeze_at and cfg.freeze_values_last > 0:
-                for p in value_params:
-                    p.requires_grad_(False)
-                    p.grad = None
-            step_task = curriculum.at(task, step / cfg.steps) if curriculum else task
-            parts = [sample(step_task, shard_batch, g, dtype=dtype) for g in streams]
-            z0 = torch.cat([p.z0() for p in parts])
-            target = torch.cat([p.D for p in parts])
-            pred = net(z0)
-            loss = (pred - target).square().mean()
-            value = _global_mean(float(loss.detach()), world)
-
-            median = sorted(recent)[len(recent) // 2] if len(recent) >= 20 else math.inf
-            is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
-            if is_spike:
-                norm = torch.linalg.matrix_norm(
-                    torch.cat([p.A for p in parts]).detach().double(), ord=2
-                )
-                spikes.append(
-                    {
-                        "step": step,
-                        "loss": value if math.isfinite(value) else None,
-                        "running_median": median if math.isfinite(median) else None,
-                        "batch_max_norm_a": float(norm.max()),
-                        "batch_median_norm_a": float(norm.median()),
-                        "skipped": bool(cfg.skip_spikes or not math.isfinite(value)),
-                    }
-                )
-            if is_spike and (cfg.skip_spikes or not math.isfinite(value)):
-                skipped += 1
-                if world > 1:  # DDP needs the backward pass it prepared for; drop its result
-                    loss.backward()
-                    optimizer.zero_grad(set_to_none=True)
-            else:
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.clip_qk > 0:
-                    torch.nn.utils.clip_grad_norm_(qk_params, cfg.clip_qk)
-                if cfg.clip > 0:
-                    clipped = [p for p in model.parameters() if p.requires_grad]
-                    torch.nn.utils.clip_grad_norm_(
-                        clipped + ([log_gain] if log_gain is not None else []), cfg.clip
-                    )
-                optimizer.step()
-                recent.append(value)
-                window_loss += value
-                window_steps += 1
-
-            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-                row = validate(step + 1)
-                window_loss, window_steps = 0.0, 0
-                bar.set_postfix(loss=f"{row['train_loss']:.2e}", val=f"{row['val_mse']:.2e}")
-                if on_validate is not None and rank == 0:
-                    on_validate(_with_state(model, best["state"]), _metrics())
-            if save_every and ((step + 1) % save_every == 0 or step + 1 == cfg.steps):
-                snapshot(step + 1, value if math.isfinite(value) else None)
-            bar.update(1)
-    except KeyboardInterrupt as stop:
-        interrupted = stop
-    finally:
-        bar.close()
-
-    if not cfg.keep_best or not history:
-        best["state"] = _folded_state(model, log_gain)
-    if log_gain is not None:
+    state = log.kept_state(cfg, stepper.state)
+    if stepper.log_gain is not None:
         model.reset_hooks(including_permanent=True)
-    final = _with_state(model, best["state"])
-    final.eval()
-    metrics = _metrics()
-    return final, metrics | stop_record(interrupted, history, metrics["best_val_selected"])
+    final = stepper.model_with(state)
+    metrics = clock.metrics(cfg, log, stepper.world)
+    return final, metrics | stop_record(
+        clock.interrupted, log.history, metrics["best_val_selected"]
+    )
 
 
 def _trimmed_mean(errors: torch.Tensor) -> float:

@@ -54,6 +54,15 @@ def _check_share_heads(args: argparse.Namespace) -> None:
 
 
 def _add_train(parser: Parser) -> None:
+    _add_architecture(parser)
+    _add_prompt_task(parser)
+    _add_model_form(parser)
+    _add_optimiser(parser)
+    _add_run(parser)
+
+
+def _add_architecture(parser: Parser) -> None:
+    """The regime and its shape: layers, heads, machines, rank."""
     parser.add_argument(
         "--regime",
         required=True,
@@ -85,6 +94,10 @@ def _add_train(parser: Parser) -> None:
     parser.add_argument(
         "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
     )
+
+
+def _add_prompt_task(parser: Parser) -> None:
+    """The prompt sizes and the task distribution."""
     # --columns/--rows: aliases that torchrun's own option parser does not mistake for its own
     parser.add_argument(
         "--n", "--columns", type=_positive_int, default=18, help="columns of A (18)"
@@ -111,6 +124,10 @@ def _add_train(parser: Parser) -> None:
         help="prescribe the condition number of A instead",
     )
     parser.add_argument("--noise", type=_float32, default=0.0, help="noise variance σ² (0)")
+
+
+def _add_model_form(parser: Parser) -> None:
+    """The mask, readout, normalisation, token layout and initialisation."""
     parser.add_argument(
         "--token-mask", default="visible", help=f"one of {', '.join(TOKEN_MASKS)} (visible)"
     )
@@ -139,6 +156,10 @@ def _add_train(parser: Parser) -> None:
         help="start from a checkpoint's weights: its heads become the first heads of this model "
         "(same sizes and regime, at most --heads heads), the others initialised at random",
     )
+
+
+def _add_optimiser(parser: Parser) -> None:
+    """The optimiser, its schedule and clips, and how batches are drawn."""
     parser.add_argument(
         "--steps",
         type=_steps,
@@ -193,6 +214,10 @@ def _add_train(parser: Parser) -> None:
         help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
         "(default: one per process, so 1 without torchrun)",
     )
+
+
+def _add_run(parser: Parser) -> None:
+    """Validation, seeds, progress, resuming, timeline steps and the output."""
     parser.add_argument(
         "--eval-every", type=_positive_int, default=250, help="validation period in steps (250)"
     )
@@ -312,12 +337,9 @@ def loads(args: argparse.Namespace) -> tuple[str, ...]:
     return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
 
 
-def run(args: argparse.Namespace) -> int:
-    from eagle_probe import budget, checkpoint, files
-    from eagle_probe.model import ModelConfig
-    from eagle_probe.tasks import TaskConfig
-    from eagle_probe.train import TrainConfig
-
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Refuse the options that do not combine: --seeds with --save-every or torchrun,
+    --init-from with --resume or --seeds."""
     if args.seeds > 1 and (args.save_every is not None or not _lead_process()):
         raise EagleProbeError(
             "--seeds trains its seeds in one process: it does not combine with --save-every "
@@ -328,6 +350,95 @@ def run(args: argparse.Namespace) -> int:
             "--init-from starts one fresh run from a checkpoint's weights: it does not combine "
             "with --resume (which continues the run in --out) or --seeds"
         )
+
+
+def _fresh_configs(args: argparse.Namespace):
+    """The model, task and training configurations of a fresh run, from the options."""
+    from eagle_probe.model import ModelConfig
+    from eagle_probe.tasks import TaskConfig
+    from eagle_probe.train import TrainConfig
+
+    task = TaskConfig(
+        task=args.task,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        noise=args.noise,
+        rank=args.task_rank,
+        alpha=args.alpha,
+        kappa=args.kappa,
+    )
+    _check_share_heads(args)
+    model_cfg = ModelConfig(
+        regime=args.regime,
+        n=args.n,
+        d=args.d,
+        n_prime=args.n_prime,
+        d_prime=args.d_prime,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        machines=args.machines,
+        share_heads=True if args.share_heads is None else args.share_heads,
+        rank=args.rank,
+        token_mask=args.token_mask,
+        readout=args.readout,
+        normalize=args.normalize,
+        init=args.init,
+        init_std=args.init_std,
+        tokens=args.tokens,
+    )
+    train_cfg = TrainConfig(
+        steps=args.steps if args.steps is not None else TrainConfig().steps,
+        batch=args.batch,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        clip=args.clip,
+        clip_qk=args.clip_qk,
+        weight_decay=args.weight_decay,
+        gain_lr=args.gain_lr,
+        select=args.select,
+        freeze_values_last=args.freeze_values_last,
+        curriculum=args.curriculum,
+        skip_spikes=args.skip_spikes,
+        data_shards=args.data_shards,
+        eval_every=args.eval_every,
+        eval_batch=args.eval_batch,
+        seed=args.seed,
+    )
+    return model_cfg, task, train_cfg
+
+
+def _check_budget(args: argparse.Namespace, model_cfg, train_cfg) -> None:
+    """Refuse a model, --batch or --eval-batch beyond the memory budget."""
+    from eagle_probe import budget
+
+    limit = _budget(args)
+    budget.check_model(model_cfg, limit)
+    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
+    budget.check(
+        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
+    )
+
+
+def _attach_init_source(args: argparse.Namespace, source, model_cfg) -> None:
+    """Check that the --init-from model can start this one; keep it and its hash on `args`."""
+    from eagle_probe import checkpoint
+    from eagle_probe.train import check_growable
+
+    try:
+        check_growable(source.cfg, model_cfg)
+    except ValueError as exc:
+        raise EagleProbeError(f"--init-from {args.init_from}: {exc}") from None
+    args.init_source = source
+    args.init_sha256 = checkpoint.sha256(args.init_from)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_probe import checkpoint, files
+
+    _check_combinations(args)
     source = None
     if args.init_from is not None:
         source, _, _ = checkpoint.load(args.init_from, max_bytes=_budget(args))
@@ -346,70 +457,10 @@ def run(args: argparse.Namespace) -> int:
         model_cfg = model.cfg
         resume = (model.state_dict(), previous)
     else:
-        task = TaskConfig(
-            task=args.task,
-            n=args.n,
-            d=args.d,
-            n_prime=args.n_prime,
-            d_prime=args.d_prime,
-            noise=args.noise,
-            rank=args.task_rank,
-            alpha=args.alpha,
-            kappa=args.kappa,
-        )
-        _check_share_heads(args)
-        model_cfg = ModelConfig(
-            regime=args.regime,
-            n=args.n,
-            d=args.d,
-            n_prime=args.n_prime,
-            d_prime=args.d_prime,
-            n_layers=args.layers,
-            n_heads=args.heads,
-            machines=args.machines,
-            share_heads=True if args.share_heads is None else args.share_heads,
-            rank=args.rank,
-            token_mask=args.token_mask,
-            readout=args.readout,
-            normalize=args.normalize,
-            init=args.init,
-            init_std=args.init_std,
-            tokens=args.tokens,
-        )
-        train_cfg = TrainConfig(
-            steps=args.steps if args.steps is not None else TrainConfig().steps,
-            batch=args.batch,
-            lr=args.lr,
-            schedule=args.schedule,
-            warmup=args.warmup,
-            clip=args.clip,
-            clip_qk=args.clip_qk,
-            weight_decay=args.weight_decay,
-            gain_lr=args.gain_lr,
-            select=args.select,
-            freeze_values_last=args.freeze_values_last,
-            curriculum=args.curriculum,
-            skip_spikes=args.skip_spikes,
-            data_shards=args.data_shards,
-            eval_every=args.eval_every,
-            eval_batch=args.eval_batch,
-            seed=args.seed,
-        )
-    limit = _budget(args)
-    budget.check_model(model_cfg, limit)
-    budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
-    budget.check(
-        budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
-    )
+        model_cfg, task, train_cfg = _fresh_configs(args)
+    _check_budget(args, model_cfg, train_cfg)
     if source is not None:
-        from eagle_probe.train import check_growable
-
-        try:
-            check_growable(source.cfg, model_cfg)
-        except ValueError as exc:
-            raise EagleProbeError(f"--init-from {args.init_from}: {exc}") from None
-        args.init_source = source
-        args.init_sha256 = checkpoint.sha256(args.init_from)
+        _attach_init_source(args, source, model_cfg)
     if args.seeds > 1:
         return _run_seeds(args, out, model_cfg, task, train_cfg, seeds_resumed)
     from eagle_probe import (

@@ -21,7 +21,7 @@ Block orientation, A is d × n, machine μ owns the column block A^μ, G = A A�
     eagle-sketched       with the layer's rank-r projector P = S Sᵀ: A −= a (A P Aᵀ) A P,
                          B −= a (B P Aᵀ) A P, C −= c (A P Aᵀ) C, D += c (B P Aᵀ) C
 
-The D slot of the network carries −D (BRIEF §3), so the products write −c into it. The
+The D slot of the network carries −D (`eagle_probe.model`), so the products write −c into it. The
 distributed steps are in the sum-over-machines convention above: the paper's per-machine
 average C = mean_μ (C − γ G^μ C) is c = γ / M.
 """

@@ -26,7 +26,7 @@ import pandas as pd
 from eagle_probe.fit.base import Context, ViewResult, register, table1_blocks
 
 BLOCKS = ("A", "B", "C", "D")
-PAPER_TABLE1 = {  # ×1e-4 in the paper; layers 1–4 (BRIEF §4)
+PAPER_TABLE1 = {  # ×1e-4 in the paper; layers 1–4
     "centralized": [2.36e-4, 5.27e-4, 3.70e-4, 2.16e-4],
     "distributed": [0.62e-4, 1.40e-4, 1.28e-4, 1.32e-4],
     "constrained": [0.01e-4, 0.02e-4, 0.13e-4, 0.14e-4],

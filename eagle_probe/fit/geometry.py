@@ -19,7 +19,7 @@ hands the views a `Geometry` and the products W_QK, W_VP as arrays.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class Geometry:
         rows B, D (`eagle_step`): the sample layout states its steps in the readout's frame, so a
         downhill step is positive whichever sign the model reads its prediction with (−1 for a
         model that reads +D_slot); 1 in the feature layout, whose steps are stated for the
-        negated D slot (BRIEF §3)."""
+        negated D slot (`eagle_probe.model`)."""
         return -1.0 if self.samples and self.readout > 0 else 1.0
 
     @property
@@ -109,12 +109,6 @@ class Geometry:
         """Which blocks share the step a and which the step c: EAGLE ties by column (A, B | C, D),
         the sample-layout family by row (A, C | B, D)."""
         return ("AC", "BD") if self.samples else ("AB", "CD")
-
-    def as_centralized(self) -> Geometry:
-        """The same model read as a centralized EAGLE (Σ_μ A^μ A^μᵀ A = A Aᵀ A)."""
-        return replace(self, reading="centralized", projector=None)
-
-    # --- prompt units ---------------------------------------------------------------------------
 
     def prompt_scale(self, z0: np.ndarray) -> np.ndarray:
         """Per-prompt norm of A the whole prompt is divided by before the first layer: (b,),
@@ -329,7 +323,7 @@ class Geometry:
         return np.tile(FC, (1, 1, M)), np.tile(FD, (1, 1, M))
 
     def eagle_step(self, Z: np.ndarray, layer: int, a: float, c: float) -> np.ndarray:
-        """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated (BRIEF §3):
+        """One EAGLE layer on Z (b, T, E) with A-step a and C-step c, the D slot negated:
         A −= a A K, B −= a B K, C −= c A P Aᵀ C, D_slot −= c B P Aᵀ C. Sample layout: the row-tied
         family, A −= a A AᵀA, C −= a A AᵀC, B −= σ c B AᵀA, D_slot −= σ c B AᵀC, σ = `step_sign`
         (module text)."""
@@ -351,21 +345,6 @@ class Geometry:
         for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
             Z.append(self.eagle_step(Z[-1], layer, a, c))
         return np.stack(Z)
-
-    def eagle_products(self, a_steps, c_steps) -> tuple[np.ndarray, np.ndarray]:
-        """Products (L, 1, E, E) whose layers run EAGLE with the given steps, read centralized:
-        W_QK = diag(I_n, 0), W_VP = diag(−a I_n, −c I_n'); sample layout (E = d + d'):
-        W_QK = diag(I_d, 0), W_VP = diag(−n a I_d, −n σ c I_d') (the scores carry 1/n; σ =
-        `step_sign`)."""
-        L, (k, _) = len(a_steps), self.split
-        E = sum(self.split)
-        qk = np.zeros((L, 1, E, E))
-        vp = np.zeros((L, 1, E, E))
-        qk[:, 0, range(k), range(k)] = 1.0
-        for layer, (a, c) in enumerate(zip(a_steps, c_steps, strict=True)):
-            vp[layer, 0, range(k), range(k)] = -a / self.key_scale
-            vp[layer, 0, range(k, E), range(k, E)] = -self.step_sign * c / self.key_scale
-        return qk, vp
 
     def to_json(self) -> dict:
         # the C/D copies and per-machine scales are named where a model has them

@@ -525,6 +525,178 @@ def failed(loss: float, zero: float) -> bool:
     return not math.isfinite(loss) or loss > zero
 
 
+class _Search:
+    """What `multistart` scores fits with: the loss on the tuning prompts, the zero predictor's
+    MSE there, and with validation prompts each fit's validation MSE (once per fit) and whether
+    its steps blow up there."""
+
+    def __init__(
+        self,
+        geo: Geometry,
+        prompts: HeldOut,
+        target: np.ndarray,
+        validation: HeldOut | None,
+        ceiling: float | None,
+    ) -> None:
+        self.geo, self.prompts, self.target, self.validation = geo, prompts, target, validation
+        self.factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None
+        self.zero = float(np.mean(target**2))
+        if validation is not None:
+            self.v_factors = spectral_factors(geo, validation.z0) if spectral(geo) else None
+            self.v_zero = float(np.mean(validation.D**2)) if ceiling is None else ceiling
+        # id(fit) -> (fit, its validation MSE); the fit is held so that its id is not reused
+        self.checked: dict[int, tuple[dict, float]] = {}
+
+    def loss(self, a, c) -> float:
+        value = eagle_mse(self.geo, self.prompts, a, c, self.target, factors=self.factors)
+        return value if math.isfinite(value) else float("inf")
+
+    def checked_mse(self, fit: dict) -> float:
+        """The fit's MSE on the validation prompts (inf where it is not finite), once per fit."""
+        key = id(fit)
+        if key not in self.checked:
+            value = eagle_mse(
+                self.geo, self.validation, fit["a_steps"], fit["c_steps"], factors=self.v_factors
+            )
+            self.checked[key] = (fit, value if math.isfinite(value) else float("inf"))
+        return self.checked[key][1]
+
+    def unstable(self, fit: dict) -> bool:
+        """The fit's steps blow up on the validation prompts."""
+        return self.validation is not None and failed(self.checked_mse(fit), self.v_zero)
+
+    def rank(self, fit: dict) -> float:
+        """What chooses between fits: the validation MSE where there are validation prompts
+        (a fresh draw, so the held-out score of the choice stays unbiased), else the loss."""
+        return self.checked_mse(fit) if self.validation is not None else fit["loss"]
+
+    def fit(self, a, c, *, gtol: float, max_iter: int) -> dict:
+        """`fit_steps` on every tuning prompt from steps (a, c)."""
+        return fit_steps(
+            self.geo, self.prompts, self.target, a, c, gtol=gtol, max_iter=max_iter, warm_start=0
+        )
+
+
+def _screen_starts(
+    search: _Search, starts: list[tuple[str, list, list]], k: int, screen_iter: int
+) -> tuple[list[dict], list[dict]]:
+    """Each start fitted on the first k prompts (the screen): the starts' records and screens.
+    A screen's steps are then scored on every prompt (one forward each: the screen prompts alone
+    overfit, and steps tuned on a few prompts can blow up on rare others, when its start's steps
+    are kept)."""
+    sub, sub_target = search.prompts.first(k), search.target[:k]
+    records, screens = [], []
+    for kind, a, c in starts:
+        screen = fit_steps(
+            search.geo, sub, sub_target, a, c, gtol=SCREEN_GTOL, max_iter=screen_iter, warm_start=0
+        )
+        screens.append(screen)
+        records.append(
+            {
+                "kind": kind,
+                "a_start": [float(x) for x in a],
+                "c_start": [float(x) for x in c],
+                "initial_mse": search.loss(a, c),
+                "screen_mse": screen["loss"] if math.isfinite(screen["loss"]) else float("inf"),
+                "screen_iterations": screen["iterations"],
+                "refined": False,
+                "failed": False,
+                "converged": screen["converged"],
+                "relative_gradient": screen["relative_gradient"],
+                "iterations": 0,
+            }
+        )
+    for r, screen in zip(records, screens, strict=True):
+        r["final_mse"] = search.loss(screen["a_steps"], screen["c_steps"])
+        if r["initial_mse"] < r["final_mse"]:
+            r["final_mse"] = r["initial_mse"]
+            screen.update(a_steps=r["a_start"], c_steps=r["c_start"])
+        r["failed"] = failed(r["final_mse"], search.zero)
+    return records, screens
+
+
+def _chosen_starts(records: list[dict], always: tuple[str, ...], refine: int) -> list[int]:
+    """The starts to refine: the `always` kinds and the best other screens that did not blow
+    up, `refine` in all."""
+    alive = [i for i, r in enumerate(records) if not r["failed"]]
+    chosen = [i for i in alive if records[i]["kind"] in always]
+    others = sorted((i for i in alive if i not in chosen), key=lambda i: records[i]["final_mse"])
+    return chosen + others[: max(0, refine - len(chosen))]
+
+
+def _converge_best(
+    search: _Search, fits: dict[int, dict], ok: list[int], gtol: float, max_iter: int
+) -> int | None:
+    """The lowest of the refined fits `ok` (None without any), continued to convergence in
+    `fits` unless its continuation rises or blows up on the validation prompts (then kept, the
+    continuation noted as `unstable_continuation`)."""
+    if not ok:
+        return None
+    top = min(ok, key=lambda i: search.rank(fits[i]))
+    first = fits[top]
+    if first["converged"]:
+        return top
+    more = search.fit(first["a_steps"], first["c_steps"], gtol=gtol, max_iter=max_iter)
+    more["iterations"] += first["iterations"]
+    if not more["loss"] > first["loss"]:
+        if search.unstable(more):  # converged steps that diverge on fresh prompts: keep these
+            first["unstable_continuation"] = {
+                "iterations": more["iterations"],
+                "relative_gradient": more["relative_gradient"],
+                "loss": more["loss"],
+            }
+        else:
+            fits[top] = more
+    return top
+
+
+def _record_refined(
+    search: _Search, records: list[dict], fits: dict[int, dict], shaky: set[int]
+) -> None:
+    """Write each refined start's last fit into its record."""
+    for i, fit in fits.items():
+        records[i].update(
+            refined=True,
+            unstable=i in shaky,
+            validation_mse=search.checked_mse(fit) if search.validation is not None else None,
+            failed=failed(fit["loss"], search.zero) or i in shaky,
+            converged=fit["converged"],
+            relative_gradient=fit["relative_gradient"],
+            iterations=fit["iterations"],
+            a_steps=fit["a_steps"],
+            c_steps=fit["c_steps"],
+        )
+    for i, fit in fits.items():
+        records[i]["final_mse"] = fit["loss"] if math.isfinite(fit["loss"]) else float("inf")
+
+
+def _stable_fallback(
+    search: _Search, records: list[dict], screens: list[dict]
+) -> tuple[int, dict] | None:
+    """When no refined fit stays stable on fresh prompts: of the starts' own steps and their
+    screens, the one lowest on the validation prompts that is stable there (unconverged), as
+    (start index, fit); None when none is."""
+    cands = []
+    for i, r in enumerate(records):
+        for a, c, tl in (
+            (r["a_start"], r["c_start"], r["initial_mse"]),
+            (screens[i]["a_steps"], screens[i]["c_steps"], None),
+        ):
+            tl = search.loss(a, c) if tl is None else tl
+            if not failed(tl, search.zero):
+                cands.append((i, {"a_steps": list(a), "c_steps": list(c), "loss": tl}))
+    stable = [(i, f) for i, f in cands if not search.unstable(f)]
+    if not stable:
+        return None
+    i, f = min(stable, key=lambda t: search.rank(t[1]))
+    grad = search.fit(f["a_steps"], f["c_steps"], gtol=GTOL, max_iter=0)
+    best_fit = {
+        **grad, **f, "converged": False, "stable_fallback": True,
+        "start_index": i, "start_kind": records[i]["kind"],
+    }  # fmt: skip
+    return i, best_fit
+
+
 def multistart(
     geo: Geometry,
     prompts: HeldOut,
@@ -560,118 +732,18 @@ def multistart(
     screen's, on the screen prompts to SCREEN_GTOL, for a start not refined; the iterations on
     every prompt for a refined one), and for a refined start its `a_steps`, `c_steps`,
     `unstable` and `validation_mse` (None without validation prompts)."""
-    b = prompts.prompts
-    k = max(1, min(screen_prompts, b))
-    sub = prompts.first(k)
-    sub_target = target[:k]
-    factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None
-    zero = float(np.mean(target**2))
-
-    def loss(a, c) -> float:
-        value = eagle_mse(geo, prompts, a, c, target, factors=factors)
-        return value if math.isfinite(value) else float("inf")
-
-    if validation is not None:
-        v_factors = spectral_factors(geo, validation.z0) if spectral(geo) else None
-        v_zero = float(np.mean(validation.D**2)) if ceiling is None else ceiling
-
-    # id(fit) -> (fit, its validation MSE); the fit is held so that its id is not reused
-    checked: dict[int, tuple[dict, float]] = {}
-
-    def checked_mse(fit: dict) -> float:
-        """The fit's MSE on the validation prompts (inf where it is not finite), once per fit."""
-        key = id(fit)
-        if key not in checked:
-            value = eagle_mse(geo, validation, fit["a_steps"], fit["c_steps"], factors=v_factors)
-            checked[key] = (fit, value if math.isfinite(value) else float("inf"))
-        return checked[key][1]
-
-    def unstable(fit: dict) -> bool:
-        """The fit's steps blow up on the validation prompts."""
-        return validation is not None and failed(checked_mse(fit), v_zero)
-
-    def rank(fit: dict) -> float:
-        """What chooses between fits: the validation MSE where there are validation prompts
-        (a fresh draw, so the held-out score of the choice stays unbiased), else the loss."""
-        return checked_mse(fit) if validation is not None else fit["loss"]
-
-    records, screens = [], []
-    for kind, a, c in starts:
-        screen = fit_steps(
-            geo, sub, sub_target, a, c, gtol=SCREEN_GTOL, max_iter=screen_iter, warm_start=0
-        )
-        screens.append(screen)
-        records.append(
-            {
-                "kind": kind,
-                "a_start": [float(x) for x in a],
-                "c_start": [float(x) for x in c],
-                "initial_mse": loss(a, c),
-                "screen_mse": screen["loss"] if math.isfinite(screen["loss"]) else float("inf"),
-                "screen_iterations": screen["iterations"],
-                "refined": False,
-                "failed": False,
-                "converged": screen["converged"],
-                "relative_gradient": screen["relative_gradient"],
-                "iterations": 0,
-            }
-        )
-    # each screen's steps on every prompt (one forward each: the screen prompts alone overfit, and
-    # steps tuned on a few prompts can blow up on rare others, when its start's steps are kept),
-    # then the ALWAYS starts and the best other screens that did not blow up, REFINE in all
-    for r, screen in zip(records, screens, strict=True):
-        r["final_mse"] = loss(screen["a_steps"], screen["c_steps"])
-        if r["initial_mse"] < r["final_mse"]:
-            r["final_mse"] = r["initial_mse"]
-            screen.update(a_steps=r["a_start"], c_steps=r["c_start"])
-        r["failed"] = failed(r["final_mse"], zero)
-    alive = [i for i, r in enumerate(records) if not r["failed"]]
-    chosen = [i for i in alive if records[i]["kind"] in always]
-    others = sorted((i for i in alive if i not in chosen), key=lambda i: records[i]["final_mse"])
-    chosen += others[: max(0, refine - len(chosen))]
-    fits: dict[int, dict] = {}
-    for i in chosen:
-        s = screens[i]
-        fits[i] = fit_steps(
-            geo, prompts, target, s["a_steps"], s["c_steps"], gtol=gtol,
-            max_iter=refine_iter, warm_start=0,
-        )  # fmt: skip
-    shaky = {i for i in chosen if unstable(fits[i])}
-    ok = [i for i in chosen if not failed(fits[i]["loss"], zero) and i not in shaky]
-    top = None
-    if ok:  # the lowest after the short refinement, continued to convergence
-        top = min(ok, key=lambda i: rank(fits[i]))
-        first = fits[top]
-        if not first["converged"]:
-            more = fit_steps(
-                geo, prompts, target, first["a_steps"], first["c_steps"], gtol=gtol,
-                max_iter=max_iter, warm_start=0,
-            )  # fmt: skip
-            more["iterations"] += first["iterations"]
-            if not more["loss"] > first["loss"]:
-                if unstable(more):  # converged steps that diverge on fresh prompts: keep these
-                    first["unstable_continuation"] = {
-                        "iterations": more["iterations"],
-                        "relative_gradient": more["relative_gradient"],
-                        "loss": more["loss"],
-                    }
-                else:
-                    fits[top] = more
-    for i, fit in fits.items():
-        r = records[i]
-        r.update(
-            refined=True,
-            unstable=i in shaky,
-            validation_mse=checked_mse(fit) if validation is not None else None,
-            failed=failed(fit["loss"], zero) or i in shaky,
-            converged=fit["converged"],
-            relative_gradient=fit["relative_gradient"],
-            iterations=fit["iterations"],
-            a_steps=fit["a_steps"],
-            c_steps=fit["c_steps"],
-        )
-    for i, fit in fits.items():
-        records[i]["final_mse"] = fit["loss"] if math.isfinite(fit["loss"]) else float("inf")
+    search = _Search(geo, prompts, target, validation, ceiling)
+    k = max(1, min(screen_prompts, prompts.prompts))
+    records, screens = _screen_starts(search, starts, k, screen_iter)
+    chosen = _chosen_starts(records, always, refine)
+    fits = {
+        i: search.fit(screens[i]["a_steps"], screens[i]["c_steps"], gtol=gtol, max_iter=refine_iter)
+        for i in chosen
+    }
+    shaky = {i for i in chosen if search.unstable(fits[i])}
+    ok = [i for i in chosen if not failed(fits[i]["loss"], search.zero) and i not in shaky]
+    top = _converge_best(search, fits, ok, gtol, max_iter)
+    _record_refined(search, records, fits, shaky)
     good = [i for i, r in enumerate(records) if not r["failed"]]
     finals = np.array([records[i]["final_mse"] for i in good])
     out = {
@@ -690,7 +762,7 @@ def multistart(
     }
     best = [i for i in fits if i in good]
     if best:  # the one continued to convergence, else the lowest of the others
-        i = top if ok and top in best else min(best, key=lambda i: rank(fits[i]))
+        i = top if ok and top in best else min(best, key=lambda i: search.rank(fits[i]))
         out["best_fit"] = {**fits[i], "start_index": i, "start_kind": records[i]["kind"]}
         low = float(finals.min())
         out["best"] = low
@@ -698,28 +770,10 @@ def multistart(
         out["spread"] = float(finals.max() / low) if low > 0 else float("inf")
         out["within_1pct"] = int(np.sum(finals <= low * (1 + WITHIN)))
     elif validation is not None and records:
-        # no refined fit stays stable on fresh prompts: of the starts' own steps and their
-        # screens, the one lowest on the validation prompts that is stable there (unconverged)
-        cands = []
-        for i, r in enumerate(records):
-            for a, c, tl in (
-                (r["a_start"], r["c_start"], r["initial_mse"]),
-                (screens[i]["a_steps"], screens[i]["c_steps"], None),
-            ):
-                tl = loss(a, c) if tl is None else tl
-                if not failed(tl, zero):
-                    cands.append((i, {"a_steps": list(a), "c_steps": list(c), "loss": tl}))
-        stable = [(i, f) for i, f in cands if not unstable(f)]
-        if stable:
-            i, f = min(stable, key=lambda t: rank(t[1]))
-            grad = fit_steps(
-                geo, prompts, target, f["a_steps"], f["c_steps"], max_iter=0, warm_start=0
-            )
-            out["best_fit"] = {
-                **grad, **f, "converged": False, "stable_fallback": True,
-                "start_index": i, "start_kind": records[i]["kind"],
-            }  # fmt: skip
-            out["best"] = float(finals.min()) if finals.size else f["loss"]
+        fallback = _stable_fallback(search, records, screens)
+        if fallback is not None:
+            out["best_fit"] = fallback[1]
+            out["best"] = float(finals.min()) if finals.size else fallback[1]["loss"]
     return out
 
 

@@ -115,29 +115,6 @@ class NormalProblem:
         return max(fitted, 0.0) / max(self.yy, 1e-300)
 
 
-def drop_costs(problem: NormalProblem, groups: Sequence[int]) -> tuple[float, list[float]]:
-    """Relative residual of the joint fit on `groups`, and for each group the relative residual
-    after dropping it (from one factorisation: dropping group g raises ‖r‖² by
-    θ_gᵀ [(G⁻¹)_gg]⁻¹ θ_g)."""
-    groups = list(groups)
-    if not groups or problem.yy <= 0.0:
-        return (1.0 if problem.yy > 0 else 0.0), []
-    G, b = problem.gram(groups), problem.rhs(groups)
-    solve = psd_solver(G)
-    theta = solve(b)
-    rss = max(problem.yy - float(theta @ b), 0.0)
-    offsets = np.cumsum([0] + [problem.sizes[g] for g in groups])
-    without = []
-    for lo, hi in zip(offsets[:-1], offsets[1:], strict=False):
-        unit = np.zeros((len(b), hi - lo))
-        unit[lo:hi] = np.eye(hi - lo)
-        block = solve(unit)[lo:hi]  # (G⁻¹)_gg
-        t = theta[lo:hi]
-        extra = float(t @ psd_solver(0.5 * (block + block.T))(t))
-        without.append(float(np.sqrt((rss + max(extra, 0.0)) / problem.yy)))
-    return float(np.sqrt(rss / problem.yy)), without
-
-
 def _solve_levels(
     G: np.ndarray, b: np.ndarray, cols: list[int], exact: bool, reference: np.ndarray | None = None
 ) -> np.ndarray:

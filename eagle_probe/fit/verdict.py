@@ -206,6 +206,85 @@ def _below_zero(net: float, zero: float) -> str:
     return against_zero(net, zero, lambda r: f"{_fmt(r)}×")
 
 
+def _families_sentence(scored: dict[str, dict], fam) -> str | None:
+    """The scores of every family the regime admits and why the views read `fam`; None when the
+    regime admits one family."""
+    others = [name for name in scored if name != fam.name]
+    if not others:
+        return None
+    return (
+        "Every family the regime admits was scored (prediction gap of the weight projection, "
+        "mean one-step residual): "
+        + "; ".join(
+            f"{name} {_fmt(sc.get('prediction_gap', math.nan))}, {_fmt(sc['one_step_residual'])}"
+            for name, sc in scored.items()
+        )
+        + f". The views read {fam.name}"
+        + (
+            " (the paper's family of the regime; no other reproduces the network clearly better)."
+            if fam.name == next(iter(scored))
+            else f", which reproduces the network clearly better than the paper's "
+            f"{next(iter(scored))}; {fam.name} sends {fam.sends}."
+        )
+    )
+
+
+def _layer_sentence(lay: dict) -> str:
+    """A layer's label, one-step gap, control gap, projection cost and departing blocks."""
+    where = ""
+    if lay["departing_blocks"]:
+        where = f"; departs in block(s) {', '.join(lay['departing_blocks'])}"
+    if not math.isfinite(lay["projection_cost"]):
+        return (
+            f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+            f"{_fmt(lay['one_step_relative'])}{where})."
+        )
+    return (
+        f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
+        f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
+        f", projecting it alone {_costs(lay['projection_cost'])}{where})."
+    )
+
+
+def _optimum_text(opt, fam) -> str | None:
+    """How the best and the closest fitted steps of `fam` compare with the network."""
+    if opt is None or not opt.json["network_mse"] > 0:
+        return None
+    o = opt.json
+    return (
+        f"The best {fam.name} with the same number of steps (fitted to the truth, best of "
+        f"{len(o.get('starts', [])) or 1} starts, {o.get('within_1pct', 1)} within 1%, "
+        "relative "
+        f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+        f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the one closest to "
+        "the network "
+        f"reaches {_fmt(o['distilled_mse'])}."
+    )
+
+
+def _terms_text(terms, fam) -> list[str]:
+    """What term discovery finds beside `fam`'s terms (nothing without term discovery)."""
+    if terms is None:
+        return []
+    extra, matrix = term_kinds(terms.json, fam)
+    parts = []
+    if extra:
+        parts.append(
+            f"Term discovery finds terms {fam.name} does not have: "
+            + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in extra)
+            + "."
+        )
+    if matrix:
+        parts.append(
+            f"{fam.name}'s own terms with matrix instead of scalar coefficients: "
+            + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in matrix)
+            + "."
+        )
+    if not extra and not matrix:
+        parts.append(f"Term discovery finds {fam.name}'s four terms and nothing else.")
+    return parts
+
+
 def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
     parts = [
@@ -222,25 +301,9 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     eagle = ctx.results.get("eagle")
     proj = ctx.results.get("projection")
     scored = {f["name"]: f for f in (eagle.json.get("families", []) if eagle else [])}
-    others = [name for name in scored if name != fam.name]
-    if others:
-        parts.append(
-            "Every family the regime admits was scored (prediction gap of the weight projection, "
-            "mean one-step residual): "
-            + "; ".join(
-                f"{name} {_fmt(sc.get('prediction_gap', math.nan))}, "
-                f"{_fmt(sc['one_step_residual'])}"
-                for name, sc in scored.items()
-            )
-            + f". The views read {fam.name}"
-            + (
-                " (the paper's family of the regime; no other reproduces the network clearly "
-                "better)."
-                if fam.name == next(iter(scored))
-                else f", which reproduces the network clearly better than the paper's "
-                f"{next(iter(scored))}; {fam.name} sends {fam.sends}."
-            )
-        )
+    families_text = _families_sentence(scored, fam)
+    if families_text is not None:
+        parts.append(families_text)
     if proj is not None:
         pm, pnet = proj.json["projected_mse"], proj.json["network_mse"]
         gap = proj.json.get("prediction_gap", float("nan"))
@@ -257,53 +320,17 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             parts.append(view.json["sentence"])
     for note in _coadapted(ctx, layers):
         parts.append(note)
-    for lay in layers:
-        where = ""
-        if lay["departing_blocks"]:
-            where = f"; departs in block(s) {', '.join(lay['departing_blocks'])}"
-        parts.append(
-            f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
-            f"{_fmt(lay['one_step_relative'])}, untrained control {_fmt(lay['control_relative'])}"
-            f", projecting it alone {_costs(lay['projection_cost'])}{where})."
-            if math.isfinite(lay["projection_cost"])
-            else f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
-            f"{_fmt(lay['one_step_relative'])}{where})."
-        )
+    parts += [_layer_sentence(lay) for lay in layers]
     for b in off_family_blocks(ctx):
         parts.append(
             f"It relies on {b['product']}'s {b['block'][0]}×{b['block'][1]} block "
             f"({BLOCK_MEANING[b['product'], b['block']]}), which EAGLE does not have: zeroing it "
             f"in every layer and head multiplies the MSE by {_fmt(b['ratio'])}."
         )
-    opt = ctx.results.get("optimum")
-    if opt is not None and opt.json["network_mse"] > 0:
-        o = opt.json
-        parts.append(
-            f"The best {fam.name} with the same number of steps (fitted to the truth, best of "
-            f"{len(o.get('starts', [])) or 1} starts, {o.get('within_1pct', 1)} within 1%, "
-            "relative "
-            f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-            f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the one closest to "
-            "the network "
-            f"reaches {_fmt(o['distilled_mse'])}."
-        )
-    terms = ctx.results.get("terms")
-    if terms is not None:
-        extra, matrix = term_kinds(terms.json, fam)
-        if extra:
-            parts.append(
-                f"Term discovery finds terms {fam.name} does not have: "
-                + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in extra)
-                + "."
-            )
-        if matrix:
-            parts.append(
-                f"{fam.name}'s own terms with matrix instead of scalar coefficients: "
-                + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in matrix)
-                + "."
-            )
-        if not extra and not matrix:
-            parts.append(f"Term discovery finds {fam.name}'s four terms and nothing else.")
+    optimum_text = _optimum_text(ctx.results.get("optimum"), fam)
+    if optimum_text is not None:
+        parts.append(optimum_text)
+    parts += _terms_text(ctx.results.get("terms"), fam)
     claimed = f" ({fam.name})" if label != "not EAGLE" else ""
     parts.append(f"Verdict: {label}{claimed}.")
     return " ".join(parts)
@@ -454,7 +481,7 @@ def sample_label(labels: list[str]) -> str:
 
 
 def one_step_theory(ctx: Context) -> float | None:
-    """The best single GD step from zero, α_0 = −1/(n + d + 1) (BRIEF §8, Zhang–Frei–Bartlett),
+    """The best single GD step from zero, α_0 = −1/(n + d + 1) (Zhang–Frei–Bartlett),
     where the task makes one: one sample-layout layer, least squares with isotropic noiseless
     samples (α = 1, no κ) and no prompt normalisation; None elsewhere."""
     t, geo = ctx.task, ctx.geometry
@@ -582,17 +609,12 @@ def _layer_words(lay: dict, algo: dict, last: bool, r2_min: float) -> str:
     return text
 
 
-def sample_verdict(ctx: Context) -> ViewResult:
-    """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
+def _sample_layer_rows(ctx: Context, algo: list[dict]) -> list[dict]:
+    """Each layer's verdict row in the sample layout: its name and fit from the algorithm view,
+    GD++'s γ and η, the weights' steps, one-step gaps and the projection's cost."""
     from eagle_probe.fit.algorithm import label_alpha0
 
-    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
-    if "algorithm" not in ctx.results:  # the names come from the algorithm view
-        from eagle_probe.fit.algorithm import algorithm_view
-
-        ctx.results["algorithm"] = algorithm_view(ctx)
-    algo_json = ctx.results["algorithm"].json
-    algo, r2_min = algo_json["layers"], algo_json["thresholds"]["r2_min"]
+    geo, net = ctx.geometry, ctx.network_mse
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
     ctrl = _control_layers(ctx)
     proj = ctx.results.get("projection")
@@ -632,25 +654,29 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "projection_cost": cost,
             }
         )
-    warnings = []
-    label = sample_label([lay["label"] for lay in layers])
-    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
-        label = "unrecognised"
-        warnings.append(
-            f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
-            f"{_fmt(zero)}): its fits describe no working algorithm"
-        )
+    return layers
+
+
+def _sample_intro(geo, net: float, zero: float) -> str:
+    """The verdict text's first sentence: the model, its error and how its steps are read."""
     sign = -1 if geo.readout < 0 else 1
-    parts = [
+    return (
         f"sample-layout model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}, "
         f"readout {sign:+d}; held-out MSE {_fmt(net)} ({_below_zero(net, zero)}). Its steps are "
         "read as GD++'s (von Oswald et al. 2023): per layer the data move, A, C −= γ A Aᵀ(·), "
         "and the labels take a gradient step, B, D −= η B Aᵀ(·) (η > 0 downhill as the "
         "readout sees it)."
-    ]
+    )
+
+
+def _sample_layer_sentences(
+    layers: list[dict], algo: list[dict], last_layer: int, r2_min: float
+) -> list[str]:
+    """One sentence a layer: its name, what it does, and how much one GD++ layer misses."""
+    parts = []
     for lay, a in zip(layers, algo, strict=True):
         gap = ""
-        last = lay["layer"] == geo.layers - 1
+        last = lay["layer"] == last_layer
         key = "one_step_relative_D" if last else "one_step_relative"
         if math.isfinite(lay[key]):
             gap = f"; one GD++ layer misses {_fmt(lay[key])} of its update" + (
@@ -660,56 +686,99 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 gap += f" (untrained control {_fmt(lay['control_relative'])})"
         words = _layer_words(lay, a, last, r2_min)
         parts.append(f"Layer {lay['layer']}: {lay['label']}, {words}{gap}.")
+    return parts
+
+
+def _projection_sentence(proj, net: float) -> str | None:
+    """What projecting every layer onto GD++ (and preconditioned GD) costs; None without it."""
+    if proj is None or not net > 0 or not math.isfinite(proj.json["projected_mse"]):
+        return None
+    pm = proj.json["projected_mse"]
+    text = (
+        f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)} ({_cost(pm / net - 1)})"
+    )
+    if "preconditioned_mse" in proj.json:
+        pc = proj.json["preconditioned_mse"]
+        text += f", onto preconditioned GD {_fmt(pc)} ({_cost(pc / net - 1)})"
+    return text + "."
+
+
+def _optimum_sentence(opt, net: float) -> str | None:
+    """How the best GD++ of the same depth compares with the network; None without it."""
+    if opt is None or not net > 0:
+        return None
+    o = opt.json
+    return (
+        f"The best GD++ with the same number of layers (fitted to the truth, relative gradient "
+        f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
+        f"({o['optimal_mse'] / net:.2f}× the network's MSE)."
+    )
+
+
+def _terms_sentence(terms, last_layer: int) -> str | None:
+    """The terms outside GD, GD++ and preconditioned GD that term discovery finds; None
+    without term discovery."""
+    if terms is None:
+        return None
+    known = {t for names in SAMPLE_TERMS.values() for t in names}
+    extra: dict[str, list[int]] = {}
+    for lay in terms.json.get("layers", []):
+        last = lay["layer"] == last_layer  # only the D slot of the last layer is read
+        for t in lay.get("terms", []):
+            if last and t["target"] != "D":
+                continue
+            if (
+                t.get("frequency", 1.0) >= 0.5
+                and abs(t.get("share", 1.0)) >= TERM_SHARE
+                and t["name"] not in known
+            ):
+                extra.setdefault(t["name"], []).append(lay["layer"])
+    if not extra:
+        return (
+            "Term discovery finds no term outside GD, GD++ and preconditioned GD carrying "
+            f"{TERM_SHARE:.0%} of its block's update (in the last layer, on the D slot the "
+            "prediction reads)."
+        )
+    return (
+        "Term discovery finds terms outside GD, GD++ and preconditioned GD carrying at "
+        f"least {TERM_SHARE:.0%} of their block's update: "
+        + "; ".join(f"{n} (layer {', '.join(map(str, ls))})" for n, ls in extra.items())
+        + "."
+    )
+
+
+def sample_verdict(ctx: Context) -> ViewResult:
+    """GD, GD++ or preconditioned GD for a sample-layout model (module text)."""
+    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+    if "algorithm" not in ctx.results:  # the names come from the algorithm view
+        from eagle_probe.fit.algorithm import algorithm_view
+
+        ctx.results["algorithm"] = algorithm_view(ctx)
+    algo_json = ctx.results["algorithm"].json
+    algo, r2_min = algo_json["layers"], algo_json["thresholds"]["r2_min"]
+    proj = ctx.results.get("projection")
+    layers = _sample_layer_rows(ctx, algo)
+    warnings = []
+    label = sample_label([lay["label"] for lay in layers])
+    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
+        label = "unrecognised"
+        warnings.append(
+            f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
+            f"{_fmt(zero)}): its fits describe no working algorithm"
+        )
+    last_layer = geo.layers - 1
+    parts = [_sample_intro(geo, net, zero)]
+    parts += _sample_layer_sentences(layers, algo, last_layer, r2_min)
     lam_max = max((a["polynomial"]["lambda_max"] for a in algo), default=1.0)
     sentence, agreement = agreement_text(step_differences(layers, lam_max), proj)
     if sentence:
         parts.append(sentence)
-    if proj is not None and net > 0 and math.isfinite(proj.json["projected_mse"]):
-        pm = proj.json["projected_mse"]
-        text = (
-            f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)} "
-            f"({_cost(pm / net - 1)})"
-        )
-        if "preconditioned_mse" in proj.json:
-            pc = proj.json["preconditioned_mse"]
-            text += f", onto preconditioned GD {_fmt(pc)} ({_cost(pc / net - 1)})"
-        parts.append(text + ".")
-    opt = ctx.results.get("optimum")
-    if opt is not None and net > 0:
-        o = opt.json
-        parts.append(
-            f"The best GD++ with the same number of layers (fitted to the truth, relative gradient "
-            f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-            f"({o['optimal_mse'] / net:.2f}× the network's MSE)."
-        )
-    terms = ctx.results.get("terms")
-    if terms is not None:
-        known = {t for names in SAMPLE_TERMS.values() for t in names}
-        extra: dict[str, list[int]] = {}
-        for lay in terms.json.get("layers", []):
-            last = lay["layer"] == geo.layers - 1  # only the D slot of the last layer is read
-            for t in lay.get("terms", []):
-                if last and t["target"] != "D":
-                    continue
-                if (
-                    t.get("frequency", 1.0) >= 0.5
-                    and abs(t.get("share", 1.0)) >= TERM_SHARE
-                    and t["name"] not in known
-                ):
-                    extra.setdefault(t["name"], []).append(lay["layer"])
-        if extra:
-            parts.append(
-                "Term discovery finds terms outside GD, GD++ and preconditioned GD carrying at "
-                f"least {TERM_SHARE:.0%} of their block's update: "
-                + "; ".join(f"{n} (layer {', '.join(map(str, ls))})" for n, ls in extra.items())
-                + "."
-            )
-        else:
-            parts.append(
-                "Term discovery finds no term outside GD, GD++ and preconditioned GD carrying "
-                f"{TERM_SHARE:.0%} of its block's update (in the last layer, on the D slot the "
-                "prediction reads)."
-            )
+    sentences = (
+        _projection_sentence(proj, net),
+        _optimum_sentence(ctx.results.get("optimum"), net),
+        _terms_sentence(ctx.results.get("terms"), last_layer),
+    )
+    parts += [text for text in sentences if text is not None]
     theory = one_step_theory(ctx)
     for lay in layers:
         lay["alpha_0_theory"] = theory if lay["layer"] == 0 and theory is not None else math.nan

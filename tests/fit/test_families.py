@@ -1,6 +1,6 @@
 """Ground truth in every regime: exact plants of each family come out as that family.
 
-The reference algorithms below are written from the families' definitions (BRIEF §3, module text
+The reference algorithms below are written from the families' definitions (the module text
 of `eagle_probe.fit.families`) in plain NumPy, independently of the package's own steps.
 """
 
