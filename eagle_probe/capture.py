@@ -258,13 +258,8 @@ def capture(
     scores instead of running the model again: the same numbers, d / n' times cheaper.
     `iterate=False` skips the probes: `x`, `dx_heads` and `linearity_deviation` are NaN.
     """
-    check_probe(prompt)
+    _check_prompt(model.cfg, prompt)
     cfg = model.cfg
-    if prompt.A.shape[1:] != (cfg.d, cfg.n) or prompt.C.shape[2] != cfg.n_prime:
-        raise EagleProbeError(
-            f"probe prompts have A {tuple(prompt.A.shape[1:])}, C {tuple(prompt.C.shape[1:])}; "
-            f"the model takes A ({cfg.d}, {cfg.n}) and C ({cfg.d}, {cfg.n_prime})"
-        )
     device = torch.device(device)
     model = on_device(float64_copy(model), device)
     z0_all = prompt.to(torch.float64).z0()  # (b, T, E) block orientation, prompt units
@@ -282,10 +277,7 @@ def capture(
     v_heads = np.empty((L, b, h, dp, d))
     scale = np.empty(b)
     units = np.empty((b, 1, E)) if copies > 1 else None
-    # Query probes: groups of n' basis vectors of R^d (internal units), the last group padded.
-    basis = torch.zeros(groups * npr, d, dtype=torch.float64, device=device)
-    basis[:d] = torch.eye(d, dtype=torch.float64, device=device)
-    basis = basis.reshape(groups, npr, d).transpose(1, 2)  # (groups, d, n')
+    basis = _probe_basis(d, npr, device)
     names = {"hook_scale", "hook_embed"} | {f"blocks.{i}.hook_resid_post" for i in range(L)}
     if separable:
         names |= {f"blocks.{i}.attn.hook_attn_scores" for i in range(L)}
@@ -316,14 +308,7 @@ def capture(
             slots, heads = _separable_probes(model, stream, scores, basis)
         else:
             del cache, stream
-            probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (c, groups, T, E)
-            probe[:, :, :d, n:] = basis * s_query[:, None]  # C_internal = e_j
-            probe = probe.reshape(c * groups, T, z0.shape[2])  # plain prompts
-            runs = [
-                _probe_slots(model, probe[i : i + per_run]) for i in range(0, c * groups, per_run)
-            ]
-            slots = [torch.cat([r[0][i] for r in runs]) for i in range(L)]
-            heads = [torch.cat([r[1][i] for r in runs]) for i in range(L)]
+            slots, heads = _rerun_probes(model, z0, s_query, basis, per_run)
         # (c·groups, …, d', n') D-slot responses → (c, …, d', d) per unit query
         for i in range(L):
             v[i + 1, sl] = _per_unit_query(slots[i], c, groups, d).cpu().numpy()
@@ -333,13 +318,7 @@ def capture(
     sign = -1.0 if float(model.readout_scale) < 0 else 1.0
     x = sign * v.swapaxes(-1, -2)  # (L+1, b, d, d')
     dx_heads = sign * v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
-
-    C0 = Z[0, :, :d, n : n + npr]  # (b, d, n') internal queries (every copy equal)
-    slots = Z[:, :, d:, n:]  # (L+1, b, d', c n')
-    slots = slots.reshape(*slots.shape[:-1], copies, npr).mean(-2)  # (L+1, b, d', n')
-    gap = np.linalg.norm((slots - v @ C0).reshape(L + 1, -1), axis=1)
-    size = np.linalg.norm(slots.reshape(L + 1, -1), axis=1)
-    deviation = np.where(size > 1e-300, gap / np.maximum(size, 1e-300), 0.0)
+    deviation = _linearity_deviation(Z, v, d, n, npr, copies)
     if not iterate:
         x[...], dx_heads[...], deviation[...] = np.nan, np.nan, np.nan
     return Capture(
@@ -355,6 +334,61 @@ def capture(
         units=units,
         copies=copies,
     )
+
+
+def _check_prompt(cfg: ModelConfig, prompt: Prompt) -> None:
+    """Refuse probe prompts whose A or C do not fit the model, in one line."""
+    check_probe(prompt)
+    if prompt.A.shape[1:] != (cfg.d, cfg.n) or prompt.C.shape[2] != cfg.n_prime:
+        raise EagleProbeError(
+            f"probe prompts have A {tuple(prompt.A.shape[1:])}, C {tuple(prompt.C.shape[1:])}; "
+            f"the model takes A ({cfg.d}, {cfg.n}) and C ({cfg.d}, {cfg.n_prime})"
+        )
+
+
+def _probe_basis(d: int, npr: int, device: torch.device) -> torch.Tensor:
+    """The query probes: groups of n' basis vectors of R^d (internal units), the last group
+    padded with zeros: (groups, d, n')."""
+    groups = math.ceil(d / npr)
+    basis = torch.zeros(groups * npr, d, dtype=torch.float64, device=device)
+    basis[:d] = torch.eye(d, dtype=torch.float64, device=device)
+    return basis.reshape(groups, npr, d).transpose(1, 2)
+
+
+def _rerun_probes(
+    model: LinearTransformer,
+    z0: torch.Tensor,
+    s_query: torch.Tensor,
+    basis: torch.Tensor,
+    per_run: int,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Run the model again on every probe of a chunk (the queries set to the basis vectors), at
+    most `per_run` probe prompts at a time: the D-slot responses per layer and per head."""
+    c, T, width = z0.shape
+    groups, d, n = basis.shape[0], basis.shape[1], model.cfg.n
+    probe = z0.unsqueeze(1).repeat(1, groups, 1, 1)  # (c, groups, T, E)
+    probe[:, :, :d, n:] = basis * s_query[:, None]  # C_internal = e_j
+    probe = probe.reshape(c * groups, T, width)  # plain prompts
+    runs = [_probe_slots(model, probe[i : i + per_run]) for i in range(0, c * groups, per_run)]
+    L = model.cfg.n_layers
+    return (
+        [torch.cat([r[0][i] for r in runs]) for i in range(L)],
+        [torch.cat([r[1][i] for r in runs]) for i in range(L)],
+    )
+
+
+def _linearity_deviation(
+    Z: np.ndarray, v: np.ndarray, d: int, n: int, npr: int, copies: int
+) -> np.ndarray:
+    """Per layer: how far the D slot is from the linear map v C of the queries, relative to the
+    slot's size (0 when the map is exact)."""
+    L1 = Z.shape[0]
+    C0 = Z[0, :, :d, n : n + npr]  # (b, d, n') internal queries (every copy equal)
+    slots = Z[:, :, d:, n:]  # (L+1, b, d', c n')
+    slots = slots.reshape(*slots.shape[:-1], copies, npr).mean(-2)  # (L+1, b, d', n')
+    gap = np.linalg.norm((slots - v @ C0).reshape(L1, -1), axis=1)
+    size = np.linalg.norm(slots.reshape(L1, -1), axis=1)
+    return np.where(size > 1e-300, gap / np.maximum(size, 1e-300), 0.0)
 
 
 def _per_unit_query(t: torch.Tensor, c: int, groups: int, d: int) -> torch.Tensor:
