@@ -1,13 +1,15 @@
 """Benchmark: the shipped seed models, test error and Table 1 as mean ± sd over seeds.
 
 Usage: python benchmarks/seed_table.py [--dir trained_models/seeds] [--batch 20000] [--seed 2026]
-       [--json OUT]
+       [--json OUT] [--recipes NAME …]
 
 For every `{recipe}_seed{k}.pt` in the directory (any regime): the mean, median and worst prompt
 MSE on fresh noiseless prompts of the paper distribution (× below the zero predictor for the mean
 and the median), then the fidelity view's Table-1 metric per layer, one-step and end-to-end
 (prompt units; EAGLE steps of the model's own family fitted on 256 probe prompts, scored on 512
 others), and per recipe the mean ± sd over seeds beside the paper's Table 1 of its regime.
+`--recipes` measures only the named recipes; with `--json` naming an existing file of the same
+batch and seed, their rows replace those recipes' rows there and the others are kept.
 Target: for the plain recipe, a median prompt MSE ≥ 10× below
 the zero predictor in at least 4 of 5 seeds.
 """
@@ -31,8 +33,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--json", type=Path, default=None, help="also write the tables as JSON")
+    parser.add_argument("--recipes", nargs="+", default=None, help="measure only these recipes")
     args = parser.parse_args()
-    tests, fidelity = seeds(args.dir, batch=args.batch, seed=args.seed)
+    recipes = set(args.recipes) if args.recipes else None
+    tests, fidelity = seeds(args.dir, batch=args.batch, seed=args.seed, recipes=recipes)
     table = seed_summary(fidelity)
     with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
         print(f"{args.batch} fresh noiseless prompts of the paper distribution, seed {args.seed}")
@@ -54,7 +58,24 @@ def main() -> None:
             "tests": tests.to_dict(orient="records"),
             "table1": table.to_dict(orient="records"),
         }
+        if recipes is not None and args.json.exists():
+            payload = merged(json.loads(args.json.read_text()), payload, recipes)
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def merged(old: dict, new: dict, recipes: set[str]) -> dict:
+    """`old` with the rows of `recipes` replaced by `new`'s (both of one batch and seed)."""
+    if (old["batch"], old["seed"]) != (new["batch"], new["seed"]):
+        raise SystemExit(
+            f"the existing JSON measured batch {old['batch']}, seed {old['seed']}; this run "
+            f"{new['batch']}, {new['seed']}: pass the same --batch and --seed, or a new --json"
+        )
+    out = dict(new)
+    for key in ("tests", "table1"):
+        kept = [row for row in old[key] if row["recipe"] not in recipes]
+        rows = kept + new[key]
+        out[key] = sorted(rows, key=lambda r: (r["recipe"], r.get("seed", 0), r.get("layer", 0)))
+    return out
 
 
 if __name__ == "__main__":

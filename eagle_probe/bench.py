@@ -564,13 +564,13 @@ SEED_NAME = r"(?P<recipe>[a-z_]+)_seed(?P<seed>\d+)\.pt"
 
 
 def seeds(
-    folder: Path, *, batch: int = 20_000, seed: int = 2026
+    folder: Path, *, batch: int = 20_000, seed: int = 2026, recipes: set[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every `{recipe}_seed{k}.pt` in `folder` (models of the paper distribution, any regime):
-    (tests, fidelity). tests: one row per model with its regime, the mean, median and worst
-    prompt MSE on `batch` fresh prompts and × below the zero predictor for the mean and the
-    median; fidelity: one row per model, layer and reading (`model_fidelity`, beside the paper's
-    Table 1 of the model's regime)."""
+    """Every `{recipe}_seed{k}.pt` in `folder` (models of the paper distribution, any regime;
+    only the named `recipes` when given): (tests, fidelity). tests: one row per model with its
+    regime, the mean, median and worst prompt MSE on `batch` fresh prompts and × below the zero
+    predictor for the mean and the median; fidelity: one row per model, layer and reading
+    (`model_fidelity`, beside the paper's Table 1 of the model's regime)."""
     import re
 
     from eagle_probe import checkpoint
@@ -580,7 +580,7 @@ def seeds(
     tests, parts = [], []
     for path in sorted(folder.glob("*.pt")):
         match = re.fullmatch(SEED_NAME, path.name)
-        if not match:
+        if not match or (recipes is not None and match["recipe"] not in recipes):
             continue
         model, task, metrics = checkpoint.load(path)
         result = evaluate(model, task, batch=batch, seed=seed)
@@ -601,7 +601,8 @@ def seeds(
         )
         parts.append(model_fidelity(model, task, PAPER_TABLE1[model.cfg.regime]).assign(**key))
     if not tests:
-        raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint in {folder}")
+        which = f" of the recipes {sorted(recipes)}" if recipes is not None else ""
+        raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint{which} in {folder}")
     return pd.DataFrame(tests), pd.concat(parts, ignore_index=True)
 
 
