@@ -535,7 +535,7 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
     """The extracted EAGLE against the network on held-out probes, per layer, in the paper's
     Table-1 metric: one step at a time and end to end (see eagle_probe.fit.fidelity)."""
     from eagle_probe import checkpoint
-    from eagle_probe.fit.fidelity import PAPER_TABLE1
+    from eagle_probe.fit.fidelity import paper_table1
 
     parts = []
     for name in ("centralized", "distributed", "constrained"):
@@ -543,7 +543,7 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
         if not path.exists():
             continue
         model, task, _ = checkpoint.load(path)
-        parts.append(model_fidelity(model, task, PAPER_TABLE1[name]).assign(model=name))
+        parts.append(model_fidelity(model, task, paper_table1(name)).assign(model=name))
     if not parts:
         return pd.DataFrame(
             columns=[
@@ -575,7 +575,7 @@ def seeds(
 
     from eagle_probe import checkpoint
     from eagle_probe.evaluate import evaluate
-    from eagle_probe.fit.fidelity import PAPER_TABLE1
+    from eagle_probe.fit.fidelity import paper_table1
 
     tests, parts = [], []
     for path in sorted(folder.glob("*.pt")):
@@ -599,7 +599,7 @@ def seeds(
                 "train_s": metrics.get("wall_seconds"),
             }
         )
-        parts.append(model_fidelity(model, task, PAPER_TABLE1[model.cfg.regime]).assign(**key))
+        parts.append(model_fidelity(model, task, paper_table1(model.cfg.regime)).assign(**key))
     if not tests:
         which = f" of the recipes {sorted(recipes)}" if recipes is not None else ""
         raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint{which} in {folder}")

@@ -19,14 +19,17 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from numpy.polynomial import Polynomial
 from numpy.polynomial import chebyshev as cheb
 
-from eagle_probe.capture import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
+
+if TYPE_CHECKING:
+    from eagle_probe.capture import Capture
 
 ORDER_THRESHOLD = 1e-3  # an order is essential if dropping it raises the relative residual by this
 SPECTRUM_POINTS = 64  # points of the filter curves stored for figures
