@@ -299,48 +299,85 @@ def fit_steps(
         a0, c0 = first["a_steps"], first["c_steps"]
     L = len(a0)
     theta = np.concatenate([np.asarray(a0, float), np.asarray(c0, float)])
-    m = target.size
-    # (b, 1, 1) or (b, 1, n + n'), once: the spectral norm costs an SVD per prompt
-    scale = geo.scales(prompts.z0)
-    # the plain Gram: one SVD per prompt, then O(L² r) per Jacobian (`spectral_jacobian`)
-    factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None  # its own scale
-    if chunk is None:
-        chunk = 1024 if factors is not None else FORWARD_CHUNK
+    objective = _Objective(geo, prompts, target, chunk)
+    floor = EXACT**2 * float(np.mean(target**2))  # a loss this small is an exact fit
+    theta, loss, Jtr, iterations, converged = _levenberg_marquardt(
+        objective, theta, gtol=gtol, max_iter=max_iter, floor=floor
+    )
+    grad = 2.0 * Jtr / objective.m
+    rel = float(np.max(np.abs(grad * theta)) / max(loss, floor, np.finfo(float).tiny))
+    return {
+        "a_steps": theta[:L].tolist(),
+        "c_steps": theta[L:].tolist(),
+        "loss": loss,
+        "gradient_norm": float(np.linalg.norm(grad)),
+        "relative_gradient": rel,
+        "converged": bool(converged or rel <= gtol or loss <= floor),
+        "iterations": iterations,
+    }
 
-    def evaluate(th: np.ndarray, sl: slice, jacobian: bool):
-        if factors is not None:
-            part = tuple(f[sl] for f in factors)
+
+class _Objective:
+    """mean((pred − target)²) over the prompts and its normal equations, summed over `chunk`
+    prompts at a time: in the singular basis of A when the Gram is the plain one (one SVD per
+    prompt, then O(L² r) per Jacobian), else by forward-mode Jacobians."""
+
+    def __init__(self, geo: Geometry, prompts: HeldOut, target: np.ndarray, chunk: int | None):
+        self.geo, self.prompts, self.target, self.m = geo, prompts, target, target.size
+        # (b, 1, 1) or (b, 1, n + n'), once: the spectral norm costs an SVD per prompt
+        self.scale = geo.scales(prompts.z0)
+        self.factors = spectral_factors(geo, prompts.z0) if spectral(geo) else None
+        if chunk is None:
+            chunk = 1024 if self.factors is not None else FORWARD_CHUNK
+        self.chunk = chunk
+
+    def _slices(self):
+        for start in range(0, self.prompts.z0.shape[0], self.chunk):
+            yield slice(start, start + self.chunk)
+
+    def _evaluate(self, th: np.ndarray, sl: slice, jacobian: bool):
+        geo, L = self.geo, th.size // 2
+        if self.factors is not None:
+            part = tuple(f[sl] for f in self.factors)
             if jacobian:
                 return spectral_jacobian(geo, part, th[:L], th[L:])
             return spectral_predict(geo, part, th[:L], th[L:])
+        z0 = self.prompts.z0[sl]
         if jacobian:
-            return eagle_jacobian(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
-        return predict(geo, prompts.z0[sl], th[:L], th[L:], scale[sl])
+            return eagle_jacobian(geo, z0, th[:L], th[L:], self.scale[sl])
+        return predict(geo, z0, th[:L], th[L:], self.scale[sl])
 
-    def loss_of(th: np.ndarray) -> float:
+    def loss(self, th: np.ndarray) -> float:
         rss = 0.0
-        for start in range(0, prompts.z0.shape[0], chunk):
-            sl = slice(start, start + chunk)
-            pred = evaluate(th, sl, jacobian=False)
+        for sl in self._slices():
+            pred = self._evaluate(th, sl, jacobian=False)
             with np.errstate(over="ignore", invalid="ignore"):
-                rss += float(np.sum((pred - target[sl]) ** 2))
-        return rss / m
+                rss += float(np.sum((pred - self.target[sl]) ** 2))
+        return rss / self.m
 
-    def normal(th: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        JtJ, Jtr, rss = np.zeros((2 * L, 2 * L)), np.zeros(2 * L), 0.0
-        for start in range(0, prompts.z0.shape[0], chunk):
-            sl = slice(start, start + chunk)
-            pred, jac = evaluate(th, sl, jacobian=True)
-            r = (pred - target[sl]).reshape(-1)
-            J = jac.swapaxes(0, 1).reshape(2 * L, -1)
+    def normal(self, th: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(loss, JᵀJ, Jᵀr) at `th`."""
+        k = th.size
+        JtJ, Jtr, rss = np.zeros((k, k)), np.zeros(k), 0.0
+        for sl in self._slices():
+            pred, jac = self._evaluate(th, sl, jacobian=True)
+            r = (pred - self.target[sl]).reshape(-1)
+            J = jac.swapaxes(0, 1).reshape(k, -1)
             JtJ += J @ J.T
             Jtr += J @ r
             rss += float(r @ r)
-        return rss / m, JtJ, Jtr
+        return rss / self.m, JtJ, Jtr
 
-    floor = EXACT**2 * float(np.mean(target**2))  # a loss this small is an exact fit
-    loss, JtJ, Jtr = normal(theta)
-    mu, history, converged = 1e-3, [loss], False
+
+def _levenberg_marquardt(
+    objective: _Objective, theta: np.ndarray, *, gtol: float, max_iter: int, floor: float
+) -> tuple[np.ndarray, float, np.ndarray, int, bool]:
+    """Damped Gauss–Newton from `theta` until the relative gradient is below `gtol`, the loss
+    below `floor`, no damped step decreases the loss, or `max_iter` iterations: (theta, loss,
+    Jᵀr, iterations, converged)."""
+    m = objective.m
+    loss, JtJ, Jtr = objective.normal(theta)
+    mu, iterations, converged = 1e-3, 0, False
     for _ in range(max_iter):
         grad = 2.0 * Jtr / m
         if not math.isfinite(loss):
@@ -358,27 +395,17 @@ def fit_steps(
                 continue
             trial = theta - step
             # the loss decides; the Jacobian is computed only for a step that is taken
-            if math.isfinite(t_loss := loss_of(trial)) and t_loss < loss:
-                t_loss, t_JtJ, t_Jtr = normal(trial)
-                theta, loss, JtJ, Jtr = trial, t_loss, t_JtJ, t_Jtr
+            if math.isfinite(t_loss := objective.loss(trial)) and t_loss < loss:
+                loss, JtJ, Jtr = objective.normal(trial)
+                theta = trial
                 mu = max(mu / 10.0, 1e-12)
                 improved = True
                 break
             mu *= 10.0
-        history.append(loss)
+        iterations += 1
         if not improved:
             break  # no decrease along any damped step: stationary to round-off
-    grad = 2.0 * Jtr / m
-    rel = float(np.max(np.abs(grad * theta)) / max(loss, floor, np.finfo(float).tiny))
-    return {
-        "a_steps": theta[:L].tolist(),
-        "c_steps": theta[L:].tolist(),
-        "loss": loss,
-        "gradient_norm": float(np.linalg.norm(grad)),
-        "relative_gradient": rel,
-        "converged": bool(converged or rel <= gtol or loss <= floor),
-        "iterations": len(history) - 1,
-    }
+    return theta, loss, Jtr, iterations, converged
 
 
 def eagle_mse(
@@ -901,20 +928,7 @@ def optimum_view(ctx: Context) -> ViewResult:
     best_mse = eagle_mse(geo, held, best["a_steps"], best["c_steps"], factors=held_factors)
     out.update(search)
     out["families"] = family_optima(ctx, tune, held, screen, best_mse, ceiling)
-    for fam in out["families"]:
-        if not fam["read"] and fam.get("best") is None:
-            warnings.append(
-                f"every start of the {fam['name']} fit blew up (non-finite, or above the zero "
-                f"predictor, on the {tune.z0.shape[0]} tuning prompts or, "
-                f"{fam.get('unstable_starts', 0)} of them, on fresh validation prompts): the "
-                "family has no stable optimum with fixed steps"
-            )
-        if not fam["read"] and fam.get("best") is not None and fam["optimal_mse"] > 2 * fam["best"]:
-            warnings.append(
-                f"the best {fam['name']} (tuning loss {fam['best']:.3g}) reaches held-out MSE "
-                f"{fam['optimal_mse']:.3g}: its steps, tuned on {tune.z0.shape[0]} prompts, "
-                "blow up on others"
-            )
+    warnings += _family_warnings(out["families"], tune.z0.shape[0])
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
         if name == "optimal":
             fit = {**best, "mse": best_mse}
@@ -952,3 +966,23 @@ def optimum_view(ctx: Context) -> ViewResult:
                 f"{fit['relative_gradient']:.2g} after {fit['iterations']} iterations)"
             )
     return ViewResult("optimum", out, {}, warnings)
+
+
+def _family_warnings(families: list[dict], tuning: int) -> list[str]:
+    """The warnings of the other families' optima: none stable, or one that blows up held out."""
+    warnings = []
+    for fam in families:
+        if not fam["read"] and fam.get("best") is None:
+            warnings.append(
+                f"every start of the {fam['name']} fit blew up (non-finite, or above the zero "
+                f"predictor, on the {tuning} tuning prompts or, "
+                f"{fam.get('unstable_starts', 0)} of them, on fresh validation prompts): the "
+                "family has no stable optimum with fixed steps"
+            )
+        if not fam["read"] and fam.get("best") is not None and fam["optimal_mse"] > 2 * fam["best"]:
+            warnings.append(
+                f"the best {fam['name']} (tuning loss {fam['best']:.3g}) reaches held-out MSE "
+                f"{fam['optimal_mse']:.3g}: its steps, tuned on {tuning} prompts, "
+                "blow up on others"
+            )
+    return warnings
