@@ -54,12 +54,6 @@ def _add_extract(parser: Parser) -> None:
     )
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports (the report's only with --out)."""
-    report = ("eagle_probe.report", "eagle_probe.plots") if args.out is not None else ()
-    return ("eagle_probe.extract", "eagle_probe.export", *report)
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -67,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.capture import default_probe_batch, default_threads
     from eagle_probe.export import faithful_gap, write_solver
-    from eagle_probe.extract import extract, tree_bytes
+    from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.files import jsonable
     from eagle_probe.progress import reporter
     from eagle_probe.report import write_report
@@ -80,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if probes < 2:
         raise EagleProbeError(f"--probe-batch must be at least 2, got {probes}")
     budget.check(
-        tree_bytes(model.cfg, probes, args.probe_chunk),
+        extract_bytes(model.cfg, probes, args.probe_chunk),
         f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
         f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
         _budget(args),
