@@ -307,11 +307,6 @@ def _diverged(metrics: dict[str, Any], decisive: str) -> str | None:
     return None if math.isfinite(value) else f"test {decisive.replace('_', ' ')} {value}"
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
-
-
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.model import ModelConfig
