@@ -14,6 +14,14 @@ import torch
 
 from eagle_probe.model import LinearTransformer
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
+from eagle_probe.wording import (  # noqa: F401  (the words every command uses, here too)
+    FLIP_FACTOR,
+    NO_BETTER,
+    against_zero,
+    readout_flag,
+    readout_hint,
+    readout_text,
+)
 
 
 @torch.no_grad()
@@ -75,73 +83,15 @@ def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
     }
 
 
-# --- the words every command uses for an MSE against zero and for the readout -----------------
-
-NO_BETTER = 1.05  # an MSE within 5% of the zero predictor's is no better than predicting zero
-
-
-def against_zero(mse: float, zero: float, factor=lambda r: f"{r:.3g}×") -> str:
-    """How an MSE stands against the zero predictor's: "27.6× below the zero predictor's 1.01",
-    "no better than the zero predictor's 1.01" (within NO_BETTER), or "no better than the zero
-    predictor: 3.3× above its 1.01". A model worse than predicting zero is never called below
-    it. `factor` writes the ratio."""
-    if not math.isfinite(mse):
-        return f"no better than the zero predictor's {zero:.3g} (MSE {mse})"
-    if mse <= 0:
-        return "infinitely below the zero predictor"
-    if zero / mse >= NO_BETTER:
-        return f"{factor(zero / mse)} below the zero predictor's {zero:.3g}"
-    if mse / zero <= NO_BETTER:
-        return f"no better than the zero predictor's {zero:.3g}"
-    return f"no better than the zero predictor: {factor(mse / zero)} above its {zero:.3g}"
-
-
-# the other readout sign is flagged when it fits the held-out prompts at least this much better
-FLIP_FACTOR = 0.5
-
-
 def readout_sign(model: LinearTransformer) -> int:
     """−1 or +1: the sign the model reads its prediction with (a learned readout's sign)."""
     return -1 if float(model.readout_scale) < 0 else 1
-
-
-def readout_text(scale: float, samples: bool, learned: bool = False) -> str:
-    """One line naming the readout (prediction = `scale` × the D slot): the sign every step of
-    the reports is stated in. `readout_text(float(model.readout_scale), model.cfg.samples,
-    model.cfg.readout == "learned")` for a model."""
-    sign = -1 if scale < 0 else 1
-    slot = "the query's label entry" if samples else "the D slot"
-    how = f"minus {slot}" if sign < 0 else slot
-    if learned:
-        how = f"{scale:.4g} × {slot} (learned)"
-    return f"readout {sign:+d}: the prediction is {how}; steps are stated in its frame"
 
 
 def model_readout_text(model: LinearTransformer) -> str:
     """`readout_text` of a model."""
     return readout_text(
         float(model.readout_scale), model.cfg.samples, model.cfg.readout == "learned"
-    )
-
-
-def readout_flag(sign: int, mse: float, flipped_mse: float) -> str | None:
-    """One line when the model's predictions fit clearly better with the other readout sign
-    (their negation's MSE below FLIP_FACTOR × the MSE, on the same prompts), naming the flag
-    that fixes it; None otherwise."""
-    if not (math.isfinite(flipped_mse) and flipped_mse < FLIP_FACTOR * mse):
-        return None
-    return (  # one line of at most 100 characters after "warning: "
-        f"the predictions fit better negated (MSE {flipped_mse:.3g} against {mse:.3g}): "
-        f"re-import with `--readout {-sign:+d}`"
-    )
-
-
-def readout_hint(sign: int) -> str:
-    """What to do when a model's steps point uphill: the other readout sign's flag."""
-    return (
-        f"if the source model reads its prediction with the other sign, re-import it with "
-        f"`eagle-probe import --readout {-sign:+d}` (or `layouts.from_module(..., "
-        f"readout={-sign})`)"
     )
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.capture import Capture
+from eagle_probe.captured import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.polynomial import essential_orders, fit_polynomial, residual_direction
 

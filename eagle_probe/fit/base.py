@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eagle_probe.capture import Capture
+from eagle_probe.captured import Capture
 from eagle_probe.fit.geometry import Geometry
 
 # A view that scores on held-out prompts (NumPy forwards of products) spends at most about this

@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from eagle_probe.capture import Capture
+from eagle_probe.captured import Capture
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.geometry import Geometry

@@ -25,7 +25,7 @@ import pandas as pd
 from numpy.polynomial import Polynomial
 from numpy.polynomial import chebyshev as cheb
 
-from eagle_probe.capture import Capture
+from eagle_probe.captured import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
 
 ORDER_THRESHOLD = 1e-3  # an order is essential if dropping it raises the relative residual by this

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import math
 
-from eagle_probe.evaluate import against_zero, readout_flag, readout_hint
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.wording import against_zero, readout_flag, readout_hint
 
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
 LIKE_GAP = 0.5
