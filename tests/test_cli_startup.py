@@ -114,3 +114,12 @@ def test_the_help_names_are_the_configs_names():
     assert names.TASKS == tuple(tasks.TASKS)
     assert names.SCHEDULES == train.SCHEDULES
     assert train.TrainConfig().steps == names.DEFAULT_STEPS
+
+
+def test_the_views_import_neither_torch_nor_transformer_lens():
+    code = (
+        "import sys, eagle_probe.fit; "
+        "print(sorted({'torch', 'transformer_lens'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
