@@ -560,7 +560,7 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
     return table[["model"] + [c for c in table.columns if c != "model"]]
 
 
-SEED_NAME = r"(?P<recipe>[a-z_]+)_seed(?P<seed>\d+)\.pt"
+SEED_NAME = r"(?P<recipe>[a-z][a-z0-9_]*?)_seed(?P<seed>\d+)\.pt"
 
 
 def seeds(

@@ -14,7 +14,7 @@ import torch
 
 from eagle_probe.model import LinearTransformer
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
-from eagle_probe.wording import (  # noqa: F401 (re-exported: evaluate.against_zero, …)
+from eagle_probe.wording import (  # noqa: F401  (the words every command uses, here too)
     FLIP_FACTOR,
     NO_BETTER,
     against_zero,
@@ -81,9 +81,6 @@ def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
         "improvement": zero / mse if mse > 0 and math.isfinite(mse) else math.nan,
         "flipped_mse": float(errors["flipped"].mean()),
     }
-
-
-# --- the words every command uses (eagle_probe.wording), and the model's readout ---------------
 
 
 def readout_sign(model: LinearTransformer) -> int:

@@ -10,7 +10,6 @@ schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from eagle_probe import fit, forked, regimes
+from eagle_probe import fit, regimes
 from eagle_probe.capture import (
     capture,
     default_probe_batch,
@@ -33,8 +32,8 @@ from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit import families
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
 from eagle_probe.fit.eagle import choose_family
-from eagle_probe.fit.geometry import Geometry, sketch_projectors
-from eagle_probe.layouts import state_products
+from eagle_probe.fit.geometry import Geometry
+from eagle_probe.layouts import geometry_of, state_products
 from eagle_probe.model import LinearTransformer
 from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
@@ -61,33 +60,6 @@ REGIME_VIEWS = frozenset(v for r in regimes.REGIMES.values() for v in r.views)
 def runs_on(view: str, regime: str) -> bool:
     """Whether view `view` runs on a model of regime `regime`."""
     return view not in REGIME_VIEWS or view in regimes.get(regime).views
-
-
-def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
-    """The regime's shape read from the model (the constrained sketch from its W_QK)."""
-    cfg = model.cfg
-    spec = cfg.spec
-    return Geometry(
-        regime=cfg.regime,
-        d=cfg.d,
-        n=cfg.n,
-        d_prime=cfg.d_prime,
-        n_prime=cfg.n_prime,
-        heads=cfg.heads,
-        layers=cfg.n_layers,
-        mask=model.blocks[0].attn.mask.detach().to(torch.float64).cpu().numpy()
-        if cfg.n_layers
-        else np.ones((cfg.n_tokens, cfg.n_tokens)),
-        readout=float(model.readout_scale.detach()),
-        normalize=cfg.normalize,
-        machines=cfg.machines if spec.machines else 1,
-        projector=sketch_projectors(qk, cfg.n)
-        if "sketch" in spec.views and qk is not None
-        else None,
-        layout=cfg.tokens,
-        copies=1 if cfg.samples else spec.copies_of(cfg),
-        local_scale=spec.copies and not cfg.samples,
-    )
 
 
 def _units(cfg) -> str:
@@ -246,162 +218,20 @@ def build_context(
     )
 
 
-# views that read the context alone (its capture, prompts and geometry; no other view's result,
-# no control): with a second CPU, `start_beside` runs each group in a forked process (its views
-# one after another) while the others run here. The projection comes back first and alone (the
-# optimum reads it); the term discovery is a third of centralized.pt's views
-BESIDE = (("projection",), ("weights", "attribution", "algorithm", "terms"))
-# the views each view reads (`ctx.results`); a view computed beside is taken when one of its
-# readers is due, or at the end
-READS = {
-    "fidelity": ("eagle",),
-    "optimum": ("projection",),
-    "polynomial": ("eagle",),
-    "symbolic": ("eagle",),
-    "verdict": tuple(fit.ORDER),
-}
-# the processes beside run at a lower priority where the views here take longest: they keep a whole
-# CPU while those beside share the other. The projection, which the optimum here reads soon, runs
-# at this process's own (niced with the others, it waited its turn behind them: planted n = 64,
-# 0.63 s alone, 1.63 s beside them); so do all views beside at the paper's widths, where the term
-# discovery beside is the longest (views of centralized.pt 2.23 s against 2.42 s niced; planted
-# n = 64, width 66, the other way round: 5.75 s niced against 5.9 s)
-BESIDE_NICE = {"projection": 0}
-CONTROL_NICE = BESIDE_NICE_DEFAULT = 10
-EVEN_WIDTH = 32  # token widths up to this one: every view beside at this process's priority
-BESIDE_WAIT = 60.0  # seconds a view beside may always take; or ten times what ran here meanwhile
-# and only for extractions whose memory estimate (`extract_bytes`) is at most this: a view beside
-# holds its working memory while the others hold theirs (n = d = 64 is 0.85 GiB, 128 is 1.4)
-BESIDE_BYTES = 2**30
-# the processes beside add about a quarter to a half of this process's memory (planted n = d = 64:
-# 1.30 GiB in all against 0.89 GiB here): the budget check counts half as much again
-BESIDE_TREE = 1.5
-
-
-def tree_bytes(cfg, probe_batch: int, chunk: int | None = None) -> int:
-    """The memory the budget check counts for an extraction: `extract_bytes`, and where views
-    run beside in forked processes (`BESIDE_BYTES`, a second CPU), theirs too."""
-    own = extract_bytes(cfg, probe_batch, chunk)
-    if own <= BESIDE_BYTES and forked.available():
-        return int(own * BESIDE_TREE)
-    return own
-
-
-@dataclass
-class Beside:
-    """Work computing in forked processes: a process per group of views (`start_beside`), and
-    the untrained control's."""
-
-    jobs: dict[str, Any] = field(default_factory=dict)  # name -> its group's process
-    taken: dict[str, tuple[Any, float]] = field(default_factory=dict)  # got, not yet read
-
-    def take(self, name: str, waited: float) -> tuple[Any, float] | None:
-        """The result of `name` (a view, or the control) and its seconds from its process, or
-        None (none runs it, it failed, or it did not finish within max(BESIDE_WAIT, 10 × `waited`)
-        more seconds)."""
-        import pickle
-
-        if name in self.taken:
-            return self.taken.pop(name)
-        job = self.jobs.get(name)
-        if job is None:
-            return None
-        data = job.result(max(BESIDE_WAIT, 10 * waited))
-        group = [k for k, j in self.jobs.items() if j is job]
-        for k in group:
-            del self.jobs[k]
-        if data is None:
-            return None
-        self.taken.update(pickle.loads(data))  # our own child's {name: (result, seconds)}
-        return self.taken.pop(name, None)
-
-    def fork(self, work: dict[str, Callable[[], Any]], nice: int) -> None:
-        """Compute `work` (name -> function) in one forked process, one after another, each
-        result taken with its seconds (`take`)."""
-        import pickle
-
-        def compute() -> bytes:
-            done = {}
-            for name, fn in work.items():
-                t0 = time.perf_counter()
-                done[name] = (fn(), time.perf_counter() - t0)
-            return pickle.dumps(done)
-
-        job = forked.Forked(compute, nice=nice)
-        self.jobs.update({name: job for name in work})
-
-    def close(self) -> None:
-        for job in self.jobs.values():
-            job.close()
-        self.jobs.clear()
-        self.taken.clear()
-
-
-def beside_nice(name: str, geometry: Geometry) -> int:
-    """The niceness of the process that computes view `name` beside (see BESIDE_NICE); the
-    residual width is d + d' in the sample layout."""
-    if (geometry.tokens if geometry.samples else geometry.width) <= EVEN_WIDTH:
-        return 0
-    return BESIDE_NICE.get(name, BESIDE_NICE_DEFAULT)
-
-
-def start_beside(ctx: Context, names, out: Beside | None = None) -> Beside:
-    """Fork a process per group of BESIDE with views in `names` (none without a second CPU),
-    into `out` (default: a new Beside)."""
-    out = Beside() if out is None else out
-    if not forked.available():
-        return out
-    try:
-        for group in BESIDE:
-            group = [name for name in group if name in names]
-            if group:
-                nice = min(beside_nice(name, ctx.geometry) for name in group)
-                out.fork({name: lambda name=name: VIEWS[name](ctx) for name in group}, nice)
-    except BaseException:  # a fork that failed: none of them
-        out.close()
-        raise
-    return out
-
-
 def run_views(
     ctx: Context,
     names,
     timings: dict[str, float] | None = None,
     progress: Progress | None = None,
-    beside: Beside | None = None,
 ) -> None:
-    """Run the named views in registry order, storing each result in `ctx.results` (in that
-    order); a view that `beside` computes is taken from there once a view that reads it is due,
-    or at the end (and run here if its process failed). The caller closes `beside`."""
+    """Run the named views in registry order, one after another, storing each result in
+    `ctx.results` and its seconds in `timings`."""
     order = [name for name in fit.ORDER if name in names]
-    start = time.perf_counter()
-    pending = [n for n in order if beside is not None and n in beside.jobs]
-    seconds: dict[str, float] = {}
-
-    def take(name: str) -> None:
-        pending.remove(name)
-        t0 = time.perf_counter()
-        taken = beside.take(name, t0 - start)
-        if taken is None:  # its process failed: run it here
-            ctx.results[name] = VIEWS[name](ctx)
-            seconds[name] = time.perf_counter() - t0
-        else:
-            ctx.results[name], seconds[name] = taken
-
     for name in progress(order, "views") if progress is not None else order:
-        if name in pending:
-            continue
-        for other in [k for k in READS.get(name, ()) if k in pending]:
-            take(other)
         t0 = time.perf_counter()
         ctx.results[name] = VIEWS[name](ctx)
-        seconds[name] = time.perf_counter() - t0
-    for name in list(pending):
-        take(name)
-    done = {name: ctx.results.pop(name) for name in order}
-    ctx.results.update(done)  # registry order, wherever each view ran
-    if timings is not None:
-        timings.update({name: seconds[name] for name in order})
+        if timings is not None:
+            timings[name] = time.perf_counter() - t0
 
 
 @dataclass
@@ -632,19 +462,19 @@ class Control:
 def _control(
     model: LinearTransformer,
     task: TaskConfig,
-    held_out: HeldOut,
-    tuning: HeldOut,
+    ctx: Context,
     family: str | None,
     names,
     probe_batch_size: int,
     control_probes: int,
-    seed: int,
     chunk: int | None,
     device,
 ) -> dict[str, ViewResult]:
     """The untrained control's views (`CONTROL_VIEWS`): a model of the same configuration with
     fresh weights, probed on the first `control_probes` probe prompts, scored on the model's
-    held-out and tuning prompts and read in the model's `family` (None: the sample layout)."""
+    held-out and tuning prompts (those of its context `ctx`) and read in the model's `family`
+    (None: the sample layout)."""
+    seed = ctx.seed
     untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
     # the control's one-step gaps are ratios: the first probe prompts its budget affords
     iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
@@ -656,8 +486,8 @@ def _control(
         task,
         probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
         seed=seed,
-        held_out=held_out,
-        tuning=tuning,
+        held_out=ctx.held_out,
+        tuning=ctx.tuning,
         chunk=chunk,
         device=device,
         iterate=iterate,
@@ -666,6 +496,18 @@ def _control(
     )
     run_views(cctx, control_views)
     return cctx.results
+
+
+def view_names(cfg, views: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The views an extraction of a model of `cfg` runs: `views` (None: all registered) less
+    those its token layout or regime does not read."""
+    names = tuple(VIEWS) if views is None else views
+    unknown = [v for v in names if v not in VIEWS]
+    if unknown:
+        raise EagleProbeError(
+            f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
+        )
+    return tuple(v for v in names if v in VIEWS_FOR_LAYOUT[cfg.tokens] and runs_on(v, cfg.regime))
 
 
 def extract(
@@ -682,82 +524,55 @@ def extract(
     device: str | torch.device = "cpu",
     progress: Progress | None = None,
 ) -> Extraction:
-    """Run the whole pipeline on `model` with fresh probes of `task` (`build_context` for the
-    sizes; `device` is the torch device of the forwards, `progress` reports long loops)."""
-    names = tuple(VIEWS) if views is None else views
-    unknown = [v for v in names if v not in VIEWS]
-    if unknown:
-        raise EagleProbeError(
-            f"unknown view(s) {', '.join(unknown)}; choose from {', '.join(VIEWS)}"
-        )
-    names = tuple(
-        v for v in names if v in VIEWS_FOR_LAYOUT[model.cfg.tokens] and runs_on(v, model.cfg.regime)
-    )
+    """Run the whole pipeline on `model` with fresh probes of `task`, one step after another:
+    capture (`build_context` for the sizes), the views, the untrained control's views, the
+    verdict. `device` is the torch device of the forwards, `progress` reports long loops."""
+    names = view_names(model.cfg, views)
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    # the held-out and tuning prompts and the control's probe count depend on the model's sizes
-    # alone (`scoring_sets`, `control_probe_batch`), so they are drawn before the capture
-    sizes = geometry_of(model, None)
-    held_out, tuning = scoring_sets(task, sizes, test_batch, tuning_batch, seed)
-    control_probes = control_probe_batch(sizes, probe_batch_size) if control else 0
-    small = extract_bytes(model.cfg, probe_batch_size, chunk) <= BESIDE_BYTES
-    # the control reads nothing of the model's views and only the verdict reads it: with a
-    # second CPU it runs beside them, in a forked process (on the CPU only: a forked child cannot
-    # use the CUDA its parent initialised); where the regime admits one family (or the sample
-    # layout reads none) it needs nothing of the capture either and starts before it, on the CPU
-    # the capture leaves idle
-    fork_control = control and small and torch.device(device).type == "cpu" and forked.available()
-    early = fork_control and (sizes.samples or len(families.for_geometry(sizes)) == 1)
-
-    def run_control(family: str | None) -> dict[str, ViewResult]:
-        return _control(model, task, held_out, tuning, family, names, probe_batch_size,
-                        control_probes, seed, chunk, device)  # fmt: skip
-
-    beside = Beside()
+    ctx = build_context(model, task, probe_batch_size=probe_batch_size, seed=seed,
+                        test_batch=test_batch, tuning_batch=tuning_batch, chunk=chunk,
+                        device=device, progress=progress)  # fmt: skip
+    timings["capture"] = time.perf_counter() - t0
+    run_views(ctx, [v for v in names if v != "verdict"], timings, progress)
     control_results = None
-    try:
-        if early:
-            family = None if sizes.samples else families.for_geometry(sizes)[0].name
-            beside.fork({"control": lambda: run_control(family)}, CONTROL_NICE)
-        ctx = build_context(
-            model,
-            task,
-            probe_batch_size=probe_batch_size,
-            seed=seed,
-            test_batch=test_batch,
-            tuning_batch=tuning_batch,
-            held_out=held_out,
-            tuning=tuning,
-            chunk=chunk,
-            device=device,
-            progress=progress,
-        )
-        timings["capture"] = time.perf_counter() - t0
-        family = None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name
-        if small:
-            start_beside(ctx, names, beside)
-        if fork_control and not early:
-            beside.fork({"control": lambda: run_control(family)}, CONTROL_NICE)
+    if control:
         t0 = time.perf_counter()
-        run_views(ctx, [v for v in names if v != "verdict"], timings, progress, beside)
-        if control:
-            t1 = time.perf_counter()
-            taken = beside.take("control", t1 - t0)
-            if taken is None:  # not forked, or its process failed
-                control_results = run_control(family)
-                timings["control"] = time.perf_counter() - t1
-            else:
-                control_results, timings["control"] = taken
-            ctx = replace(ctx, control=Control(control_results))
-    finally:
-        beside.close()  # every process beside is collected, whatever happened (idempotent)
+        family = None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name
+        control_probes = control_probe_batch(geometry_of(model, None), probe_batch_size)
+        control_results = _control(
+            model, task, ctx, family, names, probe_batch_size, control_probes, chunk, device
+        )
+        timings["control"] = time.perf_counter() - t0
+        ctx = replace(ctx, control=Control(control_results))
     if "verdict" in names:
         run_views(ctx, ["verdict"], timings)
+    return Extraction(
+        info=model_info(model, task, ctx, probe_batch_size, control_results, seed),
+        views=dict(ctx.results),
+        control=control_results,
+        network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
+        geometry=ctx.geometry,
+        timings=timings,
+        held_out=ctx.held_out,
+        network_pred=ctx.network_pred,
+    )
 
+
+def model_info(
+    model: LinearTransformer,
+    task: TaskConfig,
+    ctx: Context,
+    probe_batch_size: int,
+    control_results: dict[str, ViewResult] | None,
+    seed: int,
+) -> dict[str, Any]:
+    """The `model` entry of extraction.json: the model, its task and the probes read."""
     cfg = model.cfg
-    info = {
+    control = control_results is not None
+    return {
         "regime": cfg.regime,
         "architecture": "sample layout: tokens are the rows [x, y]"
         if cfg.samples
@@ -785,19 +600,11 @@ def extract(
         "probe_batch": probe_batch_size,
         "held_out_prompts": int(ctx.held_out.z0.shape[0]),
         "tuning_prompts": int(ctx.tuning.z0.shape[0]),
-        "control_views": list(control_results) if control_results is not None else [],
-        "control_probe_batch": control_probes if control else 0,
+        "control_views": list(control_results) if control else [],
+        "control_probe_batch": control_probe_batch(geometry_of(model, None), probe_batch_size)
+        if control
+        else 0,
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
         "units": _units(cfg),
     }
-    return Extraction(
-        info=info,
-        views=dict(ctx.results),
-        control=control_results,
-        network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
-        geometry=ctx.geometry,
-        timings=timings,
-        held_out=ctx.held_out,
-        network_pred=ctx.network_pred,
-    )

@@ -47,6 +47,7 @@ import torch
 from eagle_probe import budget, files
 from eagle_probe.conventions import agree, plan_import
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import (
     DTYPES,
     LinearTransformer,
@@ -230,7 +231,6 @@ def plant(
     writes −cross_a times its own A/B update into machine μ + 1's A/B columns (column j of its
     block into column j of the next machine's), so machine μ + 1 moves by
     −cross_a · A^μ A^μᵀ A^μ as well."""
-    from eagle_probe.extract import geometry_of
     from eagle_probe.fit import families
 
     if cfg.samples:
@@ -273,6 +273,33 @@ def model_from_products(cfg: ModelConfig, qk: np.ndarray, vp: np.ndarray) -> Lin
     model = LinearTransformer(cfg)
     model.load_state_dict(products_to_state(cfg, qk, vp))
     return model.eval()
+
+
+def geometry_of(model: LinearTransformer, qk: np.ndarray | None) -> Geometry:
+    """The regime's shape read from the model (the constrained sketch from its W_QK)."""
+    cfg = model.cfg
+    spec = cfg.spec
+    return Geometry(
+        regime=cfg.regime,
+        d=cfg.d,
+        n=cfg.n,
+        d_prime=cfg.d_prime,
+        n_prime=cfg.n_prime,
+        heads=cfg.heads,
+        layers=cfg.n_layers,
+        mask=model.blocks[0].attn.mask.detach().to(torch.float64).cpu().numpy()
+        if cfg.n_layers
+        else np.ones((cfg.n_tokens, cfg.n_tokens)),
+        readout=float(model.readout_scale.detach()),
+        normalize=cfg.normalize,
+        machines=cfg.machines if spec.machines else 1,
+        projector=sketch_projectors(qk, cfg.n)
+        if "sketch" in spec.views and qk is not None
+        else None,
+        layout=cfg.tokens,
+        copies=1 if cfg.samples else spec.copies_of(cfg),
+        local_scale=spec.copies and not cfg.samples,
+    )
 
 
 def state_products(model: LinearTransformer) -> tuple[np.ndarray, np.ndarray]:

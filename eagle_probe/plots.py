@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,8 +17,9 @@ import torch
 
 from eagle_probe.model import LinearTransformer
 
-if TYPE_CHECKING:
-    from eagle_probe.extract import Extraction
+# what `eagle_probe.extract.extract` returns (an `Extraction`): the figures read its views and
+# geometry and never import the extraction
+Extraction = Any
 
 
 def load_matplotlib() -> ModuleType:
@@ -779,26 +780,8 @@ def figure_views(ex: Extraction) -> list[str]:
 
 
 def view_figures(ex: Extraction, view: str) -> dict[str, Figure]:
-    """The figures of one view of `ex` (the report builds each view's figures where it draws
-    them, so forked processes share the building as well as the drawing)."""
+    """The figures of one view of `ex`."""
     return {name: _without_minor_log_ticks(fig) for name, fig in VIEW_FIGURES[view](ex).items()}
-
-
-def drawing_cost(ex: Extraction, view: str) -> float:
-    """About the seconds a view's figures take to build and draw on one core, known before
-    building them (measured on planted and shipped models: a heat-map pair of one head about
-    0.1 s, an attribution panel 0.07 s, a filter panel 0.05 s, a simple figure 0.2 s)."""
-    g = ex.geometry
-    pairs = g.layers * g.heads
-    costs = {
-        "weights": 0.1 * pairs,
-        "attribution": 0.07 * pairs,
-        "polynomial": 0.2 + 0.05 * g.layers,
-        "sketch": 0.2 + 0.05 * g.layers,
-        "communication": 0.3,
-        "fidelity": 0.45,
-    }
-    return costs.get(view, 0.2)
 
 
 def extraction_figures(ex: Extraction) -> dict[str, Figure]:

@@ -9,23 +9,20 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
-import os
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
-from eagle_probe import forked
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.evaluate import against_zero, readout_text
 
-if TYPE_CHECKING:
-    from eagle_probe.extract import Extraction
+# what `eagle_probe.extract.extract` returns (an `Extraction`): this module reads its views,
+# geometry and tables and never imports the extraction
+Extraction = Any
 
 
 def _g(x, digits: int = 3) -> str:
@@ -471,83 +468,13 @@ def _draw(ex: Extraction, views: list[str]) -> dict[str, dict[str, bytes]]:
     return {v: {k: png_bytes(fig) for k, fig in view_figures(ex, v).items()} for v in views}
 
 
-def _pack(drawn: dict[str, dict[str, bytes]]) -> bytes:
-    """`drawn` as bytes: a JSON header line ([view, figure, size] per figure), then the PNGs."""
-    header = [[v, k, len(png)] for v, figs in drawn.items() for k, png in figs.items()]
-    body = b"".join(png for figs in drawn.values() for png in figs.values())
-    return json.dumps(header).encode() + b"\n" + body
+def figure_pngs(ex: Extraction) -> dict[str, bytes]:
+    """Every figure of `ex` as PNG bytes, in the order of `plots.extraction_figures`, each view's
+    figures built and drawn in turn."""
+    from eagle_probe.plots import figure_views
 
-
-def _unpack(data: bytes) -> dict[str, dict[str, bytes]]:
-    """The inverse of `_pack`."""
-    line, _, body = data.partition(b"\n")
-    drawn: dict[str, dict[str, bytes]] = {}
-    at = 0
-    for view, name, size in json.loads(line):
-        drawn.setdefault(view, {})[name] = body[at : at + size]
-        at += size
-    if at != len(body):
-        raise ValueError("figure data of unexpected length")
-    return drawn
-
-
-def _balanced(costs: dict[str, float], parts: int) -> list[list[str]]:
-    """The keys of `costs` cut into `parts` lists of about equal total cost, the costliest first
-    onto the least loaded list."""
-    loads, out = [0.0] * parts, [[] for _ in range(parts)]
-    for name in sorted(costs, key=lambda k: -costs[k]):
-        k = loads.index(min(loads))
-        out[k].append(name)
-        loads[k] += costs[name]
-    return out
-
-
-CHILD_WAIT = 60.0  # seconds a drawing process may always take
-CHILD_SLOWER = 10.0  # and how many times this process's drawing time, if that is longer
-
-
-def _unpack_or_none(data: bytes | None) -> dict[str, dict[str, bytes]] | None:
-    try:
-        return None if data is None else _unpack(data)
-    except (ValueError, KeyError, TypeError):  # a child that failed wrote nothing or half
-        return None
-
-
-def figure_pngs(ex: Extraction, workers: int | None = None) -> dict[str, bytes]:
-    """Every figure of `ex` as PNG bytes, in the order of `plots.extraction_figures`.
-
-    Building and drawing are most of a report's time and each view's figures are independent:
-    with `workers` > 1 (the default: the CPUs this process may use) the views are cut into shares
-    of about equal drawing cost (`plots.drawing_cost`), and forked processes build and draw theirs
-    beside this one; a share whose process fails is built and drawn here."""
-    from eagle_probe.plots import drawing_cost, figure_views
-
-    views = figure_views(ex)
-    if workers is None:
-        workers = forked.cpus() if forked.available() else 1
-    workers = max(1, min(workers, len(views)))
-    if workers == 1 or not hasattr(os, "fork"):
-        drawn = _draw(ex, views)
-    else:
-        parts = _balanced({v: drawing_cost(ex, v) for v in views}, workers)
-        jobs = []
-        try:
-            for part in parts[1:]:
-                jobs.append((part, forked.Forked(lambda part=part: _pack(_draw(ex, part)))))
-            start = time.monotonic()
-            drawn = _draw(ex, parts[0])
-            # a child stuck after the fork (a lock some thread held) must not hang the report
-            wait = max(CHILD_WAIT, CHILD_SLOWER * (time.monotonic() - start))
-            deadline = time.monotonic() + wait
-            for part, job in jobs:
-                got = _unpack_or_none(job.result(deadline - time.monotonic()))
-                if got is None or not set(got) <= set(part):
-                    got = _draw(ex, part)
-                drawn.update({v: got.get(v, {}) for v in part})  # a view may have no figures
-        finally:
-            for _, job in jobs:
-                job.close()
-    return {name: png for v in views for name, png in drawn[v].items()}
+    drawn = _draw(ex, figure_views(ex))
+    return {name: png for figs in drawn.values() for name, png in figs.items()}
 
 
 LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import signal
 import string
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.names import PARENT_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -90,27 +90,6 @@ def _command(
     ]
 
 
-def _pdeathsig():
-    """A function for `preexec_fn` that makes a child die (SIGTERM) when the sweep dies, even by
-    SIGKILL (Linux prctl PR_SET_PDEATHSIG); None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def die_with_parent() -> None:  # in the child, between fork and exec
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the call above
-            os._exit(1)
-
-    return die_with_parent
-
-
 def run_sweep(
     regimes: list[str],
     seeds: list[int],
@@ -146,13 +125,13 @@ def run_sweep(
     if len({run.path for run in runs}) < len(runs):
         raise EagleProbeError(f"--name {name!r} gives two runs the same file name")
     parallel = parallel or max(1, os.cpu_count() or 1)
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    # each run stops as on SIGTERM once this process is gone (`cli.common._watch_parent`)
+    env = os.environ | {"OMP_NUM_THREADS": "1", PARENT_VARIABLE: str(os.getpid())}
     options = list(TRAIN_OPTIONS if extra is None else extra)
     if max_bytes is not None:  # the children run at once: each gets its share of the budget
         options += ["--max-memory", repr(max_bytes / min(parallel, len(runs)) / 2**30)]
     live: set[subprocess.Popen] = set()
     lock, stopping = threading.Lock(), threading.Event()
-    preexec = _pdeathsig()
 
     from eagle_probe.plan import group_seeds
 
@@ -175,7 +154,6 @@ def run_sweep(
                 stderr=subprocess.PIPE,
                 text=True,
                 env=env,
-                preexec_fn=preexec,  # noqa: PLW1509 - prctl only, no locks taken
             )
             live.add(proc)
         try:

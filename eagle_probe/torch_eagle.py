@@ -369,16 +369,29 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     # what the batched certificate could not decide: the NumPy solver, one problem at a time
     undecided = torch.nonzero(info != 0).squeeze(1).tolist()
     if undecided:
-        from eagle_probe.solvers import solve_eagle
-
         A64 = A.detach().to("cpu", torch.float64).numpy()
         b64 = b.detach().to("cpu", torch.float64).numpy()
         x064 = x0.detach().to("cpu", torch.float64).numpy()
         for j in undecided:
-            xj, ij = solve_eagle(A64[j], b64[j], x064[j], rtol=rtol, atol=atol, maxiter=maxiter)
+            xj, ij = _solve_eagle_numpy(A64[j], b64[j], x064[j], rtol, atol, maxiter)
             x[j] = torch.as_tensor(xj, dtype=dtype, device=device)
             info[j] = ij
     return x, info, it, work
+
+
+def _solve_eagle_numpy(A, b, x0, rtol, atol, maxiter) -> tuple[np.ndarray, int]:
+    """The NumPy solver of one problem (`solvers.solve_eagle`: the template's EAGLE with the
+    theory's η and γ)."""
+    return template.lstsq(
+        A,
+        b,
+        x0,
+        rtol=rtol,
+        atol=atol,
+        maxiter=maxiter,
+        eta=template.THEORY_ETA,
+        gamma=template.THEORY_GAMMA,
+    )
 
 
 DRIVERS = {"cpu": ("gelsd", "gelsy", "gelss", "gels"), "cuda": ("gels",)}

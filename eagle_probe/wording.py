@@ -1,5 +1,5 @@
-"""The words every command uses for an MSE against the zero predictor and for a model's
-readout sign: plain text from numbers, no torch (the NumPy views write them too)."""
+"""The words every command uses for an MSE against the zero predictor's and for the readout's
+sign. Standard library only: the views (`eagle_probe.fit`) write them without torch."""
 
 from __future__ import annotations
 

@@ -372,143 +372,38 @@ def test_plant_user_errors(argv, match, capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "p.pt").exists()
 
 
-def test_views_and_control_run_beside_in_forked_processes_give_the_same_numbers(monkeypatch):
-    import pandas as pd
-
+def test_an_extraction_runs_capture_views_control_verdict_in_that_order(monkeypatch):
     from eagle_probe import extract as ex_mod
-    from eagle_probe import forked
 
     model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
-    monkeypatch.setattr(forked, "available", lambda: True)  # fork even on one CPU
-    started = []
+    events, parent, inside = [], os.getpid(), []
+    real_build, real_control = ex_mod.build_context, ex_mod._control
 
-    class Counted(forked.Forked):
-        def __init__(self, fn, **kwargs):
-            super().__init__(fn, **kwargs)
-            started.append(self.pid)
+    def build(*args, **kwargs):
+        if not inside:  # the control's own capture is part of the control
+            events.append("capture")
+        return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(forked, "Forked", Counted)
-    parent, ran_here = os.getpid(), []
+    def control(*args, **kwargs):
+        events.append("control")
+        inside.append(True)
+        try:
+            return real_control(*args, **kwargs)
+        finally:
+            inside.clear()
+
     for name, view in list(ex_mod.VIEWS.items()):
 
         def counted(ctx, view=view, name=name):
-            if os.getpid() == parent:
-                ran_here.append(name)
+            assert os.getpid() == parent  # every view runs in this process
+            if not inside:
+                events.append(name)
             return view(ctx)
 
         monkeypatch.setitem(ex_mod.VIEWS, name, counted)
-    beside = extract(model, task, probe_batch_size=32, test_batch=128)
-    beside_here = list(ran_here)
-    monkeypatch.setattr(forked, "available", lambda: False)
-    here = extract(model, task, probe_batch_size=32, test_batch=128)
-    groups = [[v for v in group if v in here.views] for group in ex_mod.BESIDE]
-    # every view of a group came back from its process, and the control's views too
-    assert not {v for group in groups for v in group} & set(beside_here)
-    assert beside_here == [v for v in here.views if not any(v in g for g in groups)]
-    assert len(started) == sum(map(bool, groups)) + 1  # each group of views and the control
-    assert {"projection", "terms", "attribution"} <= {v for group in groups for v in group}
-    for views_b, views_h in ((beside.views, here.views), (beside.control, here.control)):
-        assert list(views_b) == list(views_h)  # the registry's order
-        for name, view in views_h.items():
-            assert json.dumps(views_b[name].json) == json.dumps(view.json), name
-            for key, table in view.tables.items():
-                pd.testing.assert_frame_equal(views_b[name].tables[key], table)
-    assert beside.verdict == here.verdict
-
-
-def test_a_view_whose_forked_process_fails_is_run_here(monkeypatch):
-    from eagle_probe import extract as ex_mod
-    from eagle_probe import forked
-
-    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
-    monkeypatch.setattr(forked, "available", lambda: True)
-    real = ex_mod.VIEWS["terms"]
-    parent = os.getpid()
-
-    def fails_in_the_child(ctx):
-        if os.getpid() != parent:
-            raise RuntimeError("a child that fails")
-        return real(ctx)
-
-    monkeypatch.setitem(ex_mod.VIEWS, "terms", fails_in_the_child)
-    result = extract(model, task, probe_batch_size=32, test_batch=128, views=("terms",))
-    assert result.views["terms"].json["supported"]
-
-
-def test_a_control_whose_forked_process_fails_is_run_here(monkeypatch):
-    from eagle_probe import extract as ex_mod
-    from eagle_probe import forked
-
-    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
-    views = ("eagle", "fidelity", "verdict")
-    monkeypatch.setattr(forked, "available", lambda: False)
-    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
-    monkeypatch.setattr(forked, "available", lambda: True)
-    real, parent, calls = ex_mod._control, os.getpid(), []
-
-    def fails_in_the_child(*args):
-        if os.getpid() != parent:
-            raise RuntimeError("a child that fails")
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(ex_mod, "_control", fails_in_the_child)
-    result = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
-    assert calls == [1]  # the child's attempt failed, so it ran here
-    assert json.dumps(result.control["fidelity"].json) == json.dumps(here.control["fidelity"].json)
-    assert result.verdict == here.verdict
-
-
-def test_the_budget_counts_the_processes_beside(monkeypatch):
-    from eagle_probe import extract as ex_mod
-    from eagle_probe import forked
-    from eagle_probe.model import ModelConfig
-
-    cfg = ModelConfig(n=6, d=6, n_prime=1, d_prime=1, n_layers=2)
-    own = ex_mod.extract_bytes(cfg, 32)
-    monkeypatch.setattr(forked, "available", lambda: True)
-    assert ex_mod.tree_bytes(cfg, 32) == int(own * ex_mod.BESIDE_TREE) > own
-    monkeypatch.setattr(forked, "available", lambda: False)  # one CPU: nothing beside
-    assert ex_mod.tree_bytes(cfg, 32) == own
-    monkeypatch.setattr(forked, "available", lambda: True)
-    monkeypatch.setattr(ex_mod, "BESIDE_BYTES", own - 1)  # too large to fork: nothing beside
-    assert ex_mod.tree_bytes(cfg, 32) == own
-
-
-@pytest.mark.parametrize("regime", ["centralized", "distributed", "distributed-open"])
-def test_the_control_starts_before_the_capture_where_one_family_is_admitted(regime, monkeypatch):
-    # one family (centralized, distributed, constrained, the sample layout): the control needs
-    # nothing of the capture and is forked before it; distributed-open chooses its family from
-    # the capture, so its control is forked after. Either way the numbers are the in-process ones.
-    from eagle_probe import extract as ex_mod
-    from eagle_probe import forked
-    from eagle_probe.model import LinearTransformer, ModelConfig
-    from eagle_probe.tasks import TaskConfig, make_generator
-
-    task = TaskConfig(n=6, d=6, n_prime=1, d_prime=1, rank=3)
-    machines = {"machines": 2} if regime.startswith("distributed") else {}
-    cfg = ModelConfig(regime=regime, n=6, d=6, n_prime=1, d_prime=1, n_layers=2, **machines)
-    model = LinearTransformer(cfg, generator=make_generator(4))
-    views = ("eagle", "fidelity", "polynomial", "verdict")
-    monkeypatch.setattr(forked, "available", lambda: False)
-    here = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
-    monkeypatch.setattr(forked, "available", lambda: True)
-    events = []
-    real_fork, real_build = ex_mod.Beside.fork, ex_mod.build_context
-
-    def fork(self, work, nice):
-        events.append(tuple(work))
-        return real_fork(self, work, nice)
-
-    def build(*args, **kwargs):
-        events.append("capture")
-        return real_build(*args, **kwargs)
-
-    monkeypatch.setattr(ex_mod.Beside, "fork", fork)
     monkeypatch.setattr(ex_mod, "build_context", build)
-    beside = extract(model, task, probe_batch_size=32, test_batch=128, views=views)
-    where = events.index(("control",))
-    assert (where < events.index("capture")) == (regime != "distributed-open")
-    for name, view in here.control.items():
-        assert json.dumps(beside.control[name].json) == json.dumps(view.json), name
-    assert beside.verdict == here.verdict
+    monkeypatch.setattr(ex_mod, "_control", control)
+    result = extract(model, task, probe_batch_size=32, test_batch=128)
+    views = [v for v in result.views if v != "verdict"]
+    assert events == ["capture", *views, "control", "verdict"]  # views in the registry's order
+    assert list(result.timings) == ["capture", *views, "control", "verdict"]

@@ -328,36 +328,10 @@ def test_terms_figure_shows_inclusion_frequency_and_scalar_coefficients(extracti
     assert plots.extraction_terms(empty) == {}
 
 
-def test_figures_drawn_by_forked_processes_are_the_ones_drawn_here(extraction):
-    from eagle_probe.report import figure_pngs
+def test_the_page_figures_are_every_figure_drawn_in_the_page_order(extraction):
+    from eagle_probe.report import figure_pngs, png_bytes
 
-    here = figure_pngs(extraction, workers=1)
-    assert list(here) == list(plots.extraction_figures(extraction))
-    for workers in (2, 3):
-        forked = figure_pngs(extraction, workers=workers)
-        assert list(forked) == list(here)  # the page's order
-        assert forked == here  # byte for byte
-
-
-def test_a_drawing_process_that_fails_or_hangs_costs_nothing_but_time(extraction, monkeypatch):
-    import time
-
-    from eagle_probe import report
-
-    here = report.figure_pngs(extraction, workers=1)
-
-    def broken(drawn):
-        raise RuntimeError("a child that cannot pack")
-
-    monkeypatch.setattr(report, "_pack", broken)  # inherited by the forked child only
-    assert report.figure_pngs(extraction, workers=2) == here
-
-    def stuck(drawn):
-        time.sleep(60)
-
-    monkeypatch.setattr(report, "_pack", stuck)
-    monkeypatch.setattr(report, "CHILD_WAIT", 0.5)
-    monkeypatch.setattr(report, "CHILD_SLOWER", 0.0)
-    start = time.monotonic()
-    assert report.figure_pngs(extraction, workers=2) == here
-    assert time.monotonic() - start < 30  # the stuck child was left, and killed
+    pngs = figure_pngs(extraction)
+    figures = plots.extraction_figures(extraction)
+    assert list(pngs) == list(figures)  # the page's order
+    assert pngs == {name: png_bytes(fig) for name, fig in figures.items()}  # byte for byte

@@ -13,15 +13,12 @@ To add a command `compare`: write `eagle_probe/cli/compare.py` with those three 
 line to `COMMANDS` below (`"compare": "compare",`) and, if it computes on torch, its name to
 `COMPUTING` (it then takes `--threads` and `--device`). Document its options in docs/cli.md.
 `eagle_probe.cli.cmd_<command>` is that command's `run`, looked up when the command runs.
-A command module may also define `loads(args)`: the modules its `run` will import, which the
-`eagle-probe` process imports first with the garbage collector paused (`_load`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import importlib
 import sys
 import warnings
@@ -176,46 +173,29 @@ _ALLOCATION = ("can't allocate memory", "not enough memory", "out of memory")
 
 
 def entry() -> None:
-    """The `eagle-probe` console script: `main()`, then `exit_now` (`python -m eagle_probe` exits
-    normally, so that profilers and coverage tools that wrap it still write their files)."""
+    """The `eagle-probe` console script: `main()`, then its exit code, once the standard streams
+    are flushed (a reader of stdout that left ends the command quietly with EXIT_PIPE)."""
     try:
         code = main(whole_process=True)
     except SystemExit as exc:  # argparse's --help, --version and usage errors
         code = exc.code
-    exit_now(code)
+    sys.exit(_flushed(code))
 
 
-def exit_now(code: int | str | None) -> None:
-    """Exit with `code` without the interpreter's teardown of every loaded module, which takes
-    0.5-0.9 s once torch, TransformerLens and transformers are loaded (an extraction of
-    centralized.pt is 7 s in all). By now the command's outputs are written and published and its
-    processes collected; what the interpreter would still do that matters is done here first: the
-    atexit callbacks, then flushing the standard streams (a failed flush exits with 120, as
-    Python does). While a thread that is not a daemon still runs, this is a normal exit."""
-    import atexit
-    import os
-    import threading
-
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):  # SystemExit("message"): printed, status 1, as Python does
-        if sys.stderr is not None:
-            print(code, file=sys.stderr)
-        code = 1
-    main_thread = threading.main_thread()
-    if any(t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()):
-        sys.exit(code)
-    atexit._run_exitfuncs()
+def _flushed(code: int | str | None) -> int | str | None:
+    """`code`, after flushing stdout and stderr: EXIT_PIPE (where `code` is 0) when stdout's reader
+    has left, whose unwritten output then goes nowhere; 120, as Python, when a flush fails."""
     for stream in (sys.stdout, sys.stderr):
         if stream is None:  # closed before the start (`>&-`)
             continue
         try:
             stream.flush()
-        except BrokenPipeError:  # the reader left: nothing to say, as `main` does
+        except BrokenPipeError:
+            _quiet_stdout()
             code = code or EXIT_PIPE
         except (OSError, ValueError):
             code = code or 120
-    os._exit(code)
+    return code
 
 
 def _stdout_gone() -> bool:
@@ -241,33 +221,10 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-def _load(args: argparse.Namespace) -> None:
-    """Import the modules the command will load (its module's `loads(args)`) with the cyclic
-    garbage collector paused, then freeze what they built, so no later collection scans it.
-
-    Those objects (modules, classes, functions) live as long as the process, yet each collection
-    of the oldest generation scans all of them: importing what `extract` loads took 2.5 s with the
-    collector running and 2.1 s paused, and the freeze saves the extraction's own collections a
-    scan of 280,000 objects each. Only for a process that runs one command and exits
-    (`whole_process`): frozen objects are never collected, so a library caller keeps its
-    collector as it is."""
-    loads = getattr(_module(args.command), "loads", None)
-    names = loads(args) if loads is not None else ()
-    if not names or not gc.isenabled():
-        return
-    gc.disable()
-    try:
-        for name in names:
-            importlib.import_module(name)
-    finally:
-        gc.freeze()
-        gc.enable()
-
-
 def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> int:
     """Run the command `argv` (default: this process's arguments) and return its exit code.
     `whole_process`: this process runs this one command and exits (the console script and
-    `python -m eagle_probe`), so the command's modules are loaded as `_load` says."""
+    `python -m eagle_probe`), so a reader of stdout that left ends it quietly (EXIT_PIPE)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = False
     _replacing_streams()
@@ -283,8 +240,6 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         with stop_signals(), contextlib.ExitStack() as outputs:  # claims: see common._claim
             args.outputs = outputs
             with _warnings_as_lines(debug):  # the imports' warnings too, one line each
-                if whole_process:
-                    _load(args)
                 _apply_compute(args)
                 code = run(args)
             if code != 0 and code not in EXIT_STOPPED:  # a stopped run publishes what it kept

@@ -29,11 +29,6 @@ def _add_bench(parser: Parser) -> None:
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.bench",)
-
-
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import files
     from eagle_probe.bench import SUITES, run_bench

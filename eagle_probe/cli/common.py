@@ -6,15 +6,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from eagle_probe.errors import EagleProbeError, Terminated, signal_name, signal_of
-from eagle_probe.forked import set_threads
-from eagle_probe.names import MAX_MORE_STEPS, MAX_SEEDS, MAX_STEPS
+from eagle_probe.names import MAX_MORE_STEPS, MAX_SEEDS, MAX_STEPS, PARENT_VARIABLE
 
 EXIT_USER, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 1, 130, 143
 EXIT_PIPE = 141  # the reader of stdout left (`… | head`): as a process that SIGPIPE stopped
@@ -42,10 +43,30 @@ def stop_signals() -> Iterator[None]:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             previous[signum] = signal.signal(signum, stop)
     try:
+        _watch_parent()
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+PARENT_POLL = 0.5  # seconds between two looks at whether that process still runs
+
+
+def _watch_parent() -> None:
+    """A command started by a sweep (PARENT_VARIABLE names the sweep's process) stops as on
+    SIGTERM once the sweep is gone, even killed by SIGKILL: a daemon thread looks every
+    PARENT_POLL seconds whether this process's parent is still the sweep."""
+    parent = os.environ.get(PARENT_VARIABLE, "")
+    if not parent.isdigit() or os.getppid() != int(parent):
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(PARENT_POLL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="eagle-probe-parent", daemon=True).start()
 
 
 def stopped_line(stop: KeyboardInterrupt) -> tuple[str, int]:
@@ -215,6 +236,19 @@ def torch_device(text: str):
     elif device.type != "cpu":
         raise EagleProbeError(f"--device {text}: use cpu, cuda, cuda:N or mps")
     return device
+
+
+def set_threads(count: int) -> None:
+    """Use `count` CPU threads in torch, in the OpenBLAS libraries NumPy and SciPy bundle (the
+    loaded ones through threadpoolctl; those loaded later read the environment) and in child
+    processes."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(count)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(count)
+    threadpool_limits(limits=count, user_api="blas")
 
 
 def _apply_compute(args: argparse.Namespace) -> None:

@@ -63,11 +63,6 @@ def _add_compare(parser: Parser) -> None:
     )
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.compare", "eagle_probe.plots")
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 

@@ -28,11 +28,6 @@ def _add_evaluate(parser: Parser) -> None:
     )
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.evaluate")
-
-
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint
     from eagle_probe.evaluate import (

@@ -54,23 +54,16 @@ def _add_extract(parser: Parser) -> None:
     )
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports (the report's only with --out)."""
-    report = ("eagle_probe.report", "eagle_probe.plots") if args.out is not None else ()
-    return ("eagle_probe.extract", "eagle_probe.export", *report)
-
-
 def run(args: argparse.Namespace) -> int:
+    """Load the checkpoint, extract (capture, views, control, verdict), then write the outputs
+    and print the report."""
     import time
 
     start = time.perf_counter()
     from eagle_probe import budget, checkpoint, files
     from eagle_probe.capture import default_probe_batch, default_threads
-    from eagle_probe.export import faithful_gap, write_solver
-    from eagle_probe.extract import extract, tree_bytes
-    from eagle_probe.files import jsonable
+    from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.progress import reporter
-    from eagle_probe.report import write_report
 
     out = _out_dir(args.out, args.force)
     model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
@@ -80,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if probes < 2:
         raise EagleProbeError(f"--probe-batch must be at least 2, got {probes}")
     budget.check(
-        tree_bytes(model.cfg, probes, args.probe_chunk),
+        extract_bytes(model.cfg, probes, args.probe_chunk),
         f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
         f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
         _budget(args),
@@ -99,24 +92,33 @@ def run(args: argparse.Namespace) -> int:
         progress=None if args.no_progress else reporter(),
     )
     lines = [result.render(str(args.model))]  # printed once the outputs are written
-    if out is None:
-        print(lines[0])
+    if out is not None:
+        lines += _write(args, result, task, tmp, out, time.perf_counter() - start)
+    print("\n".join(lines))
+    return 0
+
+
+def _write(args: argparse.Namespace, result, task, tmp, out, seconds: float) -> list[str]:
+    """Write extraction.json, the solver (feature layout) and the report into the claimed
+    folder `tmp`, publish it as `out`, and return the lines to print after the report."""
+    from eagle_probe import checkpoint
+    from eagle_probe.export import faithful_gap, write_solver
+    from eagle_probe.files import jsonable
+    from eagle_probe.report import write_report
+
+    payload = result.to_json()
+    payload["model"]["checkpoint"] = str(args.model)
+    payload["model"]["sha256"] = checkpoint.sha256(args.model)
+    payload["timings"]["total"] = seconds
+    lines = []
+    if result.info["tokens"] == "samples":  # the exported solver runs EAGLE, not GD++
+        payload["export"] = {
+            "solver": None,
+            "reason": "the exported solver runs EAGLE; a sample-layout model runs GD, GD++ "
+            "or preconditioned GD (see views.verdict)",
+        }
+        written = f"wrote {out / 'extraction.json'} and {out / 'report.html'}"
     else:
-        payload = result.to_json()
-        payload["model"]["checkpoint"] = str(args.model)
-        payload["model"]["sha256"] = checkpoint.sha256(args.model)
-        payload["timings"]["total"] = time.perf_counter() - start
-        if model.cfg.tokens == "samples":  # the exported solver runs EAGLE, not GD++
-            payload["export"] = {
-                "solver": None,
-                "reason": "the exported solver runs EAGLE; a sample-layout model runs GD, GD++ "
-                "or preconditioned GD (see views.verdict)",
-            }
-            (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
-            write_report(result, tmp, str(args.model))
-            _publish(args)
-            print("\n".join([*lines, f"wrote {out / 'extraction.json'} and {out / 'report.html'}"]))
-            return 0
         write_solver(tmp / "solver.py", payload, result.projectors)
         gap = faithful_gap(
             tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n
@@ -133,11 +135,8 @@ def run(args: argparse.Namespace) -> int:
             )
             payload["warnings"].append(warning)
             lines.append(textwrap.fill(f"warning: {warning}", 100, subsequent_indent="  "))
-        (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
-        write_report(result, tmp, str(args.model))
-        _publish(args)
-        lines.append(
-            f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}"
-        )
-        print("\n".join(lines))
-    return 0
+        written = f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}"
+    (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
+    write_report(result, tmp, str(args.model))
+    _publish(args)
+    return [*lines, written]

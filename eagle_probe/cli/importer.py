@@ -56,11 +56,6 @@ def _add_import(parser: Parser) -> None:
     parser.add_argument("-o", "--out", default=None, help="checkpoint to write")
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.conventions", "eagle_probe.layouts")
-
-
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
     from eagle_probe.conventions import plan_import

@@ -73,11 +73,6 @@ def _steps(text: str, name: str) -> list[float]:
     return values
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.layouts", "eagle_probe.model")
-
-
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files, regimes
     from eagle_probe.layouts import plant

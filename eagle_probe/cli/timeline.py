@@ -38,11 +38,6 @@ def _add_timeline(parser: Parser) -> None:
     )
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.plots", "eagle_probe.timeline")
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 

@@ -332,11 +332,6 @@ def _diverged(metrics: dict[str, Any], decisive: str) -> str | None:
     return None if math.isfinite(value) else f"test {decisive.replace('_', ' ')} {value}"
 
 
-def loads(args: argparse.Namespace) -> tuple[str, ...]:
-    """The modules `run` imports."""
-    return ("eagle_probe.checkpoint", "eagle_probe.evaluate", "eagle_probe.train")
-
-
 def _check_combinations(args: argparse.Namespace) -> None:
     """Refuse the options that do not combine: --seeds with --save-every or torchrun,
     --init-from with --resume or --seeds."""

@@ -37,16 +37,12 @@ whose data transform never reaches the prediction.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
+from eagle_probe.captured import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.polynomial import essential_orders, fit_polynomial, residual_direction
-
-if TYPE_CHECKING:
-    from eagle_probe.capture import Capture
 
 R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
 NO_STEP = 0.01  # sample layout: a layer moving x by less than this share of ‖x_L‖ takes no step

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from eagle_probe.captured import Capture
 from eagle_probe.fit.geometry import Geometry
-
-if TYPE_CHECKING:
-    from eagle_probe.capture import Capture
 
 # A view that scores on held-out prompts (NumPy forwards of products) spends at most about this
 # many floating-point operations: every prompt of the paper's sizes, fewer as n, heads and layers

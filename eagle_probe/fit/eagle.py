@@ -23,17 +23,14 @@ normalised η, γ in this layout.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from eagle_probe.captured import Capture
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.geometry import Geometry
-
-if TYPE_CHECKING:
-    from eagle_probe.capture import Capture
 
 
 def _coef(delta: list[np.ndarray], feats: list[np.ndarray]) -> float:

@@ -19,17 +19,14 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from numpy.polynomial import Polynomial
 from numpy.polynomial import chebyshev as cheb
 
+from eagle_probe.captured import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
-
-if TYPE_CHECKING:
-    from eagle_probe.capture import Capture
 
 ORDER_THRESHOLD = 1e-3  # an order is essential if dropping it raises the relative residual by this
 SPECTRUM_POINTS = 64  # points of the filter curves stored for figures
@@ -270,7 +267,7 @@ FIT_DEGREE = 16  # highest degree of the per-layer design-form fits (`fit_layers
 
 def _beyond_degree(layer: int, eagle: bool) -> str:
     """Why a low R² need not contradict an EAGLE label: EAGLE's layer-l update of x is a
-    polynomial in G of order up to 3^l − 1 (m_{l+1} = m_l (1 − a λ m_l²)), above the
+    polynomial in G of order up to 3^l − 1 (BRIEF §3: m_{l+1} = m_l (1 − a λ m_l²)), above the
     fit's degree from layer 3 on."""
     top = 3**layer - 1
     if not eagle or top <= FIT_DEGREE:
