@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from eagle_probe import solver_template as now
+from eagle_probe import eagle as now
 
 EPS = np.finfo(np.float64).eps
 

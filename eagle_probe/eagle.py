@@ -1,13 +1,9 @@
-"""EAGLE solver: the algorithm recovered from a linear-attention transformer.
+"""The reference EAGLE eagle-probe runs: the exported solver's iteration with its certificate.
 
-This module imports only NumPy. `eagle-probe extract --out DIR` writes a copy of it to
-DIR/solver.py with the recovered coefficients filled in below; eagle-probe itself uses it as the
-reference EAGLE (Algorithm 1 of "Linear Transformers Implicitly Discover Unified Numerical
-Algorithms", NeurIPS 2025).
-
-Block prompt: X = [[A, C], [B, D]] with rank X = rank A; D = B A⁺ C. One EAGLE step, ρ = ‖A‖₂⁻²:
-
-    A ← A − ηρ A AᵀA      B ← B − ηρ B AᵀA      C ← C − γρ A Aᵀ C      D ← D + γρ B Aᵀ C
+The iteration, the exact power-of-two scaling, the input checks and the step schedule are
+`solver_template`'s (the file `eagle-probe extract` exports; here with no recovered layers, so
+the theory's η = 1/3, γ = 1 at every step). This module adds the certificate behind info 0, the
+least-squares solver with x0, atol and callback, and the distributed and sketched solvers.
 
 API
     complete(A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None) -> D
@@ -17,15 +13,8 @@ API
     complete_distributed(A, B, C, machines, ...) -> (D, stats)
     complete_sketched(A, B, C, r, rng, ...) -> (D, stats)
     stats: info, iterations, reason, kappa (κ̂), error_estimate, bound, checks (certificate
-    checks), recovered_steps (steps that used the recovered η_l, γ_l), theory_steps (steps that
-    used the theory's η = 1/3, γ = 1), given_steps (eta=/gamma= passed).
+    checks), recovered_steps, theory_steps, given_steps (the source of each step's (η, γ)).
 
-Modes of `complete`:
-    faithful    the network layer by layer: its prompt normalisation, then one EAGLE step per layer
-                with the recovered constant coefficients a_l, c_l (internal units).
-    normalized  per-problem ρ_l = ‖A_l‖₂⁻² at every step, the recovered η_l, γ_l for the trained
-                depth and then the theory's η = 1/3, γ = 1, until the stopping rule: any size,
-                any scale, any number of steps.
 `info` (scipy style): 0 converged with a certificate — the relative error is at most
 stats["bound"] = max(rtol, 100·κ̂·eps), κ̂ the condition number of A on its numerical range (see
 `lstsq` for the test and why it implies the bound); > 0 stopped without the certificate, the
@@ -41,48 +30,48 @@ import math
 
 import numpy as np
 
-# --- BEGIN RECOVERED CONSTANTS ---
-PROVENANCE = {"source": "theory", "eagle_probe": None, "checkpoint_sha256": None}
-# One entry per layer of the network: EAGLE coefficients in the network's internal units.
-LAYERS = []
-# How the network scaled its prompts before the first layer: "none", "spectral" or "frobenius".
-NORMALIZE = "none"
-# Regime shape: "centralized", "distributed" (MACHINES column blocks) or "constrained"
-# (PROJECTORS: per layer the n × n projector onto the learned sketch).
-REGIME = "centralized"
-MACHINES = 1
-PROJECTORS = None
-# True: each machine divided its own A, B columns by its own norm and C by nothing (the paper's
-# distributed architecture); False: one scale for the whole prompt.
-LOCAL_SCALE = False
-# --- END RECOVERED CONSTANTS ---
+from eagle_probe.solver_template import (
+    BREAKDOWN,
+    DEFAULT_MAXITER,
+    EPS,
+    LAYERS,
+    NONFINITE,
+    THEORY_ETA,
+    THEORY_GAMMA,
+    UNREPRESENTABLE,
+    _check_blocks,
+    _check_matrix,
+    _check_number,
+    _Counter,
+    _eagle_update,
+    _exponent,
+    _faithful,
+    _finish,
+    _growth,
+    _norm,
+    _normalized_gram,
+    _resolution_limit,
+    _spectral_norm,  # noqa: F401  (re-exported for solvers and bench)
+    _top_eig,
+    _warn,
+    recovered_layers,
+    schedule,
+)
+from eagle_probe.solver_template import (
+    _check_options as template_options,
+)
 
-THEORY_ETA, THEORY_GAMMA = 1.0 / 3.0, 1.0
-DEFAULT_MAXITER = 500
-# info < 0: -1 A lost its scale (breakdown), -2 non-finite numbers appeared, -3 the answer does
-# not fit in float64 (it overflows, or underflows below the smallest normal number).
-BREAKDOWN, NONFINITE, UNREPRESENTABLE = -1, -2, -3
-
-
-def _check_matrix(name, M, ndim=2):
-    if isinstance(M, np.ma.MaskedArray):
-        raise ValueError(
-            f"{name} is a masked array; its mask would be ignored: pass np.ma.filled({name}, v) "
-            "or the rows and columns you mean"
-        )
-    M = np.asarray(M)
-    if M.ndim != ndim:
-        raise ValueError(f"{name} must be a {ndim}-d array, got shape {M.shape}")
-    if M.size == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {M.shape}")
-    if M.dtype.kind not in "biuf":  # timedelta64 counts as an integer to numpy; not here
-        raise ValueError(f"{name} must hold real numbers, got dtype {M.dtype}")
-    if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} contains NaN or Inf")
-    M = M.astype(np.float64, copy=True)
-    if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} does not fit in float64 (it overflows)")
-    return M
+__all__ = [
+    "DEFAULT_MAXITER",
+    "THEORY_ETA",
+    "THEORY_GAMMA",
+    "complete",
+    "complete_distributed",
+    "complete_sketched",
+    "lstsq",
+    "recovered_layers",
+    "schedule",
+]
 
 
 def _check_count(name, value, n):
@@ -92,205 +81,14 @@ def _check_count(name, value, n):
     return int(value)
 
 
-def _check_blocks(A, B, C):
-    A, B, C = _check_matrix("A", A), _check_matrix("B", B), _check_matrix("C", C)
-    if B.shape[1] != A.shape[1]:
-        raise ValueError(f"B has {B.shape[1]} columns but A has {A.shape[1]}")
-    if C.shape[0] != A.shape[0]:
-        raise ValueError(f"C has {C.shape[0]} rows but A has {A.shape[0]}")
-    return A, B, C
-
-
-def _check_number(name, value, low, high, *, low_open=True, high_open=True):
-    """A real number in the interval (low, high) (brackets by the *_open flags)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    above = value > low if low_open else value >= low
-    below = value < high if high_open else value <= high
-    if not (math.isfinite(value) and above and below):
-        lb, hb = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{name} must lie in {lb}{low:g}, {high:g}{hb}, got {value!r}")
-    return value
-
-
 def _check_options(rtol, atol=0.0, maxiter=None, eta=None, gamma=None, callback=None):
-    """Validate the shared keyword arguments; returns (rtol, atol, maxiter).
-
-    η ∈ (0, 1) and γ ∈ (0, 2) are the ranges where one step contracts: the top singular value
-    of A maps to (1 − η)σ and C's component along it to (1 − γ)c (Algorithm 1, ρ = ‖A‖₂⁻²)."""
-    rtol = _check_number("rtol", rtol, 0.0, 1.0, low_open=False)
+    """Validate the shared keyword arguments; returns (rtol, atol, maxiter): the exported
+    solver's checks (`solver_template._check_options`), then atol and callback."""
+    rtol, maxiter = template_options(rtol, maxiter, eta, gamma)
     atol = _check_number("atol", atol, 0.0, math.inf, low_open=False)
-    if maxiter is None:
-        maxiter = DEFAULT_MAXITER
-    elif isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
-        raise ValueError(f"maxiter must be a positive integer, got {maxiter!r}")
-    if eta is not None:
-        _check_number("eta", eta, 0.0, 1.0)
-    if gamma is not None:
-        _check_number("gamma", gamma, 0.0, 2.0)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback must be callable, got {callback!r}")
-    return rtol, atol, int(maxiter)
-
-
-def _exponent(M):
-    """e with max|M| · 2⁻ᵉ in [0.5, 1) (0 for a zero M): scaling by 2⁻ᵉ is exact."""
-    top = float(np.max(np.abs(M))) if np.size(M) else 0.0
-    return math.frexp(top)[1] if top > 0.0 and math.isfinite(top) else 0
-
-
-def _norm(M):
-    """‖M‖_F without overflow or underflow (scaled by a power of two)."""
-    e = _exponent(M)
-    return math.ldexp(float(np.linalg.norm(np.ldexp(M, -e))), e)
-
-
-def _finish(D, e):
-    """(D · 2ᵉ, representable): representable when finite and, unless zero, at least the
-    smallest normal number in magnitude (below it the answer has lost its digits)."""
-    if not np.all(np.isfinite(D)):
-        return D, False
-    if not np.any(D):
-        return D, True
-    top = _exponent(D) + e
-    with np.errstate(over="ignore", under="ignore"):
-        out = np.ldexp(D, e)
-    info = np.finfo(np.float64)
-    return out, info.minexp + 1 <= top <= info.maxexp
-
-
-def _warn(message):
-    import warnings
-
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _top_eig(K, v=None, iters=30):
-    """Largest eigenvalue of the symmetric PSD K by power iteration (v: warm start)."""
-    n = K.shape[0]
-    if v is None:
-        v = np.ones(n) / math.sqrt(n) + np.linspace(0.0, 1e-3, n)
-    lam = 0.0
-    for _ in range(iters):
-        w = K @ v
-        norm = np.linalg.norm(w)
-        if norm == 0.0:
-            return 0.0, v
-        lam_new = float(v @ w) / float(v @ v)
-        v = w / norm
-        if abs(lam_new - lam) <= 1e-3 * lam_new:
-            lam = lam_new
-            break
-        lam = lam_new
-    # A Rayleigh quotient underestimates; 2% headroom keeps η ρ λ_max below η.
-    return 1.02 * max(lam, float(v @ (K @ v))), v
-
-
-def _spectral_norm(A):
-    """‖A‖₂ (exact, via the smaller Gram matrix of A scaled by a power of two)."""
-    e = _exponent(A)
-    A = np.ldexp(A, -e)
-    G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    return math.ldexp(math.sqrt(max(float(np.linalg.eigvalsh(G)[-1]), 0.0)), e)
-
-
-def _prompt_scale(A):
-    if NORMALIZE == "spectral":
-        return _spectral_norm(A)
-    if NORMALIZE == "frobenius":
-        return _norm(A)
-    return 1.0
-
-
-def _gram(A, layer):
-    K = A.T @ A
-    if REGIME == "distributed":
-        block = A.shape[1] // MACHINES
-        ids = np.arange(A.shape[1]) // block
-        K = K * (ids[:, None] == ids[None, :])
-    elif REGIME == "constrained" and PROJECTORS is not None:
-        P = np.asarray(PROJECTORS[layer])
-        K = P @ K @ P
-    return K
-
-
-def _query(A, layer):
-    if REGIME == "constrained" and PROJECTORS is not None:
-        return A @ np.asarray(PROJECTORS[layer])
-    return A
-
-
-def _faithful(A, B, C):
-    if not LAYERS:
-        raise ValueError("this solver carries no recovered layers; use mode='normalized'")
-    n = A.shape[1]
-    if REGIME != "centralized" and (
-        n % MACHINES
-        if REGIME == "distributed"
-        else PROJECTORS is not None and len(PROJECTORS[0]) != n
-    ):
-        raise ValueError(f"the faithful {REGIME} solver takes the training size, not n = {n}")
-    if LOCAL_SCALE:  # each machine its own scale on its A, B columns; C and D in prompt units
-        block = n // MACHINES
-        cols = np.repeat(
-            [_prompt_scale(A[:, m * block : (m + 1) * block]) for m in range(MACHINES)], block
-        )
-        if not np.all(cols > 0.0):
-            return np.zeros((B.shape[0], C.shape[1])), 0
-        A, B, s = A / cols, B / cols, 1.0
-    else:
-        s = _prompt_scale(A)
-        if s == 0.0:
-            return np.zeros((B.shape[0], C.shape[1])), 0
-        A, B, C = A / s, B / s, C / s
-    D = np.zeros((B.shape[0], C.shape[1]))
-    with np.errstate(over="ignore", invalid="ignore"):
-        for layer, coef in enumerate(LAYERS):
-            a, c = coef["a_step"], coef["c_step"]
-            K = _gram(A, layer)
-            Aq = _query(A, layer)
-            AtC = Aq.T @ C
-            A, B, C, D = A - a * (A @ K), B - a * (B @ K), C - c * (A @ AtC), D + c * (B @ AtC)
-        D = D * s
-    if not np.all(np.isfinite(D)):
-        _warn("the faithful solver overflowed (the network's constants at this prompt scale)")
-        return D, NONFINITE
-    return D, 0
-
-
-def _resolution_limit(shape):
-    """log of 1 / rcond with rcond = max(shape) · eps (numpy.linalg.lstsq's default cutoff)."""
-    return -math.log(max(shape) * np.finfo(np.float64).eps)
-
-
-def _growth(eta):
-    """log of the factor by which one step raises a tiny singular value relative to the top.
-
-    With ρ = ‖A‖₂⁻², σ ← σ (1 − ηρσ²) maps the top to (1 − η) σ_max and leaves a tiny σ alone, so
-    tiny ratios σ/σ_max grow by 1/(1 − η) per step. Once the product exceeds 1/rcond, round-off
-    noise in the null space would be promoted to signal: the iteration stops there instead of
-    drifting (rank-deficient problems).
-    """
-    return -math.log(max(1.0 - eta, 1e-12)) if eta < 1.0 else math.inf
-
-
-def _normalized_gram(A, B, v):
-    """Scale A and B together so that ‖A‖₂ = 1 (ρ = 1); returns (A, B, K = AᵀA, v) or None when
-    ‖A‖₂ is zero or not finite. v warm-starts the power iteration."""
-    K = A.T @ A
-    lam, v = _top_eig(K, v)
-    if not math.isfinite(lam) or lam <= 0.0:
-        return None
-    s = math.sqrt(lam)
-    return A / s, B / s, K / lam, v
-
-
-def _eagle_update(A, B, C, K, e, g):
-    """One EAGLE step with ρ = 1 (K = AᵀA): the new A, B, C and the increment of D."""
-    AtC = A.T @ C
-    dD = g * (B @ AtC)
-    return A - e * (A @ K), B - e * (B @ K), C - g * (A @ AtC), dD
+    return rtol, atol, maxiter
 
 
 def _local_round(Am, Bm, C, e, g):
@@ -323,69 +121,11 @@ def _scaled_blocks(A, B, C, parts):
     return As, Bs, np.ldexp(C, -ec), eb + ec - ea
 
 
-def schedule(step, eta=None, gamma=None):
-    """(η, γ) of `step`: the recovered per-layer values, then the theory's 1/3 and 1."""
-    return _schedule(step, eta, gamma)[:2]
-
-
-def _schedule(step, eta, gamma):
-    """(η, γ, source): source "recovered" (a layer's values), "theory" or "given" (arguments)."""
-    if eta is not None and gamma is not None:
-        return float(eta), float(gamma), "given"
-    if step < len(LAYERS):
-        e, g = LAYERS[step].get("eta"), LAYERS[step].get("gamma")
-        if _usable(e, g):
-            return (e if eta is None else eta), (g if gamma is None else gamma), "recovered"
-    e = THEORY_ETA if eta is None else eta
-    return e, (THEORY_GAMMA if gamma is None else gamma), "theory"
-
-
-def _usable(e, g):
-    """A recovered layer's (η, γ) drive the normalized iteration only inside the ranges where a
-    step contracts, η ∈ (0, 1), γ ∈ (0, 2); otherwise that step uses the theory's values."""
-    return e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0
-
-
-def recovered_layers():
-    """The layers (0-based) whose recovered (η, γ) the normalized mode uses for its step of the
-    same index; the other steps, and every step after the last layer, use the theory's
-    η = 1/3, γ = 1."""
-    return [i for i, layer in enumerate(LAYERS) if _usable(layer.get("eta"), layer.get("gamma"))]
-
-
-class _Counter:
-    """Steps by the source of their (η, γ): recovered, theory or given."""
-
-    def __init__(self):
-        self.counts = {"recovered": 0, "theory": 0, "given": 0}
-        self.extra = {}  # reason, kappa, error_estimate, bound, checks
-
-    def step(self, step, eta, gamma):
-        e, g, source = _schedule(step, eta, gamma)
-        self.counts[source] += 1
-        self.last = source
-        return e, g
-
-    def untake(self):
-        """The last step was not taken after all (the growth limit stopped the iteration)."""
-        self.counts[self.last] -= 1
-
-    def stats(self, info, iterations):
-        return {
-            "info": info,
-            "iterations": iterations,
-            "recovered_steps": self.counts["recovered"],
-            "theory_steps": self.counts["theory"],
-            "given_steps": self.counts["given"],
-        } | self.extra
-
-
 # --- the certificate behind info 0 ---------------------------------------------------------
 #
 # At convergence A_l = Ã m_l(ÃᵀÃ) has all its nonzero singular values clustered, so B_l = M_l
 # (for lstsq) is a preconditioner with Ã M_l well conditioned on the range: the error of the
 # iterate is then measured, not guessed, from the true residual r = b − A x (see `lstsq`).
-EPS = float(np.finfo(np.float64).eps)
 # The promised bound is max(rtol, CERT_FLOOR · κ̂ · eps): float64 cannot do better than κ̂ · eps,
 # and the estimate itself carries rounding of that size.
 CERT_FLOOR = 100.0
