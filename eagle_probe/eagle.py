@@ -39,9 +39,6 @@ from eagle_probe.solver_template import (
     THEORY_ETA,
     THEORY_GAMMA,
     UNREPRESENTABLE,
-    _check_blocks,
-    _check_matrix,
-    _check_number,
     _Counter,
     _eagle_update,
     _exponent,
@@ -56,9 +53,6 @@ from eagle_probe.solver_template import (
     _warn,
     recovered_layers,
     schedule,
-)
-from eagle_probe.solver_template import (
-    _check_options as template_options,
 )
 
 __all__ = [
@@ -81,14 +75,67 @@ def _check_count(name, value, n):
     return int(value)
 
 
+def _check_matrix(name, M, ndim=2):
+    if isinstance(M, np.ma.MaskedArray):
+        raise ValueError(
+            f"{name} is a masked array; its mask would be ignored: pass np.ma.filled({name}, v) "
+            "or the rows and columns you mean"
+        )
+    M = np.asarray(M)
+    if M.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, got shape {M.shape}")
+    if M.size == 0:
+        raise ValueError(f"{name} has an empty dimension: shape {M.shape}")
+    if M.dtype.kind not in "biuf":  # timedelta64 counts as an integer to numpy; not here
+        raise ValueError(f"{name} must hold real numbers, got dtype {M.dtype}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{name} contains NaN or Inf")
+    M = M.astype(np.float64, copy=True)
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{name} does not fit in float64 (it overflows)")
+    return M
+
+
+def _check_blocks(A, B, C):
+    A, B, C = _check_matrix("A", A), _check_matrix("B", B), _check_matrix("C", C)
+    if B.shape[1] != A.shape[1]:
+        raise ValueError(f"B has {B.shape[1]} columns but A has {A.shape[1]}")
+    if C.shape[0] != A.shape[0]:
+        raise ValueError(f"C has {C.shape[0]} rows but A has {A.shape[0]}")
+    return A, B, C
+
+
+def _check_number(name, value, low, high, *, low_open=True, high_open=True):
+    """A real number in the interval (low, high) (brackets by the *_open flags)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (math.isfinite(value) and above and below):
+        lb, hb = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{name} must lie in {lb}{low:g}, {high:g}{hb}, got {value!r}")
+    return value
+
+
 def _check_options(rtol, atol=0.0, maxiter=None, eta=None, gamma=None, callback=None):
-    """Validate the shared keyword arguments; returns (rtol, atol, maxiter): the exported
-    solver's checks (`solver_template._check_options`), then atol and callback."""
-    rtol, maxiter = template_options(rtol, maxiter, eta, gamma)
+    """Validate the shared keyword arguments; returns (rtol, atol, maxiter).
+
+    η ∈ (0, 1) and γ ∈ (0, 2) are the ranges where one step contracts: the top singular value
+    of A maps to (1 − η)σ and C's component along it to (1 − γ)c (Algorithm 1, ρ = ‖A‖₂⁻²)."""
+    rtol = _check_number("rtol", rtol, 0.0, 1.0, low_open=False)
     atol = _check_number("atol", atol, 0.0, math.inf, low_open=False)
+    if maxiter is None:
+        maxiter = DEFAULT_MAXITER
+    elif isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
+        raise ValueError(f"maxiter must be a positive integer, got {maxiter!r}")
+    if eta is not None:
+        _check_number("eta", eta, 0.0, 1.0)
+    if gamma is not None:
+        _check_number("gamma", gamma, 0.0, 2.0)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback must be callable, got {callback!r}")
-    return rtol, atol, maxiter
+    return rtol, atol, int(maxiter)
 
 
 def _local_round(Am, Bm, C, e, g):

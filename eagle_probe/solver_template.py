@@ -1,33 +1,22 @@
-"""EAGLE: the least-squares algorithm a linear-attention transformer was found to run.
+"""EAGLE: the least-squares algorithm a linear-attention transformer was found to run (NumPy only).
 
-NumPy only. `eagle-probe extract --out DIR` writes this file to DIR/solver.py with the network's
-numbers in the data block below; as shipped in eagle-probe it holds no layers, so every step uses
-the theory's η = 1/3, γ = 1. `python solver.py` solves a random problem and certifies the answer.
-
-Block prompt X = [[A, C], [B, D]] with rank X = rank A, so D = B A⁺ C. One EAGLE step
-(Algorithm 1, ρ = ‖A‖₂⁻²):
+`eagle-probe extract --out DIR` writes this file to DIR/solver.py with the network's numbers in
+the data block; as shipped it holds no layers (the theory's η = 1/3, γ = 1 at every step).
+`python solver.py` solves a random problem and certifies the answer. With X = [[A, C], [B, D]],
+rank X = rank A, D = B A⁺ C; one EAGLE step (Algorithm 1, ρ = ‖A‖₂⁻²):
 
     A ← A − ηρ A AᵀA      B ← B − ηρ B AᵀA      C ← C − γρ A Aᵀ C      D ← D + γρ B Aᵀ C
 
-complete(A, B, C, mode="faithful")
-    the network itself: its prompt scaling (NORMALIZE), then one step per layer with the
-    recovered constants a_l = ηρ and c_l = γρ (LAYERS, in the network's units).
-complete(A, B, C)  (mode="normalized")
-    any size and scale: the blocks scaled by powers of two (exact), ρ_l = ‖A_l‖₂⁻² at every step,
-    the recovered η_l, γ_l for the trained depth and the theory's η = 1/3, γ = 1 after it, until
-    a step changes D by at most rtol · ‖D‖_F.
-lstsq(A, b, x0=None)
-    the normalized iteration on [[A, b − A x0], [I, 0]]: x = x0 + A⁺(b − A x0).
-certify(A, B, C, D)  (opt-in)
-    D against B A⁺ C from an SVD of A: the relative error and the bound max(rtol, 100·κ̂·eps) it
-    must meet, κ̂ the condition number of A on its numerical range (numpy's lstsq cutoff).
-
-info (scipy style): 0 converged ("converged": the step test; "exact": an input or the residual is
-zero; "atol": lstsq's residual test); > 0 the iterations run without converging ("resolution
-limit": only singular values below the cutoff were left, "maxiter", "fixed depth" for the
-faithful mode); < 0: -1 A lost its scale, -2 non-finite numbers, -3 the answer is not
-representable in float64. η must lie in (0, 1), γ in (0, 2), rtol in [0, 1); inputs are never
-modified.
+complete(A, B, C, mode="faithful"): the network: its prompt scaling (NORMALIZE), then one step
+    per layer with the recovered a_l = ηρ, c_l = γρ (LAYERS, the network's units).
+complete(A, B, C): any size and scale: blocks scaled by powers of two (exact), ρ_l = ‖A_l‖₂⁻²,
+    the recovered η_l, γ_l for the trained depth, then η = 1/3, γ = 1, until a step changes D by
+    at most rtol·‖D‖_F. lstsq(A, b) is complete(A, I, b) = A⁺b.
+certify(A, B, C, D) (opt-in): D against an SVD of A, with the bound max(rtol, 100·κ̂·eps).
+info: 0 converged (reason "converged", or "exact" for a zero input); > 0 the iterations run
+without converging ("resolution limit": only singular values below numpy's lstsq cutoff were
+left; "maxiter"; "fixed depth" in faithful mode); < 0: -1 A lost its scale, -2 non-finite
+numbers, -3 the answer is not representable in float64. Inputs are never modified.
 """
 
 import math
@@ -39,6 +28,7 @@ import numpy as np
 Array = np.ndarray
 Blocks = tuple[Array, Array, Array, Array]
 Stats = dict[str, Any]
+Num = float | None
 
 THEORY_ETA, THEORY_GAMMA = 1.0 / 3.0, 1.0
 DEFAULT_MAXITER = 500
@@ -57,8 +47,8 @@ def complete(
     mode: str = "normalized",
     rtol: float = 1e-10,
     maxiter: int | None = None,
-    eta: float | None = None,
-    gamma: float | None = None,
+    eta: Num = None,
+    gamma: Num = None,
     return_info: bool = False,
     return_stats: bool = False,
 ) -> Any:
@@ -218,8 +208,8 @@ def lstsq(
     *,
     rtol: float = 1e-10,
     maxiter: int | None = None,
-    eta: float | None = None,
-    gamma: float | None = None,
+    eta: Num = None,
+    gamma: Num = None,
     stats: Stats | None = None,
 ) -> tuple[Array, int]:
     """min ‖A x − b‖₂ by EAGLE: (x, info), x = A⁺b the minimum-norm solution, A (m, n), b (m,) or
@@ -240,14 +230,12 @@ def lstsq(
 # --- the step size schedule ----------------------------------------------------------------
 
 
-def schedule(
-    step: int, eta: float | None = None, gamma: float | None = None
-) -> tuple[float, float]:
+def schedule(step: int, eta: Num = None, gamma: Num = None) -> tuple[float, float]:
     """(η, γ) of `step`: the recovered per-layer values, then the theory's 1/3 and 1."""
     return _schedule(step, eta, gamma)[:2]
 
 
-def _schedule(step: int, eta: float | None, gamma: float | None) -> tuple[float, float, str]:
+def _schedule(step: int, eta: Num, gamma: Num) -> tuple[float, float, str]:
     """(η, γ, source): source "recovered" (a layer's values), "theory" or "given" (arguments)."""
     if eta is not None and gamma is not None:
         return float(eta), float(gamma), "given"
@@ -259,7 +247,7 @@ def _schedule(step: int, eta: float | None, gamma: float | None) -> tuple[float,
     return e, (THEORY_GAMMA if gamma is None else gamma), "theory"
 
 
-def _usable(e: float | None, g: float | None) -> bool:
+def _usable(e: Num, g: Num) -> bool:
     """A layer's (η, γ) drive the normalized iteration only where a step contracts: η ∈ (0, 1),
     γ ∈ (0, 2) (the top singular value of A maps to (1 − η)σ, C's part along it to (1 − γ)c)."""
     return e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0
@@ -274,18 +262,14 @@ class _Counter:
     """A call's options, its steps by the source of their (η, γ) and what else it reports."""
 
     def __init__(
-        self,
-        rtol: float = 0.0,
-        maxiter: int = DEFAULT_MAXITER,
-        eta: float | None = None,
-        gamma: float | None = None,
+        self, rtol: float = 0, maxiter: int = 500, eta: Num = None, gamma: Num = None
     ) -> None:
         self.rtol, self.maxiter, self.eta, self.gamma = rtol, maxiter, eta, gamma
         self.counts = {"recovered": 0, "theory": 0, "given": 0}
         self.extra: Stats = {}
         self.last = "theory"
 
-    def step(self, step: int, eta: float | None, gamma: float | None) -> tuple[float, float]:
+    def step(self, step: int, eta: Num, gamma: Num) -> tuple[float, float]:
         e, g, self.last = _schedule(step, eta, gamma)
         self.counts[self.last] += 1
         return e, g
@@ -373,56 +357,38 @@ def _warn(message: str) -> None:
 # --- input checks --------------------------------------------------------------------------
 
 
-def _check_matrix(name: str, M: Any, ndim: int = 2) -> Array:
-    """A float64 copy of M, refused when masked, of another dimension, empty, not real or not
-    finite."""
-    if isinstance(M, np.ma.MaskedArray):
-        raise ValueError(
-            f"{name} is a masked array; its mask would be ignored: pass np.ma.filled({name}, v) "
-            "or the rows and columns you mean"
-        )
-    M = np.asarray(M)
-    if M.ndim != ndim:
-        raise ValueError(f"{name} must be a {ndim}-d array, got shape {M.shape}")
-    if M.size == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {M.shape}")
-    if M.dtype.kind not in "biuf":  # timedelta64 counts as an integer to numpy; not here
-        raise ValueError(f"{name} must hold real numbers, got dtype {M.dtype}")
+def _check_matrix(name: str, M: Any) -> Array:
+    """A float64 copy of M: a 2-d, non-empty, finite, real array (not masked)."""
+    kind = np.asarray(M).dtype.kind
+    if isinstance(M, np.ma.MaskedArray) or np.ndim(M) != 2 or not np.size(M) or kind not in "biuf":
+        raise ValueError(f"{name} must be a non-empty 2-d real array, got {np.shape(M)} {kind}")
+    M = np.array(M, dtype=np.float64)
     if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} contains NaN or Inf")
-    M = M.astype(np.float64, copy=True)
-    if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} does not fit in float64 (it overflows)")
+        raise ValueError(f"{name} contains NaN or Inf, or does not fit in float64")
     return M
 
 
 def _check_blocks(A: Any, B: Any, C: Any) -> tuple[Array, Array, Array]:
     A, B, C = _check_matrix("A", A), _check_matrix("B", B), _check_matrix("C", C)
-    if B.shape[1] != A.shape[1]:
-        raise ValueError(f"B has {B.shape[1]} columns but A has {A.shape[1]}")
-    if C.shape[0] != A.shape[0]:
-        raise ValueError(f"C has {C.shape[0]} rows but A has {A.shape[0]}")
+    if B.shape[1] != A.shape[1] or C.shape[0] != A.shape[0]:
+        raise ValueError(f"B {B.shape} must have A's columns, C {C.shape} A's rows {A.shape}")
     return A, B, C
 
 
-def _check_number(
-    name: str, value: Any, low: float, high: float, *, low_open: bool = True, high_open: bool = True
-) -> float:
-    """A real number in the interval (low, high) (brackets by the *_open flags)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    above = value > low if low_open else value >= low
-    below = value < high if high_open else value <= high
-    if not (math.isfinite(value) and above and below):
-        lb, hb = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{name} must lie in {lb}{low:g}, {high:g}{hb}, got {value!r}")
-    return value
+def _check_number(name: str, value: Any, low: float, high: float, closed: bool = False) -> float:
+    """A real number in (low, high), or [low, high) when closed."""
+    real = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    x = float(value) if real else math.nan
+    if not (math.isfinite(x) and (low <= x if closed else low < x) and x < high):
+        raise ValueError(
+            f"{name} must lie in {'[' if closed else '('}{low:g}, {high:g}), got {value!r}"
+        )
+    return x
 
 
 def _check_options(rtol: Any, maxiter: Any, eta: Any, gamma: Any) -> tuple[float, int]:
     """(rtol, maxiter), validated with eta and gamma."""
-    rtol = _check_number("rtol", rtol, 0.0, 1.0, low_open=False)
+    rtol = _check_number("rtol", rtol, 0.0, 1.0, closed=True)
     if maxiter is None:
         maxiter = DEFAULT_MAXITER
     elif isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
@@ -437,7 +403,7 @@ def _check_options(rtol: Any, maxiter: Any, eta: Any, gamma: Any) -> tuple[float
 # --- BEGIN RECOVERED CONSTANTS ---
 PROVENANCE: dict[str, Any] = {"source": "theory", "eagle_probe": None, "checkpoint_sha256": None}
 # One entry per layer of the network: EAGLE coefficients in the network's internal units.
-LAYERS: list[dict[str, float | None]] = []
+LAYERS: list[dict[str, Num]] = []
 # How the network scaled its prompts before the first layer: "none", "spectral" or "frobenius".
 NORMALIZE = "none"
 # Regime shape: "centralized", "distributed" (MACHINES column blocks) or "constrained"
@@ -465,7 +431,7 @@ def certify(A: Any, B: Any, C: Any, D: Any, *, rtol: float = 1e-10) -> Stats:
     D = _check_matrix("D", D)
     if D.shape != (B.shape[0], C.shape[1]):
         raise ValueError(f"D has shape {D.shape}, expected {(B.shape[0], C.shape[1])}")
-    rtol = _check_number("rtol", rtol, 0.0, 1.0, low_open=False)
+    rtol = _check_number("rtol", rtol, 0.0, 1.0, closed=True)
     ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
@@ -479,13 +445,7 @@ def certify(A: Any, B: Any, C: Any, D: Any, *, rtol: float = 1e-10) -> Stats:
     estimate = gap / size if size > 0 else (0.0 if gap == 0 else math.inf)
     bound = max(rtol, 100.0 * kappa * EPS)
     certified = bool(bound < 1.0 and 4.0 * estimate <= bound)
-    return {
-        "certified": certified,
-        "error_estimate": estimate,
-        "bound": bound,
-        "kappa": kappa,
-        "rank": rank,
-    }
+    return dict(certified=certified, error_estimate=estimate, bound=bound, kappa=kappa, rank=rank)
 
 
 if __name__ == "__main__":
