@@ -34,12 +34,10 @@ from eagle_probe.solver_template import (
     BREAKDOWN,
     DEFAULT_MAXITER,
     EPS,
-    LAYERS,
     NONFINITE,
     THEORY_ETA,
     THEORY_GAMMA,
     UNREPRESENTABLE,
-    _Counter,
     _eagle_update,
     _exponent,
     _faithful,
@@ -48,11 +46,10 @@ from eagle_probe.solver_template import (
     _norm,
     _normalized_gram,
     _resolution_limit,
-    _spectral_norm,  # noqa: F401  (re-exported for solvers and bench)
+    _schedule,
     _top_eig,
     _warn,
     recovered_layers,
-    schedule,
 )
 
 __all__ = [
@@ -66,6 +63,38 @@ __all__ = [
     "recovered_layers",
     "schedule",
 ]
+
+
+def _spectral_norm(A):
+    """‖A‖₂ without overflow or underflow."""
+    return _norm(A, spectral=True)
+
+
+def schedule(step, eta=None, gamma=None):
+    """(η, γ) of `step`: the recovered per-layer values, then the theory's 1/3 and 1."""
+    return _schedule(step, eta, gamma)[:2]
+
+
+class _Counter:
+    """A call's steps by the source of their (η, γ), and what else it reports."""
+
+    def __init__(self):
+        self.counts = {"recovered": 0, "theory": 0, "given": 0}
+        self.extra = {}
+        self.last = "theory"
+
+    def step(self, step, eta, gamma):
+        e, g, self.last = _schedule(step, eta, gamma)
+        self.counts[self.last] += 1
+        return e, g
+
+    def untake(self):
+        """The last step was not taken after all."""
+        self.counts[self.last] -= 1
+
+    def stats(self, info, iterations):
+        counts = {f"{source}_steps": count for source, count in self.counts.items()}
+        return {"info": info, "iterations": iterations} | counts | self.extra
 
 
 def _check_count(name, value, n):
@@ -433,9 +462,8 @@ def complete(
         return (D, info, iterations) if return_info else D
 
     if mode == "faithful":
-        D, info = _faithful(A, B, C)
-        counter.extra["reason"] = "fixed depth" if info == 0 else "non-finite"
-        return result(D, len(LAYERS) if info == 0 else info, len(LAYERS))
+        D, info, iterations, counter.extra["reason"] = _faithful(A, B, C)
+        return result(D, info, iterations)
     if mode != "normalized":
         raise ValueError(f"unknown mode {mode!r}; choose from faithful, normalized")
     D = np.zeros((B.shape[0], C.shape[1]))
