@@ -378,4 +378,4 @@ if __name__ == "__main__":
     X = rng.standard_normal((12, 6)) @ rng.standard_normal((6, 14))  # rank X = rank A = 6
     A, B, C = X[:10, :12], X[10:, :12], X[:10, 12:]
     D, stats = complete(A, B, C, return_stats=True)
-    print("complete:", stats, "\ncertify:", certify(A, B, C, D))
+    print(f"complete: {stats}\ncertify: {certify(A, B, C, D)}")
