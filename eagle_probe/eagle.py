@@ -1,9 +1,10 @@
 """The reference EAGLE eagle-probe runs: the exported solver's iteration with its certificate.
 
-The iteration, the exact power-of-two scaling, the input checks and the step schedule are
+The EAGLE step, the exact power-of-two scaling, the faithful mode and the step schedule are
 `solver_template`'s (the file `eagle-probe extract` exports; here with no recovered layers, so
-the theory's η = 1/3, γ = 1 at every step). This module adds the certificate behind info 0, the
-least-squares solver with x0, atol and callback, and the distributed and sketched solvers.
+the theory's η = 1/3, γ = 1 at every step). This module adds strict input checks, the certificate
+behind info 0, the least-squares solver with x0, atol and callback, and the distributed and
+sketched solvers.
 
 API
     complete(A, B, C, *, mode="normalized", rtol=1e-10, maxiter=None) -> D
