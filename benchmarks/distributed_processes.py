@@ -3,7 +3,7 @@
 Usage: python benchmarks/distributed_processes.py [--n 1000] [--world 4] [--eps 1e-8]
 
 Prints rounds, bytes sent per rank per round, wall time, and agreement with the single-process
-simulation (`solver_template.complete_distributed`).
+simulation (`eagle.complete_distributed`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import time
 
 import numpy as np
 
-from eagle_probe import dist
-from eagle_probe import solver_template as eagle
+from eagle_probe import dist, eagle
 from eagle_probe.bench import block_problem
 
 

@@ -95,29 +95,29 @@ FAULTS = [
     Fault(
         "faithful solver scales A and B but not C",
         "eagle_probe/solver_template.py",
-        "    A, B, C = A / s, B / s, C / s\n",
-        "    A, B, C = A / s, B / s, C\n",
+        "    A, B, C = A / cols, B / cols, C / s\n",
+        "    A, B, C = A / cols, B / cols, C\n",
         SCALE_TESTS,
     ),
     Fault(
         "faithful solver scales A and C but not B",
         "eagle_probe/solver_template.py",
-        "    A, B, C = A / s, B / s, C / s\n",
-        "    A, B, C = A / s, B, C / s\n",
+        "    A, B, C = A / cols, B / cols, C / s\n",
+        "    A, B, C = A / cols, B, C / s\n",
         SCALE_TESTS,
     ),
     Fault(
         "faithful solver's spectral prompt scale is the Frobenius norm",
         "eagle_probe/solver_template.py",
-        '    if NORMALIZE == "spectral":\n        return _spectral_norm(A)\n',
-        '    if NORMALIZE == "spectral":\n        return _norm(A)\n',
+        'spectral = NORMALIZE == "spectral"',
+        "spectral = False",
         SCALE_TESTS,
     ),
     Fault(
         "faithful solver's Frobenius prompt scale is the spectral norm",
         "eagle_probe/solver_template.py",
-        '    if NORMALIZE == "frobenius":\n        return _norm(A)\n',
-        '    if NORMALIZE == "frobenius":\n        return _spectral_norm(A)\n',
+        'spectral = NORMALIZE == "spectral"',
+        'spectral = NORMALIZE != "none"',
         SCALE_TESTS,
     ),
     Fault(
@@ -164,7 +164,7 @@ FAULTS = [
     ),
     Fault(
         "complete without its non-finite check",
-        "eagle_probe/solver_template.py",
+        "eagle_probe/eagle.py",
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n"
         "        if not np.all(np.isfinite(D)):\n"
         '            counter.extra["reason"] = "non-finite"\n'
@@ -174,7 +174,7 @@ FAULTS = [
     ),
     Fault(
         "lstsq ignores x0",
-        "eagle_probe/solver_template.py",
+        "eagle_probe/eagle.py",
         "x, info, it = _lstsq(A, b, x0, rtol,",
         "x, info, it = _lstsq(A, b, 0 * x0, rtol,",
         SOLVER_TESTS,
@@ -238,8 +238,8 @@ FAULTS = [
     Fault(
         "export writes no layers",
         "eagle_probe/export.py",
-        'f"LAYERS = {pprint.pformat(layers, width=96, sort_dicts=False)}"',
-        'f"LAYERS = {pprint.pformat([], width=96, sort_dicts=False)}"',
+        'f"LAYERS = {_layer_list(layers)}"',
+        'f"LAYERS = {_layer_list([])}"',
         EXPORT_TESTS,
     ),
     # faults behind the tests that used to be unable to fail

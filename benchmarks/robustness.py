@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eagle_probe import solver_template as eagle
+from eagle_probe import eagle
 
 
 def _problem(m, n, kappa, rng, rank=None):

@@ -1,10 +1,10 @@
-"""The honesty contract of the EAGLE solver (solver_template): info 0 only with the right answer.
+"""The honesty contract of the reference EAGLE (eagle.py): info 0 only with the right answer.
 
 Contract: whenever info is 0, ‖x − x*‖ ≤ max(1e-6, 1e3 · κ · eps) · ‖x*‖ with x* = numpy's
 lstsq answer (plus x0's null-space part). Prints one table: the cases that used to fail, 3,000
 random consistent problems, rank-deficient inconsistent ones, and iterations and wall time on
 the convergence targets, for the code in the tree ("now") and, when given, an older copy of
-solver_template.py ("before", e.g. `--before /tmp/solver_template_orig.py`).
+eagle.py ("before", e.g. `--before /tmp/eagle_orig.py`).
 
     python benchmarks/solver_honesty.py [--before PATH] [--random 3000] [--seed 0]
 """
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from eagle_probe import solver_template as now
+from eagle_probe import eagle as now
 
 EPS = np.finfo(np.float64).eps
 
@@ -118,7 +118,7 @@ def summarize(label, results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", help="an older solver_template.py to compare with")
+    ap.add_argument("--before", help="an older eagle.py to compare with")
     ap.add_argument("--random", type=int, default=3000, help="random consistent problems")
     ap.add_argument("--rank-deficient", type=int, default=20, help="problems per κ")
     ap.add_argument("--seed", type=int, default=0)

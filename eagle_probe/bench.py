@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from eagle_probe import solver_template as eagle
-from eagle_probe import solvers
+from eagle_probe import eagle, solvers
 
 # The eight SuiteSparse (HB group) matrices ship as package data; see that folder's README.md for
 # their provenance and LICENSE.md for their licence (CC BY 4.0).

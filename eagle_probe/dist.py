@@ -22,7 +22,7 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from eagle_probe import solver_template as eagle
+from eagle_probe import eagle
 
 FLOAT_BYTES = 8  # float64
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -120,7 +120,7 @@ def eagle_worker(
     gamma: float | None = None,
 ) -> dict:
     """Distributed EAGLE on this rank's column block; the same arithmetic as
-    `solver_template.complete_distributed` (power-of-two scaling, stopping rule, info) with the
+    `eagle.complete_distributed` (power-of-two scaling, stopping rule, info) with the
     machine sum done by all_reduce."""
     rtol, _, maxiter = eagle._check_options(rtol, 0.0, maxiter, eta, gamma)
     D = np.zeros((B.shape[0], C.shape[1]))

@@ -20,6 +20,7 @@ from typing import Any
 from eagle_probe import __version__
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.files import atomic_write_text
+from eagle_probe.solver_template import _usable as usable_step_sizes
 
 TEMPLATE = Path(__file__).with_name("solver_template.py")
 BEGIN, END = "# --- BEGIN RECOVERED CONSTANTS ---", "# --- END RECOVERED CONSTANTS ---"
@@ -43,15 +44,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         }
         for lay in extraction["layers"]
     ]
-    # the layers whose (η, γ) the normalized mode uses, as `solver_template._usable` decides
-    usable = [
-        i
-        for i, lay in enumerate(layers)
-        if lay["eta"] is not None
-        and lay["gamma"] is not None
-        and 0.0 < lay["eta"] < 1.0
-        and 0.0 < lay["gamma"] < 2.0
-    ]
+    usable = [i for i, lay in enumerate(layers) if usable_step_sizes(lay["eta"], lay["gamma"])]
     # the solver runs the family the views read (a distributed network that sends A columns
     # between machines runs the centralized update across them: REGIME "centralized")
     family = model.get("family")
@@ -72,19 +65,18 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "layers": len(layers),
         "recovered_layers": usable,
     }
+    # the fidelities are LAYERS' and the depth is len(LAYERS)
+    written = {k: v for k, v in provenance.items() if k not in ("fidelity_per_layer", "layers")}
     constants = "\n".join(
         [
             BEGIN,
-            f"PROVENANCE = {pprint.pformat(provenance, width=96, sort_dicts=False)}",
-            "# One entry per layer of the network: EAGLE coefficients, network's internal units.",
-            f"LAYERS = {pprint.pformat(layers, width=96, sort_dicts=False)}",
-            "# How the network scaled its prompts before the first layer.",
-            f"NORMALIZE = {model['normalize']!r}",
+            f"PROVENANCE = {pprint.pformat(written, width=96, sort_dicts=False, compact=True)}",
+            f"LAYERS = {_layer_list(layers)}",
+            f"NORMALIZE = {model['normalize']!r}  # the prompt scale before the first layer",
             f"REGIME = {regime!r}",
             f"MACHINES = {int(model.get('machines') or 1) if regime == 'distributed' else 1}",
             f"PROJECTORS = {_matrix_list(projectors)}",
-            "# True: each machine scaled its own A, B columns and C, D were not scaled.",
-            f"LOCAL_SCALE = {bool(model.get('local_scale'))!r}",
+            f"LOCAL_SCALE = {bool(model.get('local_scale'))!r}  # True: per machine, its A, B",
             END,
         ]
     )
@@ -127,7 +119,6 @@ def _header(provenance: dict[str, Any]) -> str:
         f"{layers} ({len(usable)} of {layers} layers have 0 < η < 1, 0 < γ < 2);",
         f"#   the theory's η = 1/3, γ = 1 at step(s) {names(others)} and every step after "
         f"{layers}.",
-        "#   complete(..., return_stats=True) and lstsq(..., stats={}) count both per call.",
         "",
     ]
     return "\n".join(lines)
@@ -146,6 +137,20 @@ def _finite(value, name: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"the extraction's {name} is {value}; a solver cannot be exported")
     return value
+
+
+def _layer_list(layers: list[dict[str, float | None]]) -> str:
+    """The layers as a list literal, one dict(...) of two lines per layer."""
+    if not layers:
+        return "[]"
+    items = []
+    for lay in layers:
+        first = ", ".join(f"{k}={lay[k]!r}" for k in ("a_step", "c_step", "eta"))
+        second = ", ".join(f"{k}={lay[k]!r}" for k in ("gamma", "fidelity"))
+        items.append(f"    dict({first},\n         {second}),")
+    return (
+        "[  # per layer: EAGLE's coefficients in the network's units\n" + "\n".join(items) + "\n]"
+    )
 
 
 def _matrix_list(projectors) -> str:

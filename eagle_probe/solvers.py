@@ -30,7 +30,7 @@ import scipy.linalg
 import scipy.optimize
 import scipy.sparse.linalg as spla
 
-from eagle_probe import solver_template as eagle
+from eagle_probe import eagle
 
 Solver = Callable[..., tuple[np.ndarray, int]]
 
@@ -113,7 +113,7 @@ def _converged(A, b, x, rtol, atol, norm_a) -> bool:
 
 
 def solve_eagle(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
-    """EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `solver_template.lstsq`."""
+    """EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `eagle.lstsq`."""
     return eagle.lstsq(
         A,
         b,
@@ -409,7 +409,7 @@ def _rel(D, ref):
 
 
 def distributed_eagle(A, B, C, machines, reference, *, eps=1e-8, maxiter=500):
-    """Rounds of distributed EAGLE (solver_template.complete_distributed) to reach eps."""
+    """Rounds of distributed EAGLE (eagle.complete_distributed) to reach eps."""
     errors = []
 
     class Reached(Exception):

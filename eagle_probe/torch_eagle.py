@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from eagle_probe import solver_template as template
+from eagle_probe import eagle as template
 
 ETA, GAMMA = template.THEORY_ETA, template.THEORY_GAMMA
 SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
@@ -204,7 +204,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     info = torch.full((p,), 1, dtype=torch.int64, device=device)
     x = x0.clone()
     done = torch.zeros(p, dtype=torch.bool, device=device)
-    # exact power-of-two scaling per problem (solver_template._lstsq)
+    # exact power-of-two scaling per problem (eagle._lstsq)
     top_a = _top(A)
     ea = _exponent(A, top_a)
     zero_a = top_a == 0

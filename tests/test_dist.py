@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from eagle_probe import dist
-from eagle_probe import solver_template as eagle
+from eagle_probe import dist, eagle
 from eagle_probe.bench import block_problem
 
 

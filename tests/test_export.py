@@ -1,11 +1,15 @@
+import ast
 import importlib.util
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, prompt_norm, run_numpy_only
 
+from eagle_probe import solver_template
 from eagle_probe.export import solver_source, write_solver
 from eagle_probe.extract import extract
 from eagle_probe.layouts import plant
@@ -273,3 +277,31 @@ def test_faithful_refuses_other_sizes_for_sketched_models():
     exec(compile(solver_source(data, projectors=[np.eye(4).tolist()]), "solver", "exec"), ns)
     with pytest.raises(ValueError, match="training size"):
         ns["complete"](np.ones((3, 6)), np.ones((1, 6)), np.ones((3, 1)), mode="faithful")
+
+
+def _run_demo(path, cwd):
+    """Run a solver file as a script; its two lines are `complete: STATS` and `certify: RESULT`."""
+    out = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines())
+    return ast.literal_eval(lines["complete"]), ast.literal_eval(lines["certify"])
+
+
+def test_the_template_runs_as_a_script_and_solves_its_demo(tmp_path):
+    stats, check = _run_demo(solver_template.__file__, tmp_path)
+    assert stats["info"] == 0 and stats["reason"] == "converged"
+    assert stats["theory_steps"] == stats["iterations"] > 0 and stats["recovered_steps"] == 0
+    assert check["certified"] and check["rank"] == 6
+    assert check["error_estimate"] <= check["bound"] / 4
+
+
+def test_a_written_solver_runs_as_a_script_and_solves_its_demo(planted, tmp_path):
+    _, _, path, _, _ = planted
+    stats, check = _run_demo(path, tmp_path)
+    assert stats["info"] == 0 and stats["reason"] == "converged"
+    assert stats["recovered_steps"] == 3  # the planted layers' η, γ drive the first steps
+    assert stats["recovered_steps"] + stats["theory_steps"] == stats["iterations"]
+    assert check["certified"] and check["rank"] == 6
+    assert check["error_estimate"] <= check["bound"] / 4

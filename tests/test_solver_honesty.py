@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagle_probe import solver_template as eagle
-from eagle_probe import solvers
+from eagle_probe import eagle, solvers
 
 EPS = np.finfo(np.float64).eps
 SETTINGS = dict(

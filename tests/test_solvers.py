@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from conftest import run_numpy_only
 
-from eagle_probe import solver_template as eagle
+from eagle_probe import eagle, solver_template
 from eagle_probe.solvers import SOLVERS, run, solver
 
 RNG_SEED = 0
@@ -128,7 +128,7 @@ def test_registry_names():
 
 def test_template_imports_only_numpy():
     out = run_numpy_only(
-        eagle.__file__, "x, info = m.lstsq(np.eye(3), np.ones(3)); assert info == 0"
+        solver_template.__file__, "x, info = m.lstsq(np.eye(3), np.ones(3)); assert info == 0"
     )
     assert out.stdout.strip() == "ok", out.stderr
 

@@ -253,7 +253,7 @@ def test_model_refuses_non_finite_prompts(value):
 def test_solver_on_extreme_condition_numbers_never_returns_silent_garbage(kappa):
     import numpy as np
 
-    from eagle_probe import solver_template as eagle
+    from eagle_probe import eagle
 
     rng = np.random.default_rng(0)
     U, _ = np.linalg.qr(rng.standard_normal((40, 40)))

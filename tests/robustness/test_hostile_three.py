@@ -468,7 +468,7 @@ def test_output_names_up_to_the_file_system_limit_are_written(length, tmp_path, 
 
 
 def test_the_solver_refuses_inputs_it_would_misread():
-    from eagle_probe import solver_template as eagle
+    from eagle_probe import eagle
 
     rng = np.random.default_rng(0)
     A, b = rng.standard_normal((8, 6)), rng.standard_normal(8)

@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagle_probe import solver_template as eagle
+from eagle_probe import eagle
 from eagle_probe.extract import extract
 from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.tasks import TaskConfig, make_generator, sample
