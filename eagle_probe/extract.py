@@ -52,14 +52,14 @@ VIEWS_FOR_LAYOUT = {
     "features": fit.ORDER,
     "samples": fit.ORDER,
 }
-# Views that read one regime's own structure run only on the regimes that list them
-# (`Regime.views`); every other view runs on every regime.
-REGIME_VIEWS = frozenset(v for r in regimes.REGIMES.values() for v in r.views)
 
 
 def runs_on(view: str, regime: str) -> bool:
-    """Whether view `view` runs on a model of regime `regime`."""
-    return view not in REGIME_VIEWS or view in regimes.get(regime).views
+    """Whether view `view` runs on a model of regime `regime`: views that read one regime's own
+    structure run only on the regimes that list them (`Regime.views`); every other view runs on
+    every regime."""
+    listed = any(view in r.views for r in regimes.REGIMES.values())
+    return not listed or view in regimes.get(regime).views
 
 
 def _units(cfg) -> str:

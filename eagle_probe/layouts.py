@@ -242,7 +242,7 @@ def plant(
         )
     name = family or cfg.spec.families[0]
     fam = families.get(name)
-    if cfg.regime not in fam.regimes:
+    if name not in cfg.spec.families:
         raise EagleProbeError(
             f"family {name!r} runs in a {' or '.join(fam.regimes)} model, not a {cfg.regime} one"
         )

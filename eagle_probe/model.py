@@ -108,7 +108,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         choices = {
-            "regime": regimes.NAMES,
+            "regime": tuple(regimes.REGIMES),
             "token_mask": TOKEN_MASKS,
             "readout": READOUTS,
             "normalize": NORMALIZE,
@@ -136,7 +136,7 @@ class ModelConfig:
         if not isinstance(self.share_heads, bool):
             raise ValueError(f"share_heads must be true or false, got {self.share_heads!r}")
         if self.tokens == "samples" and (
-            self.regime != "centralized" or self.token_mask != "visible"
+            self.spec.families[0] != "eagle" or self.token_mask != "visible"
         ):
             raise ValueError(
                 "the sample layout (tokens='samples') supports only regime='centralized' with "
@@ -641,7 +641,7 @@ def eagle_weights(
     each head carries 1/h of the value, so the summed update is the same. The steps act in the
     model's internal units: only with `normalize="none"` do they act on the prompt itself.
     """
-    if cfg.regime != "centralized" or cfg.samples or cfg.qk < cfg.n or cfg.vp < cfg.width:
+    if cfg.spec.families[0] != "eagle" or cfg.samples or cfg.qk < cfg.n or cfg.vp < cfg.width:
         raise EagleProbeError("EAGLE weights can be planted only in a centralized model")
     if len(a_steps) != cfg.n_layers or len(c_steps) != cfg.n_layers:
         raise EagleProbeError(

@@ -1,12 +1,12 @@
 """The names the configs accept, importable without torch.
 
 `model`, `train` and `tasks` validate against these; the command line lists them in its help, so
-`eagle-probe --help` never has to import torch to spell them.
+`eagle-probe --help` never has to import torch to spell them. The regime names are the registry's
+(`regimes.NAMES`; that module imports no torch either).
 """
 
 from __future__ import annotations
 
-REGIMES = ("centralized", "distributed", "distributed-open", "constrained")  # `regimes.REGIMES`
 TOKEN_MASKS = ("visible", "block_diagonal", "sparse")
 READOUTS = ("negate", "learned", "direct")
 NORMALIZE = ("none", "frobenius", "spectral")

@@ -48,8 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from eagle_probe import names
-
 
 @dataclass(frozen=True)
 class Regime:
@@ -71,6 +69,7 @@ class Regime:
     # "centralized" (A Aᵀ), "distributed" (each machine its own) or "constrained" (sketched)
     reading: str = "centralized"
     multi_head_label: str = ""  # how a report names a model with more heads than the paper's
+    ranked: bool = False  # the query/key width is `cfg.rank`, which must not exceed n
 
     # --- sizes -----------------------------------------------------------------------------------
 
@@ -126,7 +125,7 @@ class Regime:
                 f"the {self.name} regime's heads read their machine's n/M + n' columns; "
                 "qk_width and vp_width cannot be overridden"
             )
-        if self.name == "constrained" and cfg.rank > cfg.n:
+        if self.ranked and cfg.rank > cfg.n:
             raise ValueError(f"rank r={cfg.rank} must not exceed n={cfg.n}")
 
     # --- the stream's columns --------------------------------------------------------------------
@@ -197,9 +196,9 @@ class Regime:
 
     def describe(self, cfg: Any) -> str:
         """The architecture in one line, saying where it departs from the paper's."""
-        if self.name == "constrained" and cfg.heads > 1:
+        if self.multi_head_label and cfg.heads > 1:
             return (
-                f"constrained, multi-head variant: {cfg.heads} heads of query/key width "
+                f"{self.name}, multi-head variant: {cfg.heads} heads of query/key width "
                 f"r = {cfg.rank} (the paper's compute-limited model has one head)"
             )
         text = self.summary
@@ -273,12 +272,11 @@ REGIMES: dict[str, Regime] = {
             _vp=lambda cfg: cfg.rank + cfg.n_prime,
             reading="constrained",
             multi_head_label="multi-head constrained",
+            ranked=True,
         ),
     )
 }
-NAMES = tuple(REGIMES)
-if NAMES != names.REGIMES:  # the command line spells them without importing this module
-    raise ImportError(f"regimes.REGIMES {NAMES} and names.REGIMES {names.REGIMES} disagree")
+NAMES = tuple(REGIMES)  # the names registered when the package is imported (the command line's)
 
 
 def get(name: str) -> Regime:

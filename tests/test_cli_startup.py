@@ -108,9 +108,9 @@ def test_every_command_module_has_its_three_names():
 
 
 def test_the_help_names_are_the_configs_names():
-    from eagle_probe import model, tasks, train
+    from eagle_probe import model, regimes, tasks, train
 
-    assert names.REGIMES == model.REGIMES
+    assert regimes.NAMES == model.REGIMES == tuple(regimes.REGIMES)
     assert names.TASKS == tuple(tasks.TASKS)
     assert names.SCHEDULES == train.SCHEDULES
     assert train.TrainConfig().steps == names.DEFAULT_STEPS

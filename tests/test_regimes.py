@@ -244,9 +244,9 @@ def test_the_exported_solver_equals_a_distributed_plant(tmp_path):
 
 
 def test_every_regime_is_one_registry_entry_and_the_command_line_spells_them():
-    from eagle_probe import names
+    from eagle_probe.cli import train
 
-    assert names.REGIMES == tuple(regimes.REGIMES)
+    assert train.REGIMES == tuple(regimes.REGIMES)
     for spec in regimes.REGIMES.values():
         cfg = ModelConfig(regime=spec.name, n=12, d=10)
         model = LinearTransformer(cfg, torch.Generator().manual_seed(0))

@@ -30,11 +30,11 @@ from eagle_probe.names import (
     DEFAULT_STEPS,
     NORMALIZE,
     READOUTS,
-    REGIMES,
     SCHEDULES,
     TASKS,
     TOKEN_MASKS,
 )
+from eagle_probe.regimes import NAMES as REGIMES
 
 HELP = "train a model and write a checkpoint"
 

@@ -87,7 +87,6 @@ class Family:
     """One algorithm family (module text)."""
 
     name: str
-    regimes: tuple[str, ...]  # model regimes that admit it (each lists it in `Regime.families`)
     reading: str  # Geometry.reading that runs its step
     export: str  # solver_template.REGIME of its exported solver
     update: str  # the update, one line
@@ -95,6 +94,11 @@ class Family:
     # (geo, head, qk_head) -> (W_QK basis, W_VP basis, level names of each)
     _basis: Callable[[Geometry, int, np.ndarray], tuple[list, list, tuple, tuple]]
     structure: str = ""  # its regime terms in the term library ("local", "sketch"; `fit.library`)
+
+    @property
+    def regimes(self) -> tuple[str, ...]:
+        """The model regimes that admit it: those listing it in `Regime.families`."""
+        return tuple(r.name for r in regimes.REGIMES.values() if self.name in r.families)
 
     def terms(self, structures: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """The term names of its update in the term library (`fit.library`): EAGLE's four, with
@@ -197,7 +201,6 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family(
             "eagle",
-            ("centralized",),
             "centralized",
             "centralized",
             "A −= a A AᵀA, B −= a B AᵀA, C −= c A AᵀC, D_slot −= c B AᵀC",
@@ -206,7 +209,6 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "eagle-distributed",
-            ("distributed", "distributed-open"),
             "distributed",
             "distributed",
             "per machine μ: A^μ −= a A^μ A^μᵀA^μ, B^μ −= a B^μ A^μᵀA^μ; "
@@ -217,7 +219,6 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "eagle-over-machines",
-            ("distributed-open",),
             "centralized",
             "centralized",
             "the centralized update across machines: A −= a Σ_μ A^μ A^μᵀ A (every column), "
@@ -227,7 +228,6 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "eagle-sketched",
-            ("constrained",),
             "constrained",
             "constrained",
             "with the layer's sketch projector P: A −= a A P AᵀA P, B −= a B P AᵀA P, "

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 
+from eagle_probe import regimes
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.wording import against_zero, readout_flag, readout_hint
@@ -161,7 +162,7 @@ def off_family_blocks(ctx: Context) -> list[dict]:
     """Blocks outside EAGLE's (centralized) shape whose removal everywhere multiplies the MSE by
     at least USED_BLOCK, largest effect first."""
     att = ctx.results.get("attribution")
-    if att is None or ctx.geometry.regime != "centralized":
+    if att is None or regimes.get(ctx.geometry.regime).families[0] != "eagle":
         return []
     used = [
         b
