@@ -67,8 +67,10 @@ FAULTS = [
     Fault(
         "prompt scale: spectral and Frobenius swapped",
         "eagle_probe/model.py",
-        '    if cfg.normalize == "frobenius":\n        norm = torch.linalg.matrix_norm(A, ord="fro")',
-        '    if cfg.normalize != "frobenius":\n        norm = torch.linalg.matrix_norm(A, ord="fro")',
+        '    if cfg.normalize == "frobenius":\n'
+        '        norm = torch.linalg.matrix_norm(A, ord="fro")',
+        '    if cfg.normalize != "frobenius":\n'
+        '        norm = torch.linalg.matrix_norm(A, ord="fro")',
         MODEL_TESTS,
     ),
     Fault(
