@@ -52,7 +52,7 @@ SUITE = ("tests",)  # --suite: the whole suite, `pytest -x`, notebooks excluded
 FAULTS = [
     Fault(
         "η, γ with the batch-mean instead of the batch-max ‖A_l‖₂",
-        "eagle_probe/fit/eagle.py",
+        "eagle_probe/captured.py",
         "axis=(-2, -1)).max() ** 2)",
         "axis=(-2, -1)).mean() ** 2)",
         FIT_TESTS,
@@ -60,15 +60,17 @@ FAULTS = [
     Fault(
         "Table-1 fidelity without the prompt-unit conversion (× s²)",
         "eagle_probe/fit/base.py",
-        "return float(np.mean(gap2 * s2))",
-        "return float(np.mean(gap2))",
+        "    units = prompt_units(cap)  # (b, 1, 1) or (b, 1, E)\n",
+        "    units = np.ones_like(prompt_units(cap))  # (b, 1, 1) or (b, 1, E)\n",
         FIT_TESTS,
     ),
     Fault(
         "prompt scale: spectral and Frobenius swapped",
         "eagle_probe/model.py",
-        'ord_ = "fro" if cfg.normalize == "frobenius" else 2',
-        'ord_ = 2 if cfg.normalize == "frobenius" else "fro"',
+        '    if cfg.normalize == "frobenius":\n'
+        '        norm = torch.linalg.matrix_norm(A, ord="fro")',
+        '    if cfg.normalize != "frobenius":\n'
+        '        norm = torch.linalg.matrix_norm(A, ord="fro")',
         MODEL_TESTS,
     ),
     Fault(
@@ -123,8 +125,8 @@ FAULTS = [
     Fault(
         "Table-1 fidelity in prompt units × s instead of × s²",
         "eagle_probe/fit/base.py",
-        "    return cap.scale**2\n",
-        "    return cap.scale\n",
+        "    return (cap.scale**2)[:, None, None]\n",
+        "    return cap.scale[:, None, None]\n",
         VIEW_TESTS,
     ),
     Fault(
@@ -137,22 +139,22 @@ FAULTS = [
     Fault(
         "views' NumPy readout without the prompt scale (× s)",
         "eagle_probe/fit/geometry.py",
-        "            return self.readout * Z[:, self.d :, self.n :] * s\n",
-        "            return self.readout * Z[:, self.d :, self.n :]\n",
+        "            return self.readout * self.read_d(Z[:, self.d :, self.n :]) * s\n",
+        "            return self.readout * self.read_d(Z[:, self.d :, self.n :])\n",
         VIEW_TESTS,
     ),
     Fault(
         "views' NumPy forward on the prompt not divided by its scale",
         "eagle_probe/fit/geometry.py",
-        "        Z = [z0 / self.prompt_scale(z0)[:, None, None]]\n",
-        "        Z = [z0]\n",
+        "        Z = z0 / self.scales(z0)\n",
+        "        Z = z0\n",
         VIEW_TESTS,
     ),
     Fault(
         "attribution's ablated MSE without the prompt scale (× s)",
         "eagle_probe/fit/attribution.py",
-        "            return held.mse(geo.readout * Z[:, geo.d :, geo.n :] * s)\n",
-        "            return held.mse(geo.readout * Z[:, geo.d :, geo.n :])\n",
+        "            return held.mse(geo.readout_of(Z, held.z0))\n",
+        "            return held.mse(geo.readout * geo.read_d(Z[:, geo.d :, geo.n :]))\n",
         VIEW_TESTS,
     ),
     Fault(
@@ -210,7 +212,7 @@ FAULTS = [
     Fault(
         "implicit iterate x = v (readout sign dropped)",
         "eagle_probe/capture.py",
-        "x = -v.swapaxes(-1, -2)",
+        "x = sign * v.swapaxes(-1, -2)",
         "x = v.swapaxes(-1, -2)",
         FIT_TESTS,
     ),
@@ -231,8 +233,8 @@ FAULTS = [
     Fault(
         "checkpoints loaded with weights_only=False",
         "eagle_probe/checkpoint.py",
-        'torch.load(path, map_location="cpu", weights_only=True, mmap=True)',
-        'torch.load(path, map_location="cpu", weights_only=False, mmap=True)',
+        'torch.load(name, map_location="cpu", weights_only=True, mmap=True)',
+        'torch.load(name, map_location="cpu", weights_only=False, mmap=True)',
         ("tests/test_checkpoint.py",),
     ),
     Fault(
@@ -246,15 +248,15 @@ FAULTS = [
     Fault(
         "training never applies its updates",
         "eagle_probe/train.py",
-        "                optimizer.step()\n",
-        "                pass\n",
+        "        optimizer.step()\n",
+        "        pass\n",
         ("tests/test_train.py::test_same_seed_same_model_and_training_moves_it",),
     ),
     Fault(
         "value freezing does not freeze",
         "eagle_probe/train.py",
-        "                    p.requires_grad_(False)\n",
-        "                    p.requires_grad_(True)\n",
+        "                p.requires_grad_(False)\n",
+        "                p.requires_grad_(True)\n",
         ("tests/test_train.py::test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on",),
     ),
     Fault(
