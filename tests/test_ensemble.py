@@ -18,6 +18,7 @@ RUN = TrainConfig(steps=24, batch=32, lr=1e-2, eval_every=8, eval_batch=64, clip
 MODELS = {
     "centralized-2-heads": {"n_heads": 2},
     "distributed": {"regime": "distributed", "machines": 2},
+    "distributed-open": {"regime": "distributed-open", "machines": 3},
     "constrained": {"regime": "constrained", "rank": 3, "n_heads": 2},
     "samples": {"tokens": "samples"},
     "block-diagonal": {"token_mask": "block_diagonal", "shards": 2},
