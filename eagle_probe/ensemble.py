@@ -35,13 +35,13 @@ from eagle_probe.model import (
     LinearTransformer,
     ModelConfig,
     head_selector,
+    prompt_scale,
     qk_row_mask,
     readout,
     stream_weights,
     to_stream,
     token_mask,
 )
-from eagle_probe.model import prompt_scale as model_prompt_scale
 from eagle_probe.names import MAX_SEEDS
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 from eagle_probe.train import (
@@ -94,11 +94,6 @@ def spectral_norm(A: torch.Tensor) -> torch.Tensor:
     return fro * top.sqrt()
 
 
-def prompt_scale(cfg: ModelConfig, z0: torch.Tensor) -> torch.Tensor:
-    """`model.prompt_scale` for prompts (..., d + d', n + n') with the cheaper spectral norm."""
-    return model_prompt_scale(cfg, z0, spectral=spectral_norm)
-
-
 def stacked_prediction(
     cfg: ModelConfig,
     weights: dict[str, torch.Tensor],
@@ -115,7 +110,7 @@ def stacked_prediction(
     dtype = cfg.torch_dtype
     h, E, T = cfg.heads, cfg.width, cfg.n_tokens
     z0 = z0.to(dtype)
-    scale = prompt_scale(cfg, z0)  # (K, b, 1, 1) or (K, b, 1, n + n')
+    scale = prompt_scale(cfg, z0, spectral=spectral_norm)  # (K, b, 1, 1) or (K, b, 1, n + n')
     z = to_stream(cfg, z0 / scale)  # (K, b, T, E)
     selector = head_selector(cfg)
     selector = None if selector is None else selector.to(dtype)  # (h, E, head_input)

@@ -663,22 +663,3 @@ def eagle_weights(
         state[prefix + "W_Q"], state[prefix + "W_K"] = W_Q, W_Q.clone()
         state[prefix + "W_V"], state[prefix + "W_P"] = W_V, W_P
     return state
-
-
-@torch.no_grad()
-def forward_products(
-    model: LinearTransformer, qk: torch.Tensor, vp: torch.Tensor, z0: torch.Tensor
-) -> torch.Tensor:
-    """Run `model`'s architecture with given products W_QK (L, h, E, E) and W_VP (L, h, E, E)
-    in place of its factored weights; returns the prediction (b, d', n')."""
-    cfg = model.cfg
-    model.check_prompt(z0)
-    dtype = qk.dtype
-    z0 = z0.to(dtype)
-    scale = model.prompt_scale(z0)
-    z = to_stream(cfg, z0 / scale)
-    for layer, block in enumerate(model.blocks):
-        mask = block.attn.mask.to(dtype) * block.attn.key_norm  # (T, T)
-        scores = torch.einsum("bte,hef,bsf->bhts", z, qk[layer], z) * mask  # (b, h, T, T)
-        z = z + torch.einsum("bhts,bse,hef->btf", scores, z, vp[layer])
-    return readout(cfg, z, scale, model.readout_scale.to(dtype))

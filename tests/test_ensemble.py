@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from eagle_probe import ensemble
-from eagle_probe.ensemble import prompt_scale, stack_models, stacked_prediction, train_ensemble
-from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.ensemble import spectral_norm, stack_models, stacked_prediction, train_ensemble
+from eagle_probe.model import LinearTransformer, ModelConfig, prompt_scale
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 from eagle_probe.train import TrainConfig, train
 
@@ -18,6 +18,7 @@ RUN = TrainConfig(steps=24, batch=32, lr=1e-2, eval_every=8, eval_batch=64, clip
 MODELS = {
     "centralized-2-heads": {"n_heads": 2},
     "distributed": {"regime": "distributed", "machines": 2},
+    "distributed-open": {"regime": "distributed-open", "machines": 3},
     "constrained": {"regime": "constrained", "rank": 3, "n_heads": 2},
     "samples": {"tokens": "samples"},
     "block-diagonal": {"token_mask": "block_diagonal", "shards": 2},
@@ -49,7 +50,7 @@ def test_spectral_scale_is_the_norm_of_a_at_every_magnitude():
     for magnitude in (1e-150, 1e-3, 1.0, 1e150):
         z = z0 * magnitude
         want = torch.linalg.matrix_norm(z[:, :6, :6], ord=2)
-        got = prompt_scale(cfg, z)[:, 0, 0]
+        got = prompt_scale(cfg, z, spectral=spectral_norm)[:, 0, 0]
         assert float(((got - want) / want).abs().max()) < 1e-13, magnitude
 
 

@@ -4,7 +4,15 @@ import torch
 from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, planted_model, prompt_norm
 from transformer_lens import FactoredMatrix
 
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights, token_mask
+from eagle_probe.fit.geometry import prompt_scale as numpy_prompt_scale
+from eagle_probe.layouts import geometry_of
+from eagle_probe.model import (
+    LinearTransformer,
+    ModelConfig,
+    eagle_weights,
+    prompt_scale,
+    token_mask,
+)
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 SMALL = dict(n=6, d=5, n_prime=2, d_prime=2, n_layers=2)
@@ -176,6 +184,27 @@ def test_prompt_scale_is_the_configured_norm_of_a(normalize):
     if normalize != "none":  # the two norms differ on these prompts (rank 3)
         other = {"spectral": "frobenius", "frobenius": "spectral"}[normalize]
         assert np.all(np.abs(scale[:, 0, 0].numpy() / prompt_norm(p.A, other) - 1) > 1e-3)
+
+
+@pytest.mark.parametrize("normalize", ["none", "spectral", "frobenius"])
+@pytest.mark.parametrize("regime", ["centralized", "distributed"])
+def test_numpy_prompt_scale_is_the_models(normalize, regime):
+    # the fitter's scales (one per prompt, or each machine's own ‖A^μ‖ per column) are the model's
+    machines = 3 if regime == "distributed" else None
+    model = _model(normalize=normalize, regime=regime, machines=machines or 1)
+    cfg = model.cfg
+    z0 = _prompt(cfg, batch=16).z0()
+    z0 = z0 * torch.logspace(-30, 30, 16, dtype=torch.float64)[:, None, None]
+    want = prompt_scale(cfg, z0).numpy()
+    if regime == "distributed" and normalize != "none":
+        assert want.shape == (16, 1, cfg.n + cfg.n_prime)
+    geo = geometry_of(model, None)
+    for got in (
+        numpy_prompt_scale(z0.numpy(), normalize, cfg.d, cfg.n, machines),
+        geo.scales(z0.numpy()),
+    ):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("normalize", NORMALIZE_PATHS)

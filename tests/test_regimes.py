@@ -11,7 +11,7 @@ import torch
 
 from eagle_probe import checkpoint, regimes
 from eagle_probe.extract import extract
-from eagle_probe.layouts import plant
+from eagle_probe.layouts import geometry_of, plant, state_products
 from eagle_probe.model import LinearTransformer, ModelConfig, to_stream
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
@@ -117,6 +117,20 @@ def test_a_global_scale_would_leak_so_each_machine_scales_its_own_columns():
         A = z0[:, :10, 4 * mu : 4 * mu + 4]
         torch.testing.assert_close(scale[:, 0, 4 * mu], torch.linalg.matrix_norm(A, ord=2))
     assert torch.all(scale[:, 0, 12:] == 1.0)
+
+
+@pytest.mark.parametrize("normalize", ["none", "spectral", "frobenius"])
+@pytest.mark.parametrize("regime", regimes.NAMES)
+def test_the_fitters_numpy_forward_is_the_models_in_every_regime(regime, normalize):
+    heads = None if regimes.get(regime).machines else 2  # distributed: one head per machine
+    model = _model(regime, n=6, d=5, n_heads=heads, rank=3, init_std=0.3, normalize=normalize)
+    z0 = _prompts(model.cfg, b=8) * torch.logspace(-3, 3, 8, dtype=torch.float64)[:, None, None]
+    qk, vp = state_products(model)
+    with torch.no_grad():
+        want = model(z0).numpy()
+    got = geometry_of(model, qk).predict(z0.numpy(), qk, vp)
+    assert np.abs(want).max() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
 
 def test_distributed_open_is_the_architecture_values_read_every_machine():

@@ -28,8 +28,28 @@ from eagle_probe import regimes
 # prompts per block of `Geometry.layer` (4,096 held-out prompts of an 8-head model: 0.23 s at once,
 # 0.08 s in blocks of 64 to 256, one core)
 LAYER_CHUNK = 128
-# z0's memory, normalize, d, n -> (weak reference to z0, its prompt scales); Geometry.prompt_scale
+# z0's memory, normalize, d, n, machines -> (weak reference to z0, its scales); Geometry.scales
 _SCALES: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def prompt_scale(
+    z0: np.ndarray, normalize: str, d: int, n: int, machines: int | None = None
+) -> np.ndarray:
+    """`eagle_probe.model.prompt_scale` in NumPy: the scale prompts z0 (b, d + d', n + n') are
+    divided by, the chosen norm of A, (b, 1, 1); where each of `machines` machines scales its own
+    columns, per column (b, 1, n + n'): ‖A^μ‖ on machine μ's A/B columns, 1 on the C/D columns."""
+    b = z0.shape[0]
+    if normalize == "none":
+        return np.ones((b, 1, 1))
+    A = z0[:, :d, :n]
+    if machines is not None:  # each machine's own block: (b, M, d, n / M)
+        A = A.reshape(b, d, machines, n // machines).swapaxes(1, 2)
+    ord_ = "fro" if normalize == "frobenius" else 2
+    norm = np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
+    if machines is None:
+        return norm[:, None, None]
+    ones = np.ones((b, z0.shape[-1] - n))
+    return np.concatenate([np.repeat(norm, n // machines, axis=1), ones], axis=1)[:, None, :]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,49 +132,32 @@ class Geometry:
 
     def prompt_scale(self, z0: np.ndarray) -> np.ndarray:
         """Per-prompt norm of A the whole prompt is divided by before the first layer: (b,),
-        read-only. A model whose machines scale their own columns has none (`scales`).
+        read-only where a norm is taken. A model whose machines scale their own columns has none
+        (`scales`)."""
+        if self.local_scale:
+            raise ValueError("each machine scales its own columns: read Geometry.scales")
+        return self.scales(z0)[:, 0, 0]
+
+    def scales(self, z0: np.ndarray) -> np.ndarray:
+        """The scale each prompt column is divided by (`prompt_scale`, the module function): (b,
+        1, 1) where one scale divides the prompt, (b, 1, n + n') where each machine divides its
+        own A^μ, B^μ columns by ‖A^μ‖ (the C/D columns by 1).
 
         The spectral norm costs an SVD per prompt and every view asks for it on the same
         held-out arrays or their first rows (`HeldOut.first`), so it is kept for as long as the
         array `z0` lives, keyed by its memory: a later array on the same memory with as many rows
         or fewer gets the first rows of the kept scales (prompt arrays are never modified in
         place)."""
-        if self.local_scale:
-            raise ValueError("each machine scales its own columns: read Geometry.scales")
+        machines = self.machines if self.local_scale else None
         if self.normalize == "none":
-            return np.ones(z0.shape[0])
-        return self._norms(z0, self.d, self.n, 1)[:, 0]
-
-    def scales(self, z0: np.ndarray) -> np.ndarray:
-        """The scale each prompt column is divided by: (b, 1, 1) where one scale divides the
-        prompt, (b, 1, n + n') where each machine divides its own A^μ, B^μ columns by ‖A^μ‖ (the
-        C/D columns by 1)."""
-        if not self.local_scale:
-            return self.prompt_scale(z0)[:, None, None]
-        b = z0.shape[0]
-        if self.normalize == "none":
-            return np.ones((b, 1, 1))
-        norms = self._norms(z0, self.d, self.n, self.machines)  # (b, M)
-        per_col = np.concatenate(
-            [np.repeat(norms, self.n // self.machines, axis=1), np.ones((b, self.n_prime))], 1
-        )
-        return per_col[:, None, :]
-
-    def _norms(self, z0: np.ndarray, d: int, n: int, groups: int) -> np.ndarray:
-        """The chosen norm of each of `groups` equal column blocks of A: (b, groups), kept while
-        z0 lives (`prompt_scale`)."""
+            return prompt_scale(z0, self.normalize, self.d, self.n, machines)
         b = z0.shape[0]
         key = (z0.__array_interface__["data"][0], z0.strides, z0.shape[1:], z0.dtype.str)
-        key += (self.normalize, d, n, groups)
+        key += (self.normalize, self.d, self.n, machines)
         hit = _SCALES.get(key)
         if hit is not None and hit[0]() is not None and hit[1].shape[0] >= b:
             return hit[1][:b]
-        A = z0[:, :d, :n]
-        if groups > 1:  # (b, groups, d, n / groups)
-            A = A.reshape(b, d, groups, n // groups).swapaxes(1, 2)
-        ord_ = "fro" if self.normalize == "frobenius" else 2
-        scale = np.maximum(np.linalg.norm(A, ord=ord_, axis=(-2, -1)), np.finfo(float).tiny)
-        scale = scale.reshape(b, groups)
+        scale = prompt_scale(z0, self.normalize, self.d, self.n, machines)
         scale.flags.writeable = False
         try:
             # dropped with its array, unless a later, longer array on the same memory replaced it
