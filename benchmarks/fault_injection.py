@@ -76,8 +76,8 @@ FAULTS = [
     Fault(
         "fitter's prompt units: spectral and Frobenius swapped",
         "eagle_probe/fit/geometry.py",
-        'ord_ = "fro" if self.normalize == "frobenius" else 2',
-        'ord_ = 2 if self.normalize == "frobenius" else "fro"',
+        'ord_ = "fro" if normalize == "frobenius" else 2',
+        'ord_ = 2 if normalize == "frobenius" else "fro"',
         FIT_TESTS,
     ),
     Fault(
