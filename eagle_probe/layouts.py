@@ -862,17 +862,21 @@ def from_module(
     else:
         arrays = _mapped_arrays(state, weights)
     layout = "samples" if tokens == "samples" else "eagle-probe"
-    model, task = import_arrays(
-        layout,
-        arrays,
-        n=n,
-        n_prime=n_prime,
-        d=d,
-        d_prime=d_prime,
-        dtype="float64",
-        heads=heads,
-        readout=readout,
-    )
+
+    def convert(dtype: str, readout: int) -> tuple[LinearTransformer, TaskConfig]:
+        return import_arrays(
+            layout,
+            arrays,
+            n=n,
+            n_prime=n_prime,
+            d=d,
+            d_prime=d_prime,
+            dtype=dtype,
+            heads=heads,
+            readout=readout,
+        )
+
+    model, task = convert("float64", readout)
     cfg = model.cfg
     twin = copy.deepcopy(module).to(torch.float64).eval()
     prompt = sample(task, prompts, make_generator(seed), dtype=torch.float64)
@@ -884,27 +888,12 @@ def from_module(
         out = call(twin, H) if call is not None else twin(H)
         if not isinstance(out, torch.Tensor):
             raise EagleProbeError(f"the module returned a {type(out).__name__}, not a tensor")
-        theirs = _module_prediction(out.to(torch.float64), cfg, readout)
-        ours = model(z0)
-    size = max(float(theirs.abs().max()), 1e-300)
-    gap = float((ours - theirs).abs().max()) / size
+        out = out.to(torch.float64)
+        gap = _relative_gap(model(z0), _module_prediction(out, cfg, readout))
     if not gap <= rtol:
-        other = import_arrays(
-            layout,
-            arrays,
-            n=n,
-            n_prime=n_prime,
-            d=d,
-            d_prime=d_prime,
-            dtype="float64",
-            heads=heads,
-            readout=-readout,
-        )[0]
+        other = convert("float64", -readout)[0]
         with torch.no_grad():
-            flipped = _module_prediction(out.to(torch.float64), other.cfg, -readout)
-            other_gap = float((other(z0) - flipped).abs().max()) / max(
-                float(flipped.abs().max()), 1e-300
-            )
+            other_gap = _relative_gap(other(z0), _module_prediction(out, other.cfg, -readout))
         raise EagleProbeError(
             f"the converted model differs from the module by {gap:.3g} (relative, max over "
             f"{prompts} random prompts; tolerance {rtol:g}); with readout={-readout:+d} the gap "
@@ -914,18 +903,13 @@ def from_module(
             + "), the heads and the readout sign"
         )
     if dtype != "float64":  # checked in float64, returned in the dtype asked for
-        model = import_arrays(
-            layout,
-            arrays,
-            n=n,
-            n_prime=n_prime,
-            d=d,
-            d_prime=d_prime,
-            dtype=dtype,
-            heads=heads,
-            readout=readout,
-        )[0]
+        model = convert(dtype, readout)[0]
     return model.eval()
+
+
+def _relative_gap(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    """Largest entrywise difference over the largest entry of `theirs` (the module's)."""
+    return float((ours - theirs).abs().max()) / max(float(theirs.abs().max()), 1e-300)
 
 
 def _first_line(exc: BaseException) -> str:
