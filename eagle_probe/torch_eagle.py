@@ -203,75 +203,22 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
     eps = float(torch.finfo(dtype).eps)
     info = torch.full((p,), 1, dtype=torch.int64, device=device)
     x = x0.clone()
-    done = torch.zeros(p, dtype=torch.bool, device=device)
-    # exact power-of-two scaling per problem (eagle._lstsq)
-    top_a = _top(A)
-    ea = _exponent(A, top_a)
-    zero_a = top_a == 0
-
-    def scaled(rows) -> torch.Tensor:  # Ã = A 2^(−ea) of the problems `rows` (a slice or indices)
-        return _ldexp(A[rows], -ea[rows])
-
-    slices = [slice(i, min(p, i + SLICE)) for i in range(0, p, SLICE)]
-    k = _exponent(b)
-    has_x0 = (x0 != 0).any(dim=1)
-    k = torch.where(has_x0, torch.maximum(k, ea + _exponent(x0)), k)
-    r = _ldexp(b, -k).unsqueeze(-1)  # (p, m, 1)
-    if bool(has_x0.any()):
-        xk = _ldexp(x0, ea - k).unsqueeze(-1)
-        r = r - torch.cat([scaled(s) @ xk[s] for s in slices])
-    kr = _exponent(r)
-    zero_r = ~(r.flatten(1) != 0).any(dim=1)
-    r = _ldexp(r, -kr)
-    k = k + kr
-    e_out = k - ea  # x = x0 + 2^e_out y
-    bt = _ldexp(b, -k)
-    xs = _ldexp(x0, ea - k)
-    exact = zero_a | zero_r
-    info[exact] = 0
-    done |= exact
+    sc = _Scaling(A, b, x0)
+    k, r, e_out, bt, xs, has_x0, scaled = sc.k, sc.r, sc.e_out, sc.bt, sc.xs, sc.has_x0, sc.scaled
+    info[sc.exact] = 0
+    done = sc.exact
     # the active problems' state: A_l, M_l, C_l, y, their ρ bound, the last step
     idx = torch.nonzero(~done).squeeze(1)
     q = len(idx)
-    r_a = r if q == p else r[idx]
-    # Z = [A_l | κ C_l] (q, m, n + 1) and Vᵀ = [M_l | −κ y]ᵀ (q, n + 1, n), κ = γ/η: one step,
-    # A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
-    # is Z ← Z T and Vᵀ ← Tᵀ Vᵀ with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built
-    # from P = Zᵀ Z in one pass, T = I + P ⊙ D / λ (D: −η on the W block, −γ on the last column
-    # above it, 0 on the last row): three batched products of contiguous operands a step, and −κ y
-    # a contiguous row of Vᵀ. Z and Vᵀ live in memory allocated once (two of each, used in turn),
-    # P and T in buffers of SLICE problems, each slice's three products run while its P and T are
-    # in cache: a fresh block of the batch's size every step would cost about a product in
-    # first-touch page faults, and one that leaves the cache about half of one
-    Zs = [torch.empty(q, m, n + 1, dtype=dtype, device=device) for _ in range(2)]
-    Vs = [torch.empty(q, n + 1, n, dtype=dtype, device=device) for _ in range(2)]
-    width = min(q, SLICE)
-    Ps = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
-    Ts = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
+    Zs, Vs, Ps, Ts, lam0 = _starting_state(A, sc.ea, idx, r if q == p else r[idx])
     Z, Vt = Zs[0], Vs[0]
-    # A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
-    # λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)
-    lam0 = torch.zeros(p, dtype=dtype, device=device)
-    for i in range(0, q, SLICE):
-        j = min(q, i + SLICE)
-        rows = slice(i, j) if q == p else idx[i:j]
-        z = Z[i:j, :, :n]
-        z.copy_(A[rows])
-        torch.ldexp(z, (-ea[rows]).to(dtype).view(-1, 1, 1), out=z)  # Ã, exactly
-        lam0[rows] = _top_bound(z.mT @ z)  # ‖Ã‖₂² from above
-        z.div_(torch.sqrt(lam0[rows]).view(-1, 1, 1))
-    s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
     s1 = torch.sqrt(lam0)
     r0_err = torch.where(has_x0, eps * (_norm(bt) + s1 * _norm(xs)), torch.zeros_like(s1))
-    Z[..., n:].copy_(r_a).mul_(RATIO)
-    Vt.zero_()
-    Vt[:, :n].diagonal(dim1=-2, dim2=-1).copy_(1.0 / s0.view(-1, 1))
     unit = torch.eye(n + 1, dtype=dtype, device=device)
     D = torch.zeros(n + 1, n + 1, dtype=dtype, device=device)
     D[:n, :n], D[:n, n] = -ETA, -GAMMA
-    trace = torch.empty(q, dtype=dtype, device=device)
-    gram = torch.empty(q, dtype=dtype, device=device)  # ‖[A_lᵀA_l | κ A_lᵀC_l]‖_F
-    edge = torch.empty(q, dtype=dtype, device=device)  # ‖κ A_lᵀC_l‖, from P's last row
+    # trace A_lᵀA_l, ‖[A_lᵀA_l | κ A_lᵀC_l]‖_F and ‖κ A_lᵀC_l‖ (from P's last row) per problem
+    trace, gram, edge = (torch.empty(q, dtype=dtype, device=device) for _ in range(3))
     tried = torch.zeros(q, dtype=torch.bool, device=device)  # an EARLY candidate already
     lam = 1.0
     alive = torch.ones(q, dtype=torch.bool, device=device)  # not yet finished
@@ -339,25 +286,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         if bool(check.any()):
             sel = torch.nonzero(check).squeeze(1)
             g = idx[sel]
-            # CERT_SLICE problems at a time: temporaries that small are reused, not faulted in
-            parts = []
-            for h in range(0, len(sel), CERT_SLICE):
-                sh, gh = sel[h : h + CERT_SLICE], g[h : h + CERT_SLICE]
-                Vsel = Vt[sh]  # (s, n + 1, n)
-                parts.append(
-                    _certify(
-                        scaled(gh),
-                        Vsel[:, :n].mT,
-                        Vsel[:, n].unsqueeze(-1) / -RATIO,
-                        r[gh],
-                        xs[gh],
-                        r0_err[gh],
-                        s1[gh],
-                        rtol,
-                        eps,
-                    )
-                )
-            ok, y_sel, decided = (torch.cat(t) for t in zip(*parts, strict=True))
+            ok, y_sel, decided = _certify_batch(sc, Vt, sel, g, r0_err, s1, rtol, eps)
             # clustered, yet no certificate: the NumPy solver decides, except after an EARLY
             # attempt, where the iteration goes on (from its own iterate, not the refined one,
             # which would no longer match C_l)
@@ -366,17 +295,120 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
             x[good] = x0[good] + _ldexp(y_sel[ok].squeeze(-1), e_out[good])
             info[good] = 0
         alive = alive & ~leave
-    # what the batched certificate could not decide: the NumPy solver, one problem at a time
-    undecided = torch.nonzero(info != 0).squeeze(1).tolist()
-    if undecided:
-        A64 = A.detach().to("cpu", torch.float64).numpy()
-        b64 = b.detach().to("cpu", torch.float64).numpy()
-        x064 = x0.detach().to("cpu", torch.float64).numpy()
-        for j in undecided:
-            xj, ij = _solve_eagle_numpy(A64[j], b64[j], x064[j], rtol, atol, maxiter)
-            x[j] = torch.as_tensor(xj, dtype=dtype, device=device)
-            info[j] = ij
+    _numpy_fallback(A, b, x0, x, info, rtol, atol, maxiter)
     return x, info, it, work
+
+
+def _starting_state(A, ea, idx, r_a):
+    """The batch's buffers, two of Z = [A_l | κ C_l] and of Vᵀ = [M_l | −κ y]ᵀ (the first holding
+    the start) and the P and T buffers of SLICE problems, and λ_0 per problem.
+
+    Z = [A_l | κ C_l] (q, m, n + 1) and Vᵀ = [M_l | −κ y]ᵀ (q, n + 1, n), κ = γ/η: one step,
+    A_l ← A_l W, M_l ← M_l W (W = I − η K̂), C_l ← C_l − γ A_l A_lᵀC_l / λ, y += γ M_l A_lᵀC_l / λ,
+    is Z ← Z T and Vᵀ ← Tᵀ Vᵀ with T = [[W, −γ κ A_lᵀC_l / λ], [0, 1]] (n + 1, n + 1) built
+    from P = Zᵀ Z in one pass, T = I + P ⊙ D / λ (D: −η on the W block, −γ on the last column
+    above it, 0 on the last row): three batched products of contiguous operands a step, and −κ y
+    a contiguous row of Vᵀ. Z and Vᵀ live in memory allocated once (two of each, used in turn),
+    P and T in buffers of SLICE problems, each slice's three products run while its P and T are
+    in cache: a fresh block of the batch's size every step would cost about a product in
+    first-touch page faults, and one that leaves the cache about half of one.
+
+    A_l and M_l start divided by the first bound √λ_0 of ‖Ã‖₂, so that the bound after l steps,
+    λ_0 (1 − η)^(2l), is the scalar (1 − η)^(2l) for every problem (module text)."""
+    p, m, n = A.shape
+    dtype, device = A.dtype, A.device
+    q = len(idx)
+    Zs = [torch.empty(q, m, n + 1, dtype=dtype, device=device) for _ in range(2)]
+    Vs = [torch.empty(q, n + 1, n, dtype=dtype, device=device) for _ in range(2)]
+    width = min(q, SLICE)
+    Ps = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
+    Ts = torch.empty(width, n + 1, n + 1, dtype=dtype, device=device)
+    Z, Vt = Zs[0], Vs[0]
+    lam0 = torch.zeros(p, dtype=dtype, device=device)
+    for i in range(0, q, SLICE):
+        j = min(q, i + SLICE)
+        rows = slice(i, j) if q == p else idx[i:j]
+        z = Z[i:j, :, :n]
+        z.copy_(A[rows])
+        torch.ldexp(z, (-ea[rows]).to(dtype).view(-1, 1, 1), out=z)  # Ã, exactly
+        lam0[rows] = _top_bound(z.mT @ z)  # ‖Ã‖₂² from above
+        z.div_(torch.sqrt(lam0[rows]).view(-1, 1, 1))
+    s0 = torch.sqrt(lam0[idx]).view(-1, 1, 1)
+    Z[..., n:].copy_(r_a).mul_(RATIO)
+    Vt.zero_()
+    Vt[:, :n].diagonal(dim1=-2, dim2=-1).copy_(1.0 / s0.view(-1, 1))
+    return Zs, Vs, Ps, Ts, lam0
+
+
+def _certify_batch(sc: _Scaling, Vt, sel, g, r0_err, s1, rtol, eps):
+    """`_certify` of the batch rows `sel` (problems `g`), CERT_SLICE problems at a time:
+    temporaries that small are reused, not faulted in. (certified, refined y, decided)."""
+    n = Vt.shape[-1]
+    parts = []
+    for h in range(0, len(sel), CERT_SLICE):
+        sh, gh = sel[h : h + CERT_SLICE], g[h : h + CERT_SLICE]
+        Vsel = Vt[sh]  # (s, n + 1, n)
+        parts.append(
+            _certify(
+                sc.scaled(gh),
+                Vsel[:, :n].mT,
+                Vsel[:, n].unsqueeze(-1) / -RATIO,
+                sc.r[gh],
+                sc.xs[gh],
+                r0_err[gh],
+                s1[gh],
+                rtol,
+                eps,
+            )
+        )
+    return (torch.cat(t) for t in zip(*parts, strict=True))
+
+
+class _Scaling:
+    """The exact power-of-two scaling of every problem (`eagle._lstsq`): Ã = A 2^(−ea), the
+    residual of x0 scaled to r = (b − A x0) 2^(−k) with k chosen so that r's largest entry is
+    near 1, and x = x0 + 2^e_out y for the iterate y of the scaled problem."""
+
+    def __init__(self, A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor) -> None:
+        p = A.shape[0]
+        self.A = A
+        top_a = _top(A)
+        self.ea = ea = _exponent(A, top_a)
+        slices = [slice(i, min(p, i + SLICE)) for i in range(0, p, SLICE)]
+        k = _exponent(b)
+        self.has_x0 = has_x0 = (x0 != 0).any(dim=1)
+        k = torch.where(has_x0, torch.maximum(k, ea + _exponent(x0)), k)
+        r = _ldexp(b, -k).unsqueeze(-1)  # (p, m, 1)
+        if bool(has_x0.any()):
+            xk = _ldexp(x0, ea - k).unsqueeze(-1)
+            r = r - torch.cat([self.scaled(s) @ xk[s] for s in slices])
+        kr = _exponent(r)
+        zero_r = ~(r.flatten(1) != 0).any(dim=1)
+        self.r = _ldexp(r, -kr)
+        self.k = k = k + kr
+        self.e_out = k - ea  # x = x0 + 2^e_out y
+        self.bt = _ldexp(b, -k)
+        self.xs = _ldexp(x0, ea - k)
+        self.exact = (top_a == 0) | zero_r  # A = 0 or b = A x0: x0 is the answer
+
+    def scaled(self, rows) -> torch.Tensor:
+        """Ã = A 2^(−ea) of the problems `rows` (a slice or indices)."""
+        return _ldexp(self.A[rows], -self.ea[rows])
+
+
+def _numpy_fallback(A, b, x0, x, info, rtol, atol, maxiter) -> None:
+    """What the batched certificate could not decide (info ≠ 0): the NumPy solver, one problem
+    at a time, its answer and code written into x and info."""
+    undecided = torch.nonzero(info != 0).squeeze(1).tolist()
+    if not undecided:
+        return
+    A64 = A.detach().to("cpu", torch.float64).numpy()
+    b64 = b.detach().to("cpu", torch.float64).numpy()
+    x064 = x0.detach().to("cpu", torch.float64).numpy()
+    for j in undecided:
+        xj, ij = _solve_eagle_numpy(A64[j], b64[j], x064[j], rtol, atol, maxiter)
+        x[j] = torch.as_tensor(xj, dtype=x.dtype, device=x.device)
+        info[j] = ij
 
 
 def _solve_eagle_numpy(A, b, x0, rtol, atol, maxiter) -> tuple[np.ndarray, int]:
