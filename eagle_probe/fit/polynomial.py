@@ -267,8 +267,8 @@ FIT_DEGREE = 16  # highest degree of the per-layer design-form fits (`fit_layers
 
 def _beyond_degree(layer: int, eagle: bool) -> str:
     """Why a low R² need not contradict an EAGLE label: EAGLE's layer-l update of x is a
-    polynomial in G of order up to 3^l − 1 (BRIEF §3: m_{l+1} = m_l (1 − a λ m_l²)), above the
-    fit's degree from layer 3 on."""
+    polynomial in G of order up to 3^l − 1 (each step m_{l+1} = m_l (1 − a λ m_l²) triples the
+    order), above the fit's degree from layer 3 on."""
     top = 3**layer - 1
     if not eagle or top <= FIT_DEGREE:
         return ""
