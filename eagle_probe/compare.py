@@ -70,6 +70,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from eagle_probe import names
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
@@ -79,17 +80,7 @@ from eagle_probe.tasks import TaskConfig, make_generator, sample
 SCHEMA = "eagle-probe compare"
 SCHEMA_VERSION = 1
 ALGORITHMS = ("network", "faithful", "optimum", "more", "exact", "cg", "gd")
-SWEEPS = (
-    "scale",
-    "kappa",
-    "rank",
-    "alpha",
-    "noise",
-    "samples",
-    "input_scale",
-    "query_scale",
-    "task_noise",
-)
+SWEEPS = names.SWEEPS
 FEATURE_SWEEPS = SWEEPS[:6]  # the default of a feature-layout model
 SAMPLE_SWEEPS = ("input_scale", "query_scale", "task_noise", "samples")  # of a sample-layout one
 SAMPLE_ONLY = frozenset(SWEEPS) - frozenset(FEATURE_SWEEPS)

@@ -21,5 +21,17 @@ MAX_SEEDS = 256  # seeds one process trains together (`ensemble.train_ensemble`,
 # `CompareConfig.more_steps` limit: the algorithm runs more_steps × its layers steps on every prompt
 # of every sweep point (1000 on a one-layer model: a minute on 2 CPU cores)
 MAX_MORE_STEPS = 1000
+# `compare.SWEEPS`: every sweep `eagle-probe compare --sweeps` takes
+SWEEPS = (
+    "scale",
+    "kappa",
+    "rank",
+    "alpha",
+    "noise",
+    "samples",
+    "input_scale",
+    "query_scale",
+    "task_noise",
+)
 # the environment variable naming a sweep's process id in its runs: a run stops once it is gone
 PARENT_VARIABLE = "EAGLE_PROBE_PARENT"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from eagle_probe import names
 from eagle_probe.cli.common import (
     Parser,
     _budget,
@@ -19,17 +20,6 @@ from eagle_probe.cli.common import (
 from eagle_probe.errors import EagleProbeError
 
 HELP = "score a checkpoint and its algorithm on shifted prompts"
-SWEEP_NAMES = (  # compare.SWEEPS
-    "scale",
-    "kappa",
-    "rank",
-    "alpha",
-    "noise",
-    "samples",
-    "input_scale",
-    "query_scale",
-    "task_noise",
-)
 
 
 def _add_compare(parser: Parser) -> None:
@@ -46,7 +36,7 @@ def _add_compare(parser: Parser) -> None:
     parser.add_argument(
         "--sweeps",
         default=None,
-        help=f"comma-separated sweeps ({','.join(SWEEP_NAMES)}; default: the model's layout's, "
+        help=f"comma-separated sweeps ({','.join(names.SWEEPS)}; default: the model's layout's, "
         "scale,kappa,rank,alpha,noise,samples or, in the sample layout, "
         "input_scale,query_scale,task_noise,samples)",
     )
@@ -74,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
     sweeps = None
     if args.sweeps is not None:
         sweeps = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
-    unknown = [s for s in sweeps or () if s not in SWEEP_NAMES]
+    unknown = [s for s in sweeps or () if s not in names.SWEEPS]
     if unknown or sweeps == ():
         raise EagleProbeError(
             f"--sweeps: unknown sweep(s) {', '.join(unknown) or '(none given)'}; choose from "
-            f"{', '.join(SWEEP_NAMES)}"
+            f"{', '.join(names.SWEEPS)}"
         )
     if args.prompts < 2:
         raise EagleProbeError(f"--prompts must be at least 2, got {args.prompts}")
@@ -97,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
     payload["model"]["checkpoint"] = str(args.model)
     payload["model"]["sha256"] = checkpoint.sha256(args.model)
     payload["timings"]["total"] = time.perf_counter() - start
-    names = _write_results(tmp, "compare", payload, compare_figures(payload))
+    written = _write_results(tmp, "compare", payload, compare_figures(payload))
     _publish(args)
     print(result.render())
-    print(f"wrote {out / 'compare.json'} and {', '.join(names)}")
+    print(f"wrote {out / 'compare.json'} and {', '.join(written)}")
     return 0
