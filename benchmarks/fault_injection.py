@@ -165,12 +165,11 @@ FAULTS = [
         ("tests/test_shipped.py", "tests/test_cli.py"),
     ),
     Fault(
-        "complete without its non-finite check",
+        "the certified EAGLE iteration without its non-finite check",
         "eagle_probe/eagle.py",
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n"
-        "        if not np.all(np.isfinite(D)):\n"
-        '            counter.extra["reason"] = "non-finite"\n'
-        "            return D, NONFINITE, it\n",
+        "        if not np.all(np.isfinite(D)) or (watch_a and not np.all(np.isfinite(A))):\n"
+        '            return D, NONFINITE, "non-finite", it\n',
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n",
         SOLVER_TESTS,
     ),

@@ -28,6 +28,7 @@ rtol in [0, 1); maxiter ≥ 1. Inputs are never modified.
 """
 
 import math
+import warnings
 
 import numpy as np
 
@@ -474,14 +475,28 @@ def complete(
     # Exact power-of-two scaling: A = 2^ea Â, B = 2^eb B̂, C = 2^ec Ĉ, so D = 2^(eb+ec-ea) B̂ Â⁺ Ĉ.
     ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
-    D, info, it = _iterate(A, B, C, rtol, maxiter, eta, gamma, counter)
+
+    def check(Al, Bl, Cl, D, e, sv):
+        return _complete_check(A, Al, Bl, Cl, D, sv, rtol, e)
+
+    D, info, reason, it = _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check)
+    counter.extra["reason"] = reason
     if info >= 0:
-        D, ok = _finish(D, eb + ec - ea)
-        if not ok:
-            _warn("D = B A⁺ C is not representable in float64 at this scale")
-            info = UNREPRESENTABLE
-            counter.extra["reason"] = "unrepresentable"
+        D, ok = _finished(D, eb + ec - ea, counter)
+        info = info if ok else UNREPRESENTABLE
     return result(D, info, it)
+
+
+def _finished(D, e, counter):
+    """(D · 2ᵉ, representable): the D block in prompt units; when float64 cannot hold it, a
+    RuntimeWarning (pointing at the caller of the solver) and stats["reason"] "unrepresentable"."""
+    D, ok = _finish(D, e)
+    if not ok:
+        warnings.warn(
+            "D = B A⁺ C is not representable in float64 at this scale", RuntimeWarning, stacklevel=3
+        )
+        counter.extra["reason"] = "unrepresentable"
+    return D, ok
 
 
 def _candidate(rel_step, prev_step, rtol):
@@ -496,28 +511,33 @@ def _outcome(counter, check, checks):
     )
 
 
-def _iterate(A, B, C, rtol, maxiter, eta, gamma, counter):
-    """The normalized EAGLE iteration on scaled blocks with the certificate: (D, info, its)."""
+def _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check, *, after=None, watch_a=False):
+    """The normalized EAGLE iteration on scaled blocks with its certificate, the one loop of
+    `complete` (the D block) and `lstsq` (A = Ã, B = I, C = r̃0: the D block is ỹ ≈ Ã⁺r̃0):
+    (value, info, reason, iterations).
+
+    check(A_l, B_l, C_l, D, η, sv) -> (_Check, C_l) is the certificate at a candidate stop (sv:
+    `_singular_values` of the starting A, computed at the first check); after(D) -> True, run
+    after every finite step, stops with info 0 ("atol"); watch_a: a non-finite A_l stops too."""
     A0 = A
     D = np.zeros((B.shape[0], C.shape[1]))
-    v, it = None, 0
+    v, it, e = None, 0, THEORY_ETA
     growth, limit = 0.0, _resolution_limit(A.shape)
-    sv, next_check, checks, prev_step, e = None, 0, 0, math.inf, THEORY_ETA
+    sv, next_check, checks, prev_step = None, 0, 0, math.inf
     checked = -1  # the iteration of the last check
     last = _Check("unconverged", D)
 
-    def check(D, C):
+    def look(C):
         nonlocal sv, checks
         sv = _singular_values(A0) if sv is None else sv
         checks += 1
-        return _complete_check(A0, A, B, C, D, sv, rtol, e)
+        return check(A, B, C, D, e, sv)
 
     reason = "maxiter"
     for it in range(1, maxiter + 1):
         normalized = _normalized_gram(A, B, v)
         if normalized is None:
-            counter.extra["reason"] = "breakdown"
-            return D, BREAKDOWN, it
+            return D, BREAKDOWN, "breakdown", it
         A, B, K, v = normalized
         e, g = counter.step(it - 1, eta, gamma)
         growth += _growth(e)
@@ -528,31 +548,29 @@ def _iterate(A, B, C, rtol, maxiter, eta, gamma, counter):
             break
         A, B, C, dD = _eagle_update(A, B, C, K, e, g)
         D = D + dD
-        if not np.all(np.isfinite(D)):
-            counter.extra["reason"] = "non-finite"
-            return D, NONFINITE, it
+        if not np.all(np.isfinite(D)) or (watch_a and not np.all(np.isfinite(A))):
+            return D, NONFINITE, "non-finite", it
+        if after is not None and after(D):
+            return D, 0, "atol", it
         rel_step = _norm(dD) / max(_norm(D), np.finfo(float).tiny)
         stop = _candidate(rel_step, prev_step, rtol)
         prev_step = rel_step
         if stop and it >= next_check:
-            last, C = check(D, C)
+            last, C = look(C)
             if last.status == "certified":
                 _outcome(counter, last, checks)
-                counter.extra["reason"] = "certified"
-                return last.value, 0, it
+                return last.value, 0, "certified", it
             if last.status != "unconverged":
                 _outcome(counter, last, checks)
-                counter.extra["reason"] = _CHECK_REASON[last.status]
-                return last.value, it, it
+                return last.value, it, _CHECK_REASON[last.status], it
             next_check, checked = it + last.skip, it
     if it > 0 and checked != it:
-        last, C = check(D, C)  # the iteration ends here: a last look for the certificate
+        last, C = look(C)  # the iteration ends here: a last look for the certificate
     _outcome(counter, last, checks)
     if last.status == "certified":
-        counter.extra["reason"] = "certified"
-        return last.value, 0, it
-    counter.extra["reason"] = _CHECK_REASON.get(last.status) or reason
-    return (last.value if last.status != "unconverged" else D), max(it, 1), it
+        return last.value, 0, "certified", it
+    value = last.value if last.status != "unconverged" else D
+    return value, max(it, 1), _CHECK_REASON.get(last.status) or reason, it
 
 
 def lstsq(
@@ -661,77 +679,41 @@ def _lstsq(A, b, x0, rtol, atol, maxiter, callback, eta, gamma, counter, shape):
         with np.errstate(over="ignore", under="ignore"):
             return x0 + np.ldexp(y, e_out)
 
-    Al, M = At.copy(), np.eye(A.shape[1])  # A_l = Ã m_l(ÃᵀÃ) and B_l = m_l(ÃᵀÃ)
-    C = r.copy()
-    y = np.zeros_like(x0)
-    v, it, e = None, 0, THEORY_ETA
-    growth, limit = 0.0, _resolution_limit(A.shape)
-    sv, next_check, checks, prev_step = None, 0, 0, math.inf
-    checked = -1  # the iteration of the last check
-    last = _Check("unconverged", y)
-
-    def check(y):
-        nonlocal sv, checks
-        if sv is None:
-            sv = _singular_values(At)
+    def check(Al, M, C, y, e, sv):
         s, rank = sv[0], sv[1]
         r0_err = (
             EPS * (_norm(bt) + float(s[0]) * _norm(xs)) / float(s[rank - 1]) if np.any(x0) else 0.0
         )
-        checks += 1
-        return _lstsq_check(At, M, y, r, xs, sv, rtol, e, r0_err)
+        return _lstsq_check(At, M, y, r, xs, sv, rtol, e, r0_err), C
 
-    def done(y, info, reason, it):
-        counter.extra["reason"] = reason
-        x = iterate(y)
-        if info < 0:
-            return x, info, it
-        if not np.all(np.isfinite(x)) or (np.any(y) and np.max(np.abs(x)) < np.finfo(float).tiny):
-            _warn("the least-squares solution is not representable in float64 at this scale")
-            counter.extra["reason"] = "unrepresentable"
-            return x, UNREPRESENTABLE, it
-        return x, info, it
-
-    reason = "maxiter"
-    for it in range(1, maxiter + 1):
-        normalized = _normalized_gram(Al, M, v)
-        if normalized is None:
-            return done(y, BREAKDOWN, "breakdown", it)
-        Al, M, K, v = normalized
-        e, g = counter.step(it - 1, eta, gamma)
-        growth += _growth(e)
-        if growth > limit:  # only noise below the cutoff is left to resolve
-            it -= 1
-            counter.untake()
-            reason = "resolution limit"
-            break
-        Al, M, C, step = _eagle_update(Al, M, C, K, e, g)
-        y = y + step
-        if not (np.all(np.isfinite(y)) and np.all(np.isfinite(Al))):
-            return done(y, NONFINITE, "non-finite", it)
+    def after(y):
         if callback is not None:
             callback(shape(iterate(y)))
-        if tol_abs > 0 and _norm(r - At @ y) <= tol_abs:
-            return done(y, 0, "atol", it)
-        rel_step = _norm(step) / max(_norm(y), np.finfo(float).tiny)
-        stop = _candidate(rel_step, prev_step, rtol)
-        prev_step = rel_step
-        if stop and it >= next_check:
-            last = check(y)
-            if last.status == "certified":
-                _outcome(counter, last, checks)
-                return done(last.value, 0, "certified", it)
-            if last.status != "unconverged":
-                _outcome(counter, last, checks)
-                return done(last.value, it, _CHECK_REASON[last.status], it)
-            next_check, checked = it + last.skip, it
-    if it > 0 and checked != it:
-        last = check(y)  # the iteration ends here: a last look for the certificate
-    _outcome(counter, last, checks)
-    if last.status == "certified":
-        return done(last.value, 0, "certified", it)
-    value = last.value if last.status != "unconverged" else y
-    return done(value, max(it, 1), _CHECK_REASON.get(last.status) or reason, it)
+        return tol_abs > 0 and _norm(r - At @ y) <= tol_abs
+
+    # A_l = Ã m_l(ÃᵀÃ) and B_l = M_l = m_l(ÃᵀÃ); the D block is ỹ
+    y, info, reason, it = _certified(
+        At.copy(),
+        np.eye(A.shape[1]),
+        r.copy(),
+        rtol,
+        maxiter,
+        eta,
+        gamma,
+        counter,
+        check,
+        after=after,
+        watch_a=True,
+    )
+    counter.extra["reason"] = reason
+    x = iterate(y)
+    if info < 0:
+        return x, info, it
+    if not np.all(np.isfinite(x)) or (np.any(y) and np.max(np.abs(x)) < np.finfo(float).tiny):
+        _warn("the least-squares solution is not representable in float64 at this scale")
+        counter.extra["reason"] = "unrepresentable"
+        return x, UNREPRESENTABLE, it
+    return x, info, it
 
 
 def _split_columns(n, machines):
@@ -832,10 +814,8 @@ def complete_distributed(
 def _certify_split(D, e_out, info, steps, A0, B0, C0, rtol, counter):
     """The column-split solvers' finish: D in prompt units and its info, 0 only when D agrees
     with the certified `complete` answer (`_centralized_check`)."""
-    D, ok = _finish(D, e_out)
+    D, ok = _finished(D, e_out, counter)
     if not ok:
-        _warn("D = B A⁺ C is not representable in float64 at this scale")
-        counter.extra["reason"] = "unrepresentable"
         return D, UNREPRESENTABLE
     ok, reason, extra = _centralized_check(A0, B0, C0, D, rtol)
     counter.extra.update(extra, reason=reason if ok or info == 0 else "maxiter")
