@@ -10,19 +10,17 @@ the results in rank order.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-from eagle_probe import eagle
+from eagle_probe import eagle, solvers
 
 FLOAT_BYTES = 8  # float64
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -102,10 +100,20 @@ def _allreduce(x: np.ndarray, stats: dict) -> np.ndarray:
     return t.numpy()
 
 
+def _one_message(stats: dict):
+    """The machine sum of the baselines on real processes: this rank's one part, all-reduced."""
+
+    def reduce(parts: list[np.ndarray]) -> np.ndarray:
+        (part,) = parts
+        return _allreduce(part, stats)
+
+    return reduce
+
+
 def _local_blocks(A: np.ndarray, B: np.ndarray, rank: int, world: int):
-    """This rank's own columns A^μ, B^μ (copies)."""
+    """This rank's own columns A^μ, B^μ (copies), as lists of the one block it holds."""
     part = eagle._split_columns(A.shape[1], world)[rank]
-    return A[:, part].copy(), B[:, part].copy()
+    return [A[:, part].copy()], [B[:, part].copy()]
 
 
 def eagle_worker(
@@ -132,21 +140,16 @@ def eagle_worker(
         info = 0
     else:
         part = eagle._split_columns(A.shape[1], world)[rank]
-        (Am,), (Bm,), C, e_out = eagle._scaled_blocks(A, B, C, [part])
-        for it in range(1, maxiter + 1):
-            rounds = it
-            e, g = counter.step(it - 1, eta, gamma)
-            dC, dD, Am, Bm = eagle._local_round(Am, Bm, C, e, g)
-            both = _allreduce(np.concatenate([dC, dD], axis=0), stats)  # one message a round
-            C = C + both[: C.shape[0]] / world
-            step = both[C.shape[0] :] / world
-            D = D + step
-            if not np.all(np.isfinite(D)):
-                info = eagle.NONFINITE
-                break
-            if eagle._norm(step) <= rtol * eagle._norm(D):
-                info = 0
-                break
+        As, Bs, C, e_out = eagle._scaled_blocks(A, B, C, [part])
+
+        def all_ranks(updates):  # one message a round: [dC; dD] summed over the ranks
+            ((dC, dD),) = updates
+            both = _allreduce(np.concatenate([dC, dD], axis=0), stats)
+            return both[: dC.shape[0]], both[dC.shape[0] :]
+
+        D, info, rounds = eagle._column_rounds(
+            As, Bs, C, all_ranks, world, rtol, maxiter, eta, gamma, counter, None, e_out
+        )
         if info >= 0:
             D, ok = eagle._finish(D, e_out)
             info = info if ok else eagle.UNREPRESENTABLE
@@ -171,18 +174,12 @@ def gd_worker(
     eps: float = 1e-8,
     maxiter: int = 20000,
 ) -> dict:
-    """Distributed gradient descent on w (d' × d), step 1/‖A‖₂² (computed once, up front)."""
-    Am, Bm = _local_blocks(A, B, rank, world)
+    """Distributed gradient descent on w (d' × d), step 1/‖A‖₂² (computed once, up front): the
+    arithmetic of `solvers.distributed_gd`, the gradients summed by all_reduce."""
     stats = {"bytes_sent": 0, "messages": 0}
-    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
-    w = np.zeros((B.shape[0], A.shape[0]))
-    rounds, err = 0, math.inf
-    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
-        grad = _allreduce((w @ Am - Bm) @ Am.T, stats)
-        w = w - step * grad
-        err = float(np.linalg.norm(w @ C - reference) / np.linalg.norm(reference))
-        if err <= eps:
-            break
+    _, rounds, err = solvers.gd_rounds(
+        A, *_local_blocks(A, B, rank, world), C, reference, _one_message(stats), eps, maxiter
+    )
     return {
         "rounds": rounds,
         "error": err,
@@ -202,25 +199,19 @@ def admm_worker(
     maxiter: int = 20000,
     rho: float | None = None,
 ) -> dict:
-    """Consensus ADMM on w; one all_reduce of w_μ + u_μ per round."""
-    Am, Bm = _local_blocks(A, B, rank, world)
-    d = A.shape[0]
-    rho = eagle._spectral_norm(A) ** 2 / world if rho is None else rho
-    factor = scipy.linalg.cho_factor(Am @ Am.T + rho * np.eye(d))
-    rhs = Bm @ Am.T
+    """Consensus ADMM on w, the arithmetic of `solvers.admm`: one all_reduce of w_μ + u_μ per
+    round."""
     stats = {"bytes_sent": 0, "messages": 0}
-    w = np.zeros((B.shape[0], d))
-    u = np.zeros_like(w)
-    z = np.zeros_like(w)
-    rounds, err = 0, math.inf
-    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
-        target = rhs + rho * (z - u)
-        w = scipy.linalg.cho_solve(factor, target.T).T
-        z = _allreduce(w + u, stats) / world
-        u = u + w - z
-        err = float(np.linalg.norm(z @ C - reference) / np.linalg.norm(reference))
-        if err <= eps:
-            break
+    _, rounds, err = solvers.admm_rounds(
+        *_local_blocks(A, B, rank, world),
+        C,
+        reference,
+        solvers.admm_rho(A, world, rho),
+        world,
+        _one_message(stats),
+        eps,
+        maxiter,
+    )
     return {
         "rounds": rounds,
         "error": err,

@@ -783,32 +783,51 @@ def complete_distributed(
         info = 0
         counter.extra["reason"] = "exact"
         return D, stats()
-    A0, B0, C0 = A, B, C
-    As, Bs, C, e_out = _scaled_blocks(A, B, C, parts)
-    for it in range(1, maxiter + 1):
-        rounds = it
-        e, g = counter.step(it - 1, eta, gamma)
-        dC = np.zeros_like(C)
-        dD = np.zeros_like(D)
-        for mu in range(machines):
-            dC_mu, dD_mu, As[mu], Bs[mu] = _local_round(As[mu], Bs[mu], C, e, g)
+    As, Bs, Cs, e_out = _scaled_blocks(A, B, C, parts)
+
+    def machine_sum(updates):
+        dC, dD = np.zeros_like(Cs), np.zeros_like(D)
+        for dC_mu, dD_mu in updates:
             dC += dC_mu
             dD += dD_mu
-        C = C + dC / machines
-        D = D + dD / machines
-        if not np.all(np.isfinite(D)):
-            info = NONFINITE
-            break
-        if callback is not None:
-            callback(_finish(D, e_out)[0].copy())
-        if _norm(dD / machines) <= rtol * _norm(D):
-            info = 0
-            break
+        return dC, dD
+
+    D, info, rounds = _column_rounds(
+        As, Bs, Cs, machine_sum, machines, rtol, maxiter, eta, gamma, counter, callback, e_out
+    )
     if info >= 0:
-        D, info = _certify_split(D, e_out, info, rounds, A0, B0, C0, rtol, counter)
+        D, info = _certify_split(D, e_out, info, rounds, A, B, C, rtol, counter)
     else:
         counter.extra["reason"] = "non-finite"
     return D, stats()
+
+
+def _column_rounds(As, Bs, C, reduce, machines, rtol, maxiter, eta, gamma, counter, callback, e):
+    """The rounds of distributed EAGLE, written once for the in-process simulation and the worker
+    processes: each round this process updates the machines' blocks it holds (As, Bs, scaled by
+    `_scaled_blocks`) with `_local_round`, reduce([(dC_μ, dD_μ), ...]) -> (ΣdC, ΣdD) sums the
+    updates over all `machines`, and C and D take their mean. Stops when a round changes D by at
+    most rtol · ‖D‖_F (info 0), at maxiter (info maxiter) or on a non-finite D (-2).
+    callback(D_k · 2ᵉ) after every round. Returns (D, info, rounds), D in scaled units."""
+    D = np.zeros((Bs[0].shape[0], C.shape[1]))
+    info, rounds = maxiter, 0
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
+        e_step, g = counter.step(rounds - 1, eta, gamma)
+        updates = []
+        for mu in range(len(As)):
+            dC_mu, dD_mu, As[mu], Bs[mu] = _local_round(As[mu], Bs[mu], C, e_step, g)
+            updates.append((dC_mu, dD_mu))
+        dC, dD = reduce(updates)
+        C = C + dC / machines
+        step = dD / machines
+        D = D + step
+        if not np.all(np.isfinite(D)):
+            return D, NONFINITE, rounds
+        if callback is not None:
+            callback(_finish(D, e)[0].copy())
+        if _norm(step) <= rtol * _norm(D):
+            return D, 0, rounds
+    return D, info, rounds
 
 
 def _certify_split(D, e_out, info, steps, A0, B0, C0, rtol, counter):

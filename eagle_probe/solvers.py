@@ -436,16 +436,7 @@ def distributed_eagle(A, B, C, machines, reference, *, eps=1e-8, maxiter=500):
 def distributed_gd(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000):
     """Gradient descent on w with step 1/‖A‖₂²: one all-reduce of the d' × d gradient a round."""
     As, Bs = _split(A, B, machines)
-    w = np.zeros((B.shape[0], A.shape[0]))
-    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
-    error = _rel(w @ C, reference)
-    rounds = 0
-    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
-        grad = sum((w @ Am - Bm) @ Am.T for Am, Bm in zip(As, Bs, strict=True))
-        w = w - step * grad
-        error = _rel(w @ C, reference)
-        if error <= eps:
-            break
+    w, rounds, error = gd_rounds(A, As, Bs, C, reference, sum, eps, maxiter)
     return {
         "method": "distributed_gd",
         "rounds": rounds,
@@ -454,30 +445,32 @@ def distributed_gd(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000):
     }
 
 
+def gd_rounds(A, As, Bs, C, reference, reduce, eps, maxiter):
+    """Distributed gradient descent on w (d' × d) from w = 0, step 1/‖A‖₂² (A: all columns):
+    each round reduce([(w A^μ − B^μ) A^μᵀ for the machines this process holds]) sums the
+    gradients over all machines and w ← w − step · gradient; stops once ‖w C − D*‖_F ≤ eps ‖D*‖_F
+    (D* = `reference`) or at maxiter. Written once for the simulation here (reduce = sum) and
+    the worker processes (`dist.gd_worker`: all_reduce). Returns (w, rounds, error)."""
+    w = np.zeros((Bs[0].shape[0], A.shape[0]))
+    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
+    error = _rel(w @ C, reference)
+    rounds = 0
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
+        w = w - step * reduce([(w @ Am - Bm) @ Am.T for Am, Bm in zip(As, Bs, strict=True)])
+        error = _rel(w @ C, reference)
+        if error <= eps:
+            break
+    return w, rounds, error
+
+
 def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
     """Consensus ADMM on w; machine μ solves its regularised local problem exactly.
 
     rho defaults to ‖A‖₂² / M. One round sends the d' × d vector w_μ + u_μ per machine.
     """
     As, Bs = _split(A, B, machines)
-    d = A.shape[0]
-    rho = eagle._spectral_norm(A) ** 2 / machines if rho is None else rho
-    factors = [np.linalg.cholesky(Am @ Am.T + rho * np.eye(d)) for Am in As]
-    rhs = [Bm @ Am.T for Am, Bm in zip(As, Bs, strict=True)]
-    ws = [np.zeros((B.shape[0], d)) for _ in As]
-    us = [np.zeros_like(w) for w in ws]
-    z = np.zeros_like(ws[0])
-    error, rounds = _rel(z @ C, reference), 0
-    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
-        for mu, L in enumerate(factors):
-            target = rhs[mu] + rho * (z - us[mu])  # w (A Aᵀ + ρ I) = target
-            ws[mu] = scipy.linalg.cho_solve((L, True), target.T).T
-        z = sum(w + u for w, u in zip(ws, us, strict=True)) / machines
-        for mu in range(machines):
-            us[mu] = us[mu] + ws[mu] - z
-        error = _rel(z @ C, reference)
-        if error <= eps:
-            break
+    rho = admm_rho(A, machines, rho)
+    z, rounds, error = admm_rounds(As, Bs, C, reference, rho, machines, sum, eps, maxiter)
     return {
         "method": "admm",
         "rounds": rounds,
@@ -485,6 +478,37 @@ def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
         "floats_per_round": z.size,
         "rho": rho,
     }
+
+
+def admm_rho(A, machines, rho=None) -> float:
+    """ADMM's penalty: `rho` when given, else ‖A‖₂² / M."""
+    return eagle._spectral_norm(A) ** 2 / machines if rho is None else rho
+
+
+def admm_rounds(As, Bs, C, reference, rho, machines, reduce, eps, maxiter):
+    """Consensus ADMM on w (d' × d) over `machines`, of which this process holds As, Bs: each
+    machine solves w_μ (A^μ A^μᵀ + ρ I) = B^μ A^μᵀ + ρ (z − u_μ) by its Cholesky factor,
+    reduce([w_μ + u_μ, ...]) sums over all machines, z is their mean and u_μ ← u_μ + w_μ − z;
+    stops as `gd_rounds` does. Written once for the simulation here (reduce = sum) and the worker
+    processes (`dist.admm_worker`: all_reduce). Returns (z, rounds, error)."""
+    d = As[0].shape[0]
+    factors = [np.linalg.cholesky(Am @ Am.T + rho * np.eye(d)) for Am in As]
+    rhs = [Bm @ Am.T for Am, Bm in zip(As, Bs, strict=True)]
+    ws = [np.zeros((Bs[0].shape[0], d)) for _ in As]
+    us = [np.zeros_like(w) for w in ws]
+    z = np.zeros_like(ws[0])
+    error, rounds = _rel(z @ C, reference), 0
+    for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
+        for mu, L in enumerate(factors):
+            target = rhs[mu] + rho * (z - us[mu])  # w (A Aᵀ + ρ I) = target
+            ws[mu] = scipy.linalg.cho_solve((L, True), target.T).T
+        z = reduce([w + u for w, u in zip(ws, us, strict=True)]) / machines
+        for mu in range(len(ws)):
+            us[mu] = us[mu] + ws[mu] - z
+        error = _rel(z @ C, reference)
+        if error <= eps:
+            break
+    return z, rounds, error
 
 
 def diversity_index(A, machines) -> float:
