@@ -120,22 +120,29 @@ SUITES = {
 }
 
 
+def geometric_matrix(m: int, n: int, rank: int, kappa: float, rng: np.random.Generator):
+    """U diag(σ) Vᵀ (m, n) of rank `rank`, σ geometric from 1 to 1/κ, U and V orthonormal
+    columns from Gaussian draws (U's first)."""
+    U, _ = np.linalg.qr(rng.standard_normal((m, rank)))
+    V, _ = np.linalg.qr(rng.standard_normal((n, rank)))
+    return (U * np.logspace(0, -math.log10(kappa), rank)) @ V.T
+
+
+def completion(A: np.ndarray, B: np.ndarray, C: np.ndarray, rcond: float) -> np.ndarray:
+    """The exact D = B A⁺ C, A⁺ with singular values below rcond · σ_1 cut off."""
+    return B @ np.linalg.pinv(A, rcond=rcond) @ C
+
+
 def kappa_problem(m: int, n: int, kappa: float, rng: np.random.Generator):
     """Dense A (m, n) with singular values geometric from 1 to 1/κ; b with a residual part."""
-    k = min(m, n)
-    U, _ = np.linalg.qr(rng.standard_normal((m, k)))
-    V, _ = np.linalg.qr(rng.standard_normal((n, k)))
-    A = (U * np.logspace(0, -math.log10(kappa), k)) @ V.T
-    return A, rng.standard_normal(m)
+    return geometric_matrix(m, n, min(m, n), kappa, rng), rng.standard_normal(m)
 
 
 def block_problem(d: int, n: int, rank: int, kappa: float, rng: np.random.Generator, q: int = 2):
     """Blocks of a rank-`rank` X = [[A, C], [B, D]] whose A has condition number κ."""
-    U, _ = np.linalg.qr(rng.standard_normal((d + q, rank)))
-    V, _ = np.linalg.qr(rng.standard_normal((n + q, rank)))
-    X = (U * np.logspace(0, -math.log10(kappa), rank)) @ V.T
+    X = geometric_matrix(d + q, n + q, rank, kappa, rng)
     A, B, C = X[:d, :n], X[d:, :n], X[:d, n:]
-    return A, B, C, B @ np.linalg.pinv(A, rcond=1e-13) @ C
+    return A, B, C, completion(A, B, C, 1e-13)
 
 
 def allowance(kappa: float) -> float:
@@ -150,15 +157,29 @@ def wrong_success(info: int, error: float, kappa: float) -> bool:
 
 
 def condition_number(A: np.ndarray) -> float:
-    """σ_1/σ_r over the singular values above numpy's lstsq cutoff max(m, n) · eps · σ_1."""
-    s = np.linalg.svd(A, compute_uv=False)
-    if not s.size or s[0] == 0:
+    """σ_1/σ_r over the singular values above numpy's lstsq cutoff max(m, n) · eps · σ_1 (the
+    κ̂ of EAGLE's certificate); 1 for a zero A."""
+    if not np.any(A):
         return 1.0
-    kept = s[s > max(A.shape) * np.finfo(np.float64).eps * s[0]]
-    return float(kept[0] / kept[-1])
+    s, rank, _ = eagle._singular_values(A)
+    return float(s[0] / s[rank - 1])
 
 
 # --- sections -----------------------------------------------------------------------------
+
+OWN_MAXITER = ("eagle", "newton_schulz")  # run at their own maxiter, not the suite's cap
+
+
+def _run(name: str, A, b, ref, suite: Suite, *, record: bool) -> solvers.Run:
+    """`solvers.run` as every section runs it: rtol 1e-10, the suite's iteration cap for the
+    iterative baselines."""
+    maxiter = None if name in OWN_MAXITER else suite.maxiter
+    return solvers.run(name, A, b, reference=ref, rtol=1e-10, maxiter=maxiter, record=record)
+
+
+def _row(r: solvers.Run, kappa: float) -> dict:
+    """A table row of run `r` on a problem of condition number κ, with its wrong-success flag."""
+    return {"kappa": kappa} | r.to_dict() | {"wrong_success": wrong_success(r.info, r.error, kappa)}
 
 
 def centralized(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -172,30 +193,10 @@ def centralized(suite: Suite, rng: np.random.Generator) -> tuple[pd.DataFrame, p
                 s for s in suite.baselines if not (n > 500 and s in ("gd", "lbfgs", "lsqr"))
             )
             for name in names:
-                r = solvers.run(
-                    name,
-                    A,
-                    b,
-                    reference=ref,
-                    rtol=1e-10,
-                    maxiter=None if name in ("eagle", "newton_schulz") else suite.maxiter,
-                    record=n <= 500,
-                )
+                r = _run(name, A, b, ref, suite, record=n <= 500)
                 if n > 500:  # clean timing: rerun without the history callback
-                    r = solvers.run(
-                        name,
-                        A,
-                        b,
-                        reference=ref,
-                        rtol=1e-10,
-                        maxiter=None if name in ("eagle", "newton_schulz") else suite.maxiter,
-                        record=False,
-                    )
-                rows.append(
-                    {"n": n, "kappa": kappa}
-                    | r.to_dict()
-                    | {"wrong_success": wrong_success(r.info, r.error, kappa)}
-                )
+                    r = _run(name, A, b, ref, suite, record=False)
+                rows.append({"n": n} | _row(r, kappa))
                 hist += [
                     {"n": n, "kappa": kappa, "solver": name, "iteration": i + 1, "error": e}
                     for i, e in enumerate(r.history)
@@ -266,7 +267,7 @@ def diverse_problem(
         cols.append(Q @ (E + overlap * rng.standard_normal((rank, per_machine))))
     X = np.hstack(cols + [Q @ rng.standard_normal((rank, 2))])
     A, B, C = X[:d, :-2], X[d:, :-2], X[:d, -2:]
-    return A, B, C, B @ np.linalg.pinv(A, rcond=1e-13) @ C
+    return A, B, C, completion(A, B, C, 1e-13)
 
 
 def constrained(suite: Suite, rng: np.random.Generator) -> pd.DataFrame:
@@ -373,23 +374,11 @@ def real_data(
         t_ref = time.perf_counter() - start
         kappa = condition_number(A)
         for name in ("eagle",) + suite.baselines:
-            r = solvers.run(
-                name,
-                A,
-                b,
-                reference=ref,
-                rtol=1e-10,
-                maxiter=None if name == "eagle" else suite.maxiter,
-                record=False,
-            )
+            r = _run(name, A, b, ref, suite, record=False)
             rows.append(
-                {"matrix": path.stem, "m": A.shape[0], "n": A.shape[1], "kappa": kappa}
-                | r.to_dict()
-                | {
-                    "wrong_success": wrong_success(r.info, r.error, kappa),
-                    "reached_1e-8": r.error <= 1e-8,
-                    "lstsq_seconds": t_ref,
-                }
+                {"matrix": path.stem, "m": A.shape[0], "n": A.shape[1]}
+                | _row(r, kappa)
+                | {"reached_1e-8": r.error <= 1e-8, "lstsq_seconds": t_ref}
             )
     table = pd.DataFrame(rows)
     nys = nystrom_rbf(rng)
@@ -411,7 +400,7 @@ def nystrom_rbf(rng: np.random.Generator, landmarks: int = 240, dim: int = 3) ->
         K[:landmarks, landmarks:],
         K[landmarks:, landmarks:],
     )
-    exact = B @ np.linalg.pinv(A, rcond=1e-10) @ C
+    exact = completion(A, B, C, 1e-10)
     start = time.perf_counter()
     est, info, its = eagle.complete(A, B, C, rtol=1e-10, return_info=True)
     seconds = time.perf_counter() - start
@@ -483,7 +472,7 @@ def movielens(users: int = 300, items: int = 300, hidden: int = 50) -> pd.DataFr
         rows.append({"method": f"EAGLE, {steps} steps", "rmse": rmse(D)})
     D, info, its = eagle.complete(A, B, C, return_info=True)
     rows.append({"method": f"EAGLE to convergence ({its} steps)", "rmse": rmse(D)})
-    rows.append({"method": "exact B A⁺ C", "rmse": rmse(B @ np.linalg.pinv(A, rcond=1e-10) @ C)})
+    rows.append({"method": "exact B A⁺ C", "rmse": rmse(completion(A, B, C, 1e-10))})
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
     for k in (5, 10, 20):
         pinv_k = (Vt[:k].T / s[:k]) @ U[:, :k].T
