@@ -501,8 +501,9 @@ def _finished(D, e, counter):
 
 def _candidate(rel_step, prev_step, rtol):
     """A candidate stop: a step of at most rtol, or a small step that did not halve (the
-    iteration has reached its rounding floor, or a singular value is still far from resolved)."""
-    return rel_step <= rtol or (rel_step <= STALL_STEP and rel_step > 0.5 * prev_step)
+    iteration has reached its rounding floor, or a singular value is still far from resolved).
+    Floats or tensors of them (`torch_eagle`'s batch): | and &, not `or`, so both work."""
+    return (rel_step <= rtol) | ((rel_step <= STALL_STEP) & (rel_step > 0.5 * prev_step))
 
 
 def _outcome(counter, check, checks):

@@ -112,37 +112,37 @@ def _converged(A, b, x, rtol, atol, norm_a) -> bool:
     )
 
 
-def solve_eagle(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
-    """EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `eagle.lstsq`."""
-    return eagle.lstsq(
-        A,
-        b,
-        x0,
-        rtol=rtol,
-        atol=atol,
-        maxiter=maxiter,
-        callback=callback,
-        eta=eagle.THEORY_ETA,
-        gamma=eagle.THEORY_GAMMA,
-    )
+def _eagle(eta: float, name: str, doc: str) -> Solver:
+    """`eagle.lstsq` at step size η (γ = 1) with the common signature."""
+
+    def solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
+        return eagle.lstsq(
+            A,
+            b,
+            x0,
+            rtol=rtol,
+            atol=atol,
+            maxiter=maxiter,
+            callback=callback,
+            eta=eta,
+            gamma=eagle.THEORY_GAMMA,
+        )
+
+    solve.__name__, solve.__qualname__, solve.__doc__ = name, name, doc
+    return solve
 
 
 FAST_ETA = 0.45  # measured: ~25% fewer iterations than the theory's 1/3 at equal accuracy
-
-
-def solve_eagle_fast(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
-    """EAGLE with η = 0.45 (instead of the theory's 1/3), γ = 1; same stopping rule."""
-    return eagle.lstsq(
-        A,
-        b,
-        x0,
-        rtol=rtol,
-        atol=atol,
-        maxiter=maxiter,
-        callback=callback,
-        eta=FAST_ETA,
-        gamma=eagle.THEORY_GAMMA,
-    )
+solve_eagle = _eagle(
+    eagle.THEORY_ETA,
+    "solve_eagle",
+    "EAGLE (Algorithm 1, η = 1/3, γ = 1, ρ per step); see `eagle.lstsq`.",
+)
+solve_eagle_fast = _eagle(
+    FAST_ETA,
+    "solve_eagle_fast",
+    "EAGLE with η = 0.45 (instead of the theory's 1/3), γ = 1; same stopping rule.",
+)
 
 
 def solve_lstsq(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):

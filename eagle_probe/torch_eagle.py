@@ -47,7 +47,6 @@ ETA, GAMMA = template.THEORY_ETA, template.THEORY_GAMMA
 SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
 CLUSTER = template.CLUSTER
 CERT_FLOOR, CERT_MARGIN, REFINE = template.CERT_FLOOR, template.CERT_MARGIN, template.REFINE
-STALL_STEP = template.STALL_STEP
 RATIO = GAMMA / ETA  # κ: Z's C column is C_l times this, Vᵀ's last row −y (see `_solve`)
 COMPACT = 0.8  # the batch is compacted when fewer than this share of it is still running
 SLICE = 1024  # problems at a time where a temporary the batch's size is not needed
@@ -271,7 +270,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         # ‖I − K/μ‖_F² = ‖K‖_F² / μ² − n for K = A_lᵀA_l, μ = trace K / n
         early = alive & ~tried & ((gram**2 - edge**2) * n**2 <= trace**2 * (n + EARLY**2))
         tried = tried | early
-        candidate = alive & ((rel <= rtol) | ((rel <= STALL_STEP) & (rel > 0.5 * prev)) | early)
+        candidate = alive & (template._candidate(rel, prev, rtol) | early)
         prev = rel
         finite = finite | ~alive  # a finished problem's numbers no longer matter
         leave = ~finite  # non-finite ones: the NumPy solver below
@@ -397,8 +396,9 @@ class _Scaling:
 
 
 def _numpy_fallback(A, b, x0, x, info, rtol, atol, maxiter) -> None:
-    """What the batched certificate could not decide (info ≠ 0): the NumPy solver, one problem
-    at a time, its answer and code written into x and info."""
+    """What the batched certificate could not decide (info ≠ 0): the NumPy solver (`eagle.lstsq`
+    with this module's η and γ, as `solvers.solve_eagle`), one problem at a time, its answer and
+    code written into x and info."""
     undecided = torch.nonzero(info != 0).squeeze(1).tolist()
     if not undecided:
         return
@@ -406,24 +406,11 @@ def _numpy_fallback(A, b, x0, x, info, rtol, atol, maxiter) -> None:
     b64 = b.detach().to("cpu", torch.float64).numpy()
     x064 = x0.detach().to("cpu", torch.float64).numpy()
     for j in undecided:
-        xj, ij = _solve_eagle_numpy(A64[j], b64[j], x064[j], rtol, atol, maxiter)
+        xj, ij = template.lstsq(
+            A64[j], b64[j], x064[j], rtol=rtol, atol=atol, maxiter=maxiter, eta=ETA, gamma=GAMMA
+        )
         x[j] = torch.as_tensor(xj, dtype=x.dtype, device=x.device)
         info[j] = ij
-
-
-def _solve_eagle_numpy(A, b, x0, rtol, atol, maxiter) -> tuple[np.ndarray, int]:
-    """The NumPy solver of one problem (`solvers.solve_eagle`: the template's EAGLE with the
-    theory's η and γ)."""
-    return template.lstsq(
-        A,
-        b,
-        x0,
-        rtol=rtol,
-        atol=atol,
-        maxiter=maxiter,
-        eta=template.THEORY_ETA,
-        gamma=template.THEORY_GAMMA,
-    )
 
 
 DRIVERS = {"cpu": ("gelsd", "gelsy", "gelss", "gels"), "cuda": ("gels",)}
