@@ -110,6 +110,16 @@ def _one_message(stats: dict):
     return reduce
 
 
+def _report(rounds: int, error: float, stats: dict) -> dict:
+    """A baseline worker's result: rounds, error, bytes sent per round and the message counts."""
+    return {
+        "rounds": rounds,
+        "error": error,
+        "bytes_per_round": stats["bytes_sent"] / rounds,
+        **stats,
+    }
+
+
 def _local_blocks(A: np.ndarray, B: np.ndarray, rank: int, world: int):
     """This rank's own columns A^μ, B^μ (copies), as lists of the one block it holds."""
     part = eagle._split_columns(A.shape[1], world)[rank]
@@ -180,12 +190,7 @@ def gd_worker(
     _, rounds, err = solvers.gd_rounds(
         A, *_local_blocks(A, B, rank, world), C, reference, _one_message(stats), eps, maxiter
     )
-    return {
-        "rounds": rounds,
-        "error": err,
-        "bytes_per_round": stats["bytes_sent"] / rounds,
-        **stats,
-    }
+    return _report(rounds, err, stats)
 
 
 def admm_worker(
@@ -212,9 +217,4 @@ def admm_worker(
         eps,
         maxiter,
     )
-    return {
-        "rounds": rounds,
-        "error": err,
-        "bytes_per_round": stats["bytes_sent"] / rounds,
-        **stats,
-    }
+    return _report(rounds, err, stats)
