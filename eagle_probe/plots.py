@@ -846,8 +846,9 @@ GAP_FLOOR = 1e-17  # relative gaps and 1 − cosines below this are drawn at it 
 
 
 def _decades(ax, at_least: float = 2.0) -> None:
-    """Widen a log y axis to span at least `at_least` decades around its data, so its ticks are
-    labelled powers of ten (a narrower span labels minor ticks like 2.15×10⁻¹⁶)."""
+    """Put the y axis on a log scale spanning at least `at_least` decades around its data, so its
+    ticks are labelled powers of ten (a narrower span labels minor ticks like 2.15×10⁻¹⁶)."""
+    ax.set_yscale("log")
     lo, hi = ax.get_ylim()
     if lo > 0 and np.log10(hi / lo) < at_least:
         mid = np.sqrt(lo * hi)
@@ -859,7 +860,6 @@ def _log_twin(ax, x, gaps, style: str, label: str, ylabel: str, ms=None, **ylabe
     `style`, at least two decades tall; returns it."""
     twin = ax.twinx()
     twin.plot(x, _positive(gaps, GAP_FLOOR), style, ms=ms, label=label)
-    twin.set_yscale("log")
     _decades(twin)
     twin.set_ylabel(ylabel, **ylabel_kw)
     return twin
@@ -926,7 +926,6 @@ def compare_sensitivity(result: dict) -> Figure:
         for block, colour in (("C", "C2"), ("A", "C0")):
             y = [1.0 - p["sensitivity_cosine"][block] for p in sweep["points"]]
             ax.plot(x, _positive(y, GAP_FLOOR), color=colour, marker=".", label=f"∂D̂/∂{block}")
-        ax.set_yscale("log")
         _decades(ax)
         ax.set_ylabel("1 − cosine", fontsize=7)
         ax.set_title(name, fontsize=9)
@@ -945,10 +944,9 @@ def compare_interpolation(result: dict) -> Figure:
     family = result.get("model", {}).get("family") or "family"
     # a log axis: a path that blows up midway reads in decades, not as one tick "3e+33"
     ax.plot(t, _positive(path["mse"], _floor(path["mse"])), "C0.-", label="MSE")
-    ax.set_yscale("log")
+    _decades(ax)
     ax.set_xlabel(f"t (0: network, 1: {family} at the faithful steps)")
     ax.set_ylabel("MSE (prompt units)", color="C0")
-    _decades(ax)
     _log_twin(
         ax, t, path["gap"], "C3.--", "gap to the network", "‖D_t − D_net‖ / ‖D_net‖", color="C3"
     )
@@ -1019,7 +1017,6 @@ def timeline_gaps(result: dict) -> Figure:
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(steps, [p["mse"] for p in points], "C0.-", label="test MSE")
     top.plot(steps, [p["zero_mse"] for p in points], color="0.6", ls=":", label="zero predictor")
-    top.set_yscale("log")
     _decades(top)
     top.set_ylabel("MSE (prompt units)")
     _spike_lines(top, result)
