@@ -304,6 +304,22 @@ def _claim(args: argparse.Namespace, claim):
     return args.outputs.enter_context(claim)
 
 
+def _claim_dir(args: argparse.Namespace, out: Path) -> Path:
+    """Claim the output directory `out` (checked by `_out_dir`): the temporary directory to
+    write into, published as `out` by `_publish`."""
+    from eagle_probe import files
+
+    return _claim(args, files.output_dir(out, force=args.force))
+
+
+def _load_model(args: argparse.Namespace) -> tuple:
+    """The model and task of the checkpoint `args.model`, within the --max-memory budget."""
+    from eagle_probe import checkpoint
+
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    return model, task
+
+
 def _publish(args: argparse.Namespace) -> None:
     args.outputs.close()
 

@@ -12,8 +12,8 @@ from eagle_probe.cli.common import (
     _add_model,
     _add_results_out,
     _add_seed,
-    _budget,
-    _claim,
+    _claim_dir,
+    _load_model,
     _more_steps,
     _out_dir,
     _positive_int,
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import checkpoint, files
+    from eagle_probe import checkpoint
     from eagle_probe.compare import CompareConfig, compare
     from eagle_probe.plots import compare_figures
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts < 2:
         raise EagleProbeError(f"--prompts must be at least 2, got {args.prompts}")
     out = _out_dir(args.out, args.force)
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task = _load_model(args)
     cfg = CompareConfig(
         prompts=args.prompts,
         sweeps=sweeps,
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         sensitivity_prompts=min(32, args.prompts),
     )
-    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tmp = _claim_dir(args, out)
     result = compare(model, task, cfg)
     result.json["model"]["checkpoint"] = str(args.model)
     result.json["model"]["sha256"] = checkpoint.sha256(args.model)

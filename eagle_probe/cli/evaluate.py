@@ -11,6 +11,7 @@ from eagle_probe.cli.common import (
     _add_model,
     _add_seed,
     _budget,
+    _load_model,
     _positive_int,
 )
 from eagle_probe.errors import EagleProbeError
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         readout_sign,
     )
 
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task = _load_model(args)
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
     result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
     bad = [k for k in ("mse", "zero_mse", "worst_mse") if not math.isfinite(result[k])]

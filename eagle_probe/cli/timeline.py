@@ -10,7 +10,7 @@ from eagle_probe.cli.common import (
     _add_results_out,
     _add_seed,
     _budget,
-    _claim,
+    _claim_dir,
     _out_dir,
     _positive_int,
     _publish_results,
@@ -36,13 +36,12 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import files
     from eagle_probe.plots import timeline_figures
     from eagle_probe.timeline import run_checkpoints, timeline
 
     run_checkpoints(args.run_dir)  # a directory without checkpoints fails before --out is made
     out = _out_dir(args.out, args.force)
-    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tmp = _claim_dir(args, out)
     result = timeline(
         args.run_dir, seed=args.seed, test_batch=args.test_batch, max_bytes=_budget(args)
     )
