@@ -61,7 +61,6 @@ from __future__ import annotations
 import math
 import tempfile
 import textwrap
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,7 @@ from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
 from eagle_probe.names import MAX_MORE_STEPS
+from eagle_probe.progress import timed
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 SCHEMA = "eagle-probe compare"
@@ -178,7 +178,7 @@ class Comparison:
         for name, table in self.sweeps.items():
             cols = ["value", *[f"mse_{a}" for a in ALGORITHMS if f"mse_{a}" in table], "gap"]
             lines.append(f"\n{name}:")
-            lines.append(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+            lines.append(table[cols].to_string(index=False, float_format=_fmt))
         return "\n".join(lines)
 
 
@@ -730,10 +730,9 @@ def compare(
     samples = model.cfg.samples
     cfg = (CompareConfig() if cfg is None else cfg).for_layout(samples)
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    if extraction is None:
-        extraction = _default_extraction(model, task, cfg)
-    timings["extract"] = time.perf_counter() - t0
+    with timed(timings, "extract"):
+        if extraction is None:
+            extraction = _default_extraction(model, task, cfg)
     scorer = _Scorer(model, extraction, cfg)
     geo = scorer.geo
     grid = default_values(task) if values is None else values
@@ -742,12 +741,11 @@ def compare(
     base = sample(task, cfg.prompts, make_generator(cfg.seed + 1), dtype=torch.float64)
     train_norm = float(np.median(np.linalg.norm(base.A.numpy(), ord=2, axis=(-2, -1))))
 
-    t0 = time.perf_counter()
-    if samples:  # no solver is exported for the sample layout (it runs EAGLE)
-        export_check = {"prompts": 0, "relative_gap": None, "reason": "no solver is exported"}
-    else:
-        export_check = _export_check(extraction, base, scorer)
-    timings["export_check"] = time.perf_counter() - t0
+    with timed(timings, "export_check"):
+        if samples:  # no solver is exported for the sample layout (it runs EAGLE)
+            export_check = {"prompts": 0, "relative_gap": None, "reason": "no solver is exported"}
+        else:
+            export_check = _export_check(extraction, base, scorer)
 
     sweeps_json: dict[str, Any] = {}
     tables: dict[str, pd.DataFrame] = {}
@@ -757,22 +755,19 @@ def compare(
         if sweep not in grid:
             skipped[sweep] = "no values given"
             continue
-        t0 = time.perf_counter()
-        sweeps_json[sweep], tables[sweep] = _run_sweep(
-            scorer, task, sweep, grid[sweep], train_norm, cfg, rng
-        )
-        timings[sweep] = time.perf_counter() - t0
+        with timed(timings, sweep):
+            sweeps_json[sweep], tables[sweep] = _run_sweep(
+                scorer, task, sweep, grid[sweep], train_norm, cfg, rng
+            )
 
-    t0 = time.perf_counter()
-    z0 = base.z0().numpy()
-    interp = interpolation(
-        scorer.model, geo, *scorer.faithful, z0, base.D.numpy(), cfg.interpolation_points
-    )
-    timings["interpolation"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    qk, vp = state_products(scorer.model)
-    imap = iteration_map(geo, qk, vp, z0, cfg.map_steps)
-    timings["iteration_map"] = time.perf_counter() - t0
+    with timed(timings, "interpolation"):
+        z0 = base.z0().numpy()
+        interp = interpolation(
+            scorer.model, geo, *scorer.faithful, z0, base.D.numpy(), cfg.interpolation_points
+        )
+    with timed(timings, "iteration_map"):
+        qk, vp = state_products(scorer.model)
+        imap = iteration_map(geo, qk, vp, z0, cfg.map_steps)
 
     out = {
         "schema": SCHEMA,

@@ -61,6 +61,51 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 
+def _panel_row(count: int, width: float, height: float) -> tuple[Figure, np.ndarray]:
+    """A figure of `count` panels side by side, `width` inches each and `height` high."""
+    fig = Figure(figsize=(width * count, height))
+    return fig, fig.subplots(1, count, squeeze=False)[0]
+
+
+def _diverging(ax, W: np.ndarray, **kwargs):
+    """`W` as an image in diverging colours centred at 0 (blue below, red above); returns it."""
+    lim = max(float(np.nanmax(np.abs(W))) if W.size else 0.0, 1e-12)
+    return ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, **kwargs)
+
+
+def _fraction_map(ax, values: np.ndarray, cmap: str, texts) -> Any:
+    """`values` in [0, 1] as an image in `cmap`, each ((row, column), text) of `texts` written
+    in its cell (white on the dark cells); returns the image."""
+    im = ax.imshow(values, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    for (i, j), text in texts:
+        colour = "w" if values[i, j] > 0.6 else "k"
+        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+    return im
+
+
+def _layer_axis(ax, layers, axis: str = "x") -> None:
+    """Tick the layers `layers` (0-based numbers) at positions 0, 1, … along `axis`."""
+    ticks, label = (ax.set_xticks, ax.set_xlabel) if axis == "x" else (ax.set_yticks, ax.set_ylabel)
+    ticks(range(len(layers)), [str(layer) for layer in layers])
+    label("layer (0-based)")
+
+
+def _layer_colour(layer: int) -> str:
+    """The colour of layer (or head) `layer` in every per-layer line plot."""
+    return f"C{layer % 10}"
+
+
+def _handles(*axes) -> tuple[list, list[str]]:
+    """The legend entries of `axes`, each label once, in order of appearance."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    return handles, labels
+
+
 def weight_heatmaps(model: LinearTransformer, layer: int) -> Figure:
     """W_QK (top row) and W_VP (bottom row) of every head of one layer."""
     qk = model.W_QK(layer).to(torch.float64).numpy()
@@ -71,8 +116,7 @@ def weight_heatmaps(model: LinearTransformer, layer: int) -> Figure:
     for h in range(heads):
         for row, (W, name) in enumerate(((qk[h], "W_QK"), (vp[h], "W_VP"))):
             ax = axes[row][h]
-            lim = max(float(np.abs(W).max()), 1e-12)
-            ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            _diverging(ax, W)
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{name} h{h}", fontsize=8)
@@ -88,8 +132,7 @@ def head_shares(shares: pd.DataFrame) -> Figure:
     """Per layer, each head's share of the update, one bar group per problem type."""
     layers = sorted(shares.layer.unique())
     problems = list(dict.fromkeys(shares.problem))
-    fig = Figure(figsize=(3.3 * len(layers), 3.2))
-    axes = fig.subplots(1, len(layers), squeeze=False)[0]
+    fig, axes = _panel_row(len(layers), 3.3, 3.2)
     width = 0.8 / len(problems)
     for ax, layer in zip(axes, layers, strict=True):
         part = shares[shares.layer == layer]
@@ -116,8 +159,7 @@ def pruning_curve(pruning: pd.DataFrame, zero_mse: float | None = None) -> Figur
 def error_curves(history: pd.DataFrame, x: str = "iteration") -> Figure:
     """Error against iterations (or another column) per solver, one panel per (n, κ)."""
     groups = list(history.groupby(["n", "kappa"]))
-    fig = Figure(figsize=(4.4 * len(groups), 3.4))
-    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    fig, axes = _panel_row(len(groups), 4.4, 3.4)
     for ax, ((n, kappa), g) in zip(axes, groups, strict=True):
         for solver, s in g.groupby("solver"):
             ax.loglog(s[x], s.error.clip(lower=1e-17), label=solver)
@@ -129,8 +171,7 @@ def error_curves(history: pd.DataFrame, x: str = "iteration") -> Figure:
 def fidelity_bars(table: pd.DataFrame) -> Figure:
     """Our Table 1 fidelity per layer beside the paper's, one panel per regime."""
     models = list(dict.fromkeys(table.model))
-    fig = Figure(figsize=(3.6 * len(models), 3.2))
-    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    fig, axes = _panel_row(len(models), 3.6, 3.2)
     for ax, name in zip(axes, models, strict=True):
         t = table[table.model == name]
         ax.bar(t.layer - 0.2, t.fidelity, width=0.4, label="eagle-probe")
@@ -143,8 +184,7 @@ def fidelity_bars(table: pd.DataFrame) -> Figure:
 
 def sketch_spectra(spectrum: pd.DataFrame) -> Figure:
     layers = sorted(spectrum.layer.unique())
-    fig = Figure(figsize=(3.2 * len(layers), 3))
-    axes = fig.subplots(1, len(layers), squeeze=False)[0]
+    fig, axes = _panel_row(len(layers), 3.2, 3)
     for ax, layer in zip(axes, layers, strict=True):
         s = spectrum[spectrum.layer == layer]
         ax.plot(s["index"], s.network, "o-", ms=3, label="network W_QK")
@@ -179,6 +219,11 @@ def _floor(*arrays) -> float:
     v = np.concatenate([np.asarray(a, dtype=float).reshape(-1) for a in arrays])
     v = v[np.isfinite(v) & (v > 0)]
     return float(v.min()) / 10 if v.size else 1e-12
+
+
+def _note(ax, text: str, xy: tuple, offset: tuple, fontsize: float = 7, **kwargs) -> None:
+    """`text` at `xy` (data coordinates) moved by `offset` points."""
+    ax.annotate(text, xy, xytext=offset, textcoords="offset points", fontsize=fontsize, **kwargs)
 
 
 def family_word(ex: Extraction) -> str:
@@ -272,8 +317,7 @@ def extraction_heatmaps(ex: Extraction) -> dict[str, Figure]:
                 )
             ):
                 ax = axes[2 * line + row][col]
-                lim = max(float(np.nanmax(np.abs(W))) if W.size else 0.0, 1e-12)
-                im = ax.imshow(W, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+                im = _diverging(ax, W, interpolation="nearest")
                 _block_axis(ax, n, width, xl, yl, coords)
                 ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
@@ -343,7 +387,7 @@ def extraction_filters(ex: Extraction) -> dict[str, Figure]:
         ax.set_ylim(lo - 0.04 * (hi - lo), hi + 0.08 * (hi - lo))
     for ax in axes[L:]:
         ax.set_visible(False)
-    handles, labels = axes[0].get_legend_handles_labels()
+    handles, labels = _handles(axes[0])
     if spectrum.size:  # the rug's own marks are faint; the legend shows a solid one
         handles[-1] = Line2D([], [], marker="|", ls="", color="k", ms=8)
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
@@ -390,15 +434,13 @@ def extraction_fidelity(ex: Extraction) -> dict[str, Figure]:
                 paper, x - 0.45, x + 0.45, colors="k", lw=2.0, label="paper, Table 1 (all blocks)"
             )
         ax.set_yscale("log")
-        ax.set_xticks(x, [str(i) for i in x])
-        ax.set_xlabel("layer (0-based)")
+        _layer_axis(ax, x)
         ax.set_title(title, fontsize=9)
     axes[0].set_ylabel(
         rf"$\|Z_{{\mathrm{{net}}}} - Z_{{\mathrm{{{_tex(fam)}}}}}\|_F^2\,/\,\#\mathrm{{entries}}$"
         "\n(prompt units)"
     )
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    fig.legend(*_handles(axes[0]), loc="outside right center", fontsize=8)
     fig.suptitle(f"Fidelity to {fam} per layer and block (lower is closer)", fontsize=10)
     return {"fidelity": fig}
 
@@ -423,15 +465,15 @@ def _attribution_bars(ax, part, pos, low: float, top: float, flat: set, blocks: 
         ax.bar(x, r - 1.0, bottom=1.0, width=width, color=f"C{i}", label=label)
         for xi, v in zip(x, raw, strict=True):
             if not np.isfinite(v) or v > ATTRIBUTION_CAP:
-                ax.annotate(
+                _note(
+                    ax,
                     readable(v),
                     (xi, ATTRIBUTION_CAP),
-                    xytext=(0, 2),
-                    textcoords="offset points",
+                    (0, 2),
+                    6,
                     ha="center",
                     va="bottom",
                     rotation=90,
-                    fontsize=6,
                 )
     ax.set_yscale("log")
     ax.set_ylim(low, top)
@@ -465,8 +507,7 @@ def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
         for ax, product in zip(axes, products, strict=True):
             _attribution_bars(ax, t[t["product"] == product], pos, low, top, flat, blocks)
             ax.set_ylabel(f"{product}: {ylabel}", fontsize=8)
-        axes[-1].set_xticks(range(len(layers)), [str(lay) for lay in layers])
-        axes[-1].set_xlabel("layer (0-based)")
+        _layer_axis(axes[-1], layers)
         grid = list(axes)
     else:
         layers = sorted(t.layer.unique())
@@ -486,12 +527,7 @@ def extraction_attribution(ex: Extraction) -> dict[str, Figure]:
             ax.set_xticks(range(len(heads)), [str(h) for h in heads])
             ax.set_xlabel("head")
         grid = list(axes.reshape(-1))
-    handles, labels = [], []
-    for ax in grid:
-        for hd, lb in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lb not in labels:
-                handles.append(hd)
-                labels.append(lb)
+    handles, labels = _handles(*grid)
     order = sorted(range(len(labels)), key=lambda k: labels[k])
     fig.legend(
         [handles[k] for k in order],
@@ -531,14 +567,12 @@ def extraction_projection_cost(ex: Extraction) -> dict[str, Figure]:
     y = np.arange(len(bars))[::-1]
     ax.barh(y, shown, color=[b[2] for b in bars], height=0.7)
     for yi, v, s in zip(y, vals, shown, strict=True):
-        text = readable(v)
-        ax.annotate(
-            text,
+        _note(
+            ax,
+            readable(v),
             (s if np.isfinite(s) else floor, yi),
-            xytext=(3, 0),
-            textcoords="offset points",
+            (3, 0),
             va="center",
-            fontsize=7,
             bbox=_TEXT_BOX,
         )
     if np.isfinite(zero) and zero > 0:
@@ -587,19 +621,17 @@ def extraction_gaps(ex: Extraction) -> dict[str, Figure]:
             )
     for xi, lay, m in zip(x, layers, _positive(mine, floor), strict=True):
         if np.isfinite(m):
-            ax.annotate(
+            _note(
+                ax,
                 lay["label"],
                 (xi - (w / 2 if has_ctrl else 0), m),
-                xytext=(0, 3),
-                textcoords="offset points",
+                (0, 3),
                 ha="center",
-                fontsize=7,
                 bbox=_TEXT_BOX,
             )
     ax.set_yscale("log")
     ax.set_ylim(top=ax.get_ylim()[1] * 3)
-    ax.set_xticks(x, [str(i) for i in x])
-    ax.set_xlabel("layer (0-based)")
+    _layer_axis(ax, x)
     ax.set_ylabel(
         rf"$\|Z_{{l+1}} - \mathrm{{{_tex(fam)}}}(Z_l)\|^2\,/\,\|Z_{{l+1}} - Z_l\|^2$" "\n(ratio)",
         fontsize=8,
@@ -629,14 +661,9 @@ def extraction_terms(ex: Extraction) -> dict[str, Figure]:
     # wide enough for the title and the longest term name, whatever the layers
     fig = _figure(max(6.5, 1.1 * L + 3), 0.34 * len(names) + 1.8)
     ax = fig.subplots()
-    im = ax.imshow(freq, cmap="Greens", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-    for (i, j), text in coef.items():
-        ax.text(
-            j, i, text, ha="center", va="center", fontsize=7, color="w" if freq[i, j] > 0.6 else "k"
-        )
+    im = _fraction_map(ax, freq, "Greens", coef.items())
     ax.set_yticks(range(len(names)), names, fontsize=8, family="monospace")
-    ax.set_xticks(range(L), [str(j) for j in range(L)])
-    ax.set_xlabel("layer (0-based)")
+    _layer_axis(ax, range(L))
     fig.colorbar(im, ax=ax, label="inclusion frequency (fraction of bags)")
     ax.set_title("Discovered terms: inclusion frequency, scalar coefficients printed", fontsize=10)
     return {"terms": fig}
@@ -663,17 +690,9 @@ def extraction_communication(ex: Extraction) -> dict[str, Figure]:
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (key, cmap, where, ablation) in zip(axes, panels, strict=True):
         share = np.array([[hd[key] for hd in lay["heads"]] for lay in layers])  # (L, h)
-        im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-        for (i, j), v in np.ndenumerate(share):
-            ax.text(
-                j,
-                i,
-                f"{100 * v:.0f}%",
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="w" if v > 0.6 else "k",
-            )
+        im = _fraction_map(
+            ax, share, cmap, ((ij, f"{100 * v:.0f}%") for ij, v in np.ndenumerate(share))
+        )
         labels = [
             f"{lay['layer']}: ×{lay[ablation]:.3g}"
             + (
@@ -723,7 +742,7 @@ def extraction_sketch(ex: Extraction) -> dict[str, Figure]:
                 ms=2.5,
                 lw=0.8,
                 alpha=0.7,
-                color=f"C{k % 10}",
+                color=_layer_colour(k),
                 label=f"head {int(head['head'].iloc[0])}",
             )
         ref = part[part["head"] == part["head"].min()]
@@ -739,8 +758,7 @@ def extraction_sketch(ex: Extraction) -> dict[str, Figure]:
         ax.set_title(f"layer {layer} (span {spans.get(layer, '?')})", fontsize=9)
         ax.set_xlabel("singular value index")
     axes[0].set_ylabel("σ_i / σ_1 of W_QK's A-block")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="outside right center")
+    fig.legend(*_handles(axes[0]), fontsize=7, loc="outside right center")
     fig.suptitle(
         "Each head's sketch: a scaled projector is flat at 1 for r values, then 0", fontsize=10
     )
@@ -824,13 +842,27 @@ def _sweep_axis(ax, name: str, sweep: dict) -> np.ndarray:
     return x
 
 
+GAP_FLOOR = 1e-17  # relative gaps and 1 − cosines below this are drawn at it (log axes)
+
+
 def _decades(ax, at_least: float = 2.0) -> None:
-    """Widen a log y axis to span at least `at_least` decades around its data, so its ticks are
-    labelled powers of ten (a narrower span labels minor ticks like 2.15×10⁻¹⁶)."""
+    """Put the y axis on a log scale spanning at least `at_least` decades around its data, so its
+    ticks are labelled powers of ten (a narrower span labels minor ticks like 2.15×10⁻¹⁶)."""
+    ax.set_yscale("log")
     lo, hi = ax.get_ylim()
     if lo > 0 and np.log10(hi / lo) < at_least:
         mid = np.sqrt(lo * hi)
         ax.set_ylim(mid / 10 ** (at_least / 2), mid * 10 ** (at_least / 2))
+
+
+def _log_twin(ax, x, gaps, style: str, label: str, ylabel: str, ms=None, **ylabel_kw):
+    """A right-hand log axis over `ax` with `gaps` (relative, floored at GAP_FLOOR) drawn in
+    `style`, at least two decades tall; returns it."""
+    twin = ax.twinx()
+    twin.plot(x, _positive(gaps, GAP_FLOOR), style, ms=ms, label=label)
+    _decades(twin)
+    twin.set_ylabel(ylabel, **ylabel_kw)
+    return twin
 
 
 def _sweep_panels(count: int, height: float, extra: float) -> tuple[Figure, np.ndarray]:
@@ -864,18 +896,16 @@ def compare_sweeps(result: dict) -> Figure:
         ax.set_yscale("log")
         ax.set_ylim(bottom=floor)
         ax.set_ylabel("MSE (prompt units)", fontsize=7)
-        twin = ax.twinx()
         gaps = [p["gap"]["faithful"] for p in sweep["points"]]
-        twin.plot(x, _positive(gaps, 1e-17), "ko", ms=3, label="gap network–extracted")
-        twin.set_yscale("log")
-        _decades(twin)
-        twin.set_ylabel("‖D_net − D_alg‖ / ‖D_net‖", fontsize=7)
+        twin = _log_twin(
+            ax, x, gaps, "ko", "gap network–extracted", "‖D_net − D_alg‖ / ‖D_net‖", 3, fontsize=7
+        )
         f = sweep["follows"]
         ax.axvspan(f["low"], f["high"], color="C2", alpha=0.07)
         ax.set_title(name, fontsize=9)
         ax.tick_params(which="both", labelsize=7)
         twin.tick_params(which="both", labelsize=7)  # minor labels too: a log axis under 1 decade
-    handles, labels = axes[0].get_legend_handles_labels()
+    handles, labels = _handles(axes[0])
     handles.append(Line2D([], [], color="k", marker="o", ls="", ms=3))
     labels.append("gap network–extracted (right axis)")
     fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=4)
@@ -895,8 +925,7 @@ def compare_sensitivity(result: dict) -> Figure:
         x = _sweep_axis(ax, name, sweep)
         for block, colour in (("C", "C2"), ("A", "C0")):
             y = [1.0 - p["sensitivity_cosine"][block] for p in sweep["points"]]
-            ax.plot(x, _positive(y, 1e-17), color=colour, marker=".", label=f"∂D̂/∂{block}")
-        ax.set_yscale("log")
+            ax.plot(x, _positive(y, GAP_FLOOR), color=colour, marker=".", label=f"∂D̂/∂{block}")
         _decades(ax)
         ax.set_ylabel("1 − cosine", fontsize=7)
         ax.set_title(name, fontsize=9)
@@ -915,15 +944,12 @@ def compare_interpolation(result: dict) -> Figure:
     family = result.get("model", {}).get("family") or "family"
     # a log axis: a path that blows up midway reads in decades, not as one tick "3e+33"
     ax.plot(t, _positive(path["mse"], _floor(path["mse"])), "C0.-", label="MSE")
-    ax.set_yscale("log")
+    _decades(ax)
     ax.set_xlabel(f"t (0: network, 1: {family} at the faithful steps)")
     ax.set_ylabel("MSE (prompt units)", color="C0")
-    twin = ax.twinx()
-    twin.plot(t, _positive(path["gap"], 1e-17), "C3.--", label="gap to the network")
-    twin.set_yscale("log")
-    _decades(ax)
-    _decades(twin)
-    twin.set_ylabel("‖D_t − D_net‖ / ‖D_net‖", color="C3")
+    _log_twin(
+        ax, t, path["gap"], "C3.--", "gap to the network", "‖D_t − D_net‖ / ‖D_net‖", color="C3"
+    )
     ax.set_title(f"Interpolating the network's products towards {family}", fontsize=10)
     return fig
 
@@ -940,8 +966,7 @@ def iteration_map(result: dict) -> Figure:
         img = np.log10(_positive(dist, 1e-32))
         im = ax.imshow(img, aspect="auto", cmap="viridis_r", interpolation="nearest")
         ax.plot(m["closest"], np.arange(len(dist)), "rx", ms=6)
-        ax.set_yticks(np.arange(len(dist)), [str(i) for i in range(len(dist))])
-        ax.set_ylabel("layer (0-based)")
+        _layer_axis(ax, range(len(dist)), "y")
         ax.set_xlabel(f"steps of {titles.get(name, name)}", fontsize=8)
         fig.colorbar(im, ax=ax, label="log10 relative distance")
     fig.suptitle("Which step count each layer's D slot is closest to (x: closest)", fontsize=10)
@@ -958,7 +983,14 @@ def compare_figures(result: dict) -> dict[str, Figure]:
     return out
 
 
-_LABEL_CODES = {"not EAGLE": 0, "EAGLE-like": 1, "EAGLE": 2}
+# the feature layout's labels, least to most of EAGLE, and their colours
+_EAGLE_LABELS = {"not EAGLE": "0.85", "EAGLE-like": "C1", "EAGLE": "C2"}
+
+
+def _checkpoints(result: dict) -> tuple[list, np.ndarray, int]:
+    """A timeline.json's checkpoints, their training steps and the model's layer count."""
+    points = result["checkpoints"]
+    return points, np.array([p["step"] for p in points], dtype=float), len(points[0]["layers"])
 
 
 def _step_axis(ax, steps: np.ndarray) -> None:
@@ -980,14 +1012,11 @@ def _spike_lines(ax, result: dict) -> None:
 def timeline_gaps(result: dict) -> Figure:
     """timeline.json: test MSE and each layer's relative one-step gap against training step,
     loss spikes marked."""
-    points = result["checkpoints"]
-    steps = np.array([p["step"] for p in points], dtype=float)
-    L = len(points[0]["layers"])
+    points, steps, L = _checkpoints(result)
     fig = _figure(7.0, 6.0)
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(steps, [p["mse"] for p in points], "C0.-", label="test MSE")
     top.plot(steps, [p["zero_mse"] for p in points], color="0.6", ls=":", label="zero predictor")
-    top.set_yscale("log")
     _decades(top)
     top.set_ylabel("MSE (prompt units)")
     _spike_lines(top, result)
@@ -995,7 +1024,11 @@ def timeline_gaps(result: dict) -> Figure:
     for layer in range(L):
         gaps = [p["layers"][layer]["one_step_gap"] for p in points]
         bottom.plot(
-            steps, _positive(gaps, 1e-17), ".-", color=f"C{layer % 10}", label=f"layer {layer}"
+            steps,
+            _positive(gaps, GAP_FLOOR),
+            ".-",
+            color=_layer_colour(layer),
+            label=f"layer {layer}",
         )
     bottom.set_yscale("log")
     bottom.set_ylabel("relative one-step gap\nto the family read")
@@ -1014,9 +1047,7 @@ def _samples(result: dict) -> bool:
 def timeline_steps(result: dict) -> Figure:
     """timeline.json: each layer's steps a_l, c_l (internal units) and η_l, γ_l against training
     step; sample layout: GD++'s γ_l (the data transform) and η_l (the gradient step)."""
-    points = result["checkpoints"]
-    steps = np.array([p["step"] for p in points], dtype=float)
-    L = len(points[0]["layers"])
+    points, steps, L = _checkpoints(result)
     if _samples(result):
         keys = {"gamma": "γ_l, the data transform", "eta": "η_l, the gradient step"}
         fig = _figure(10.0, 3.4)
@@ -1031,7 +1062,7 @@ def timeline_steps(result: dict) -> Figure:
             y = [p["layers"][layer][key] for p in points]
             y = np.array([np.nan if v is None else v for v in y], dtype=float)
             if np.isfinite(y).any():
-                ax.plot(steps, y, ".-", color=f"C{layer % 10}", label=f"layer {layer}")
+                ax.plot(steps, y, ".-", color=_layer_colour(layer), label=f"layer {layer}")
                 top = max(top, float(np.nanmax(np.abs(y))))
         # linear within 1% of the panel's largest step, decades beyond: ticks at powers of ten
         linthresh = 10.0 ** np.floor(np.log10(top / 100)) if top > 0 else 1e-3
@@ -1047,64 +1078,62 @@ def timeline_steps(result: dict) -> Figure:
 def timeline_labels(result: dict) -> Figure:
     """timeline.json: the layer × checkpoint label map (not EAGLE / EAGLE-like / EAGLE), the
     step each layer becomes and stays EAGLE marked."""
-    points = result["checkpoints"]
-    L = len(points[0]["layers"])
     if _samples(result):
         return _sample_labels(result)
-    codes = np.array(
-        [[_LABEL_CODES.get(p["layers"][layer]["label"], 0) for p in points] for layer in range(L)]
-    )
-    fig, ax, steps = _label_map(points, codes, ["0.85", "C1", "C2"])
+    fig, ax, steps = _label_map(result, _EAGLE_LABELS)
     for e in result["emergence"]:
         stay, like = e["eagle"]["stays_from"], e["eagle_like"]["stays_from"]
         if stay is not None:
-            ax.plot(steps.index(stay), e["layer"], "k|", ms=14, mew=2)
+            _mark(ax, steps, stay, e["layer"], 2)
         if like is not None and like != stay:
-            ax.plot(steps.index(like), e["layer"], "k|", ms=14, mew=1, alpha=0.5)
-    handles = [
-        Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab)
-        for lab, c in (("not EAGLE", "0.85"), ("EAGLE-like", "C1"), ("EAGLE", "C2"))
-    ]
-    handles.append(
-        Line2D([], [], color="k", marker="|", ls="", ms=10, mew=2, label="EAGLE from here on")
-    )
-    handles.append(
-        Line2D(
-            [],
-            [],
-            color="k",
-            marker="|",
-            ls="",
-            ms=10,
-            mew=1,
-            alpha=0.5,
-            label="at least EAGLE-like from here on",
-        )
-    )
-    fig.legend(handles=handles, fontsize=7, loc="outside right center")
+            _mark(ax, steps, like, e["layer"], 1, 0.5)
+    marks = [("EAGLE from here on", 2, None), ("at least EAGLE-like from here on", 1, 0.5)]
+    _label_legend(fig, _EAGLE_LABELS, marks)
     ax.set_title("Each layer's label across training", fontsize=10)
     return fig
 
 
-def _label_map(points: list, codes: np.ndarray, colours: list) -> tuple[Figure, Any, list]:
-    """A layer × checkpoint map of label codes (L, checkpoints), code k in colours[k], the
-    checkpoints ticked by their training step: (figure, its axes, the steps)."""
+def _label_map(result: dict, colours: dict[str, str]) -> tuple[Figure, Any, list]:
+    """The layer × checkpoint map of a timeline.json's labels, label k of `colours` (least to
+    most of an algorithm; an unknown one as the first) in its colour, the checkpoints ticked by
+    their training step: (figure, its axes, the steps)."""
     from matplotlib.colors import ListedColormap
 
-    L = codes.shape[0]
+    points, _, L = _checkpoints(result)
+    code = {label: k for k, label in enumerate(colours)}
+    codes = np.array(
+        [[code.get(p["layers"][layer]["label"], 0) for p in points] for layer in range(L)]
+    )  # (L, checkpoints)
     fig = _figure(max(6.0, 0.25 * len(points) + 2.5), 0.5 * L + 2.0)
     ax = fig.subplots()
-    cmap = ListedColormap(colours)
+    cmap = ListedColormap(list(colours.values()))
     ax.imshow(
         codes, aspect="auto", cmap=cmap, vmin=0, vmax=len(colours) - 1, interpolation="nearest"
     )
     steps = [p["step"] for p in points]
     every = max(1, len(steps) // 12)
     ax.set_xticks(range(0, len(steps), every), [f"{s:,}" for s in steps[::every]], fontsize=7)
-    ax.set_yticks(range(L), [str(i) for i in range(L)])
-    ax.set_ylabel("layer (0-based)")
+    _layer_axis(ax, range(L), "y")
     ax.set_xlabel("checkpoint (training step)")
     return fig, ax, steps
+
+
+def _mark(ax, steps: list, step: int, layer: int, mew: float, alpha: float | None = None) -> None:
+    """Mark on a label map the checkpoint of `step` in `layer`'s row (a black bar)."""
+    ax.plot(steps.index(step), layer, "k|", ms=14, mew=mew, alpha=alpha)
+
+
+def _label_legend(fig: Figure, colours: dict[str, str], marks: list) -> None:
+    """The legend of a label map: a swatch per label of `colours`, then per (label, mew, alpha)
+    of `marks` a black bar as `_mark` draws it."""
+    handles = [
+        Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab) for lab, c in colours.items()
+    ]
+    handles += [
+        Line2D([], [], color="k", marker="|", ls="", ms=10, mew=mew, alpha=alpha, label=lab)
+        for lab, mew, alpha in marks
+    ]
+    fig.legend(handles=handles, fontsize=7, loc="outside right center")
 
 
 # the sample layout's labels, least to most of a gradient-descent algorithm, and their colours
@@ -1121,29 +1150,15 @@ def _sample_labels(result: dict) -> Figure:
     """`timeline_labels` of a sample-layout run: each layer's name (GD, GD++, preconditioned GD,
     polynomial, unrecognised) per checkpoint, the step it is named its final name from on
     marked."""
-    points = result["checkpoints"]
-    L = len(points[0]["layers"])
-    names = list(_SAMPLE_LABELS)
-    codes = np.array(
-        [[names.index(p["layers"][layer]["label"]) for p in points] for layer in range(L)]
-    )
-    fig, ax, steps = _label_map(points, codes, list(_SAMPLE_LABELS.values()))
+    points, _, L = _checkpoints(result)
+    fig, ax, steps = _label_map(result, _SAMPLE_LABELS)
     for e in result["emergence"]:
         stay = e["final"]["stays_from"]
         if stay is not None and e["label"] in ("GD", "GD++", "preconditioned GD"):
-            ax.plot(steps.index(stay), e["layer"], "k|", ms=14, mew=2)
+            _mark(ax, steps, stay, e["layer"], 2)
     shown = {p["layers"][layer]["label"] for p in points for layer in range(L)}
-    handles = [
-        Line2D([], [], color=c, marker="s", ls="", ms=8, label=lab)
-        for lab, c in _SAMPLE_LABELS.items()
-        if lab in shown
-    ]
-    handles.append(
-        Line2D(
-            [], [], color="k", marker="|", ls="", ms=10, mew=2, label="its final name from here on"
-        )
-    )
-    fig.legend(handles=handles, fontsize=7, loc="outside right center")
+    colours = {lab: c for lab, c in _SAMPLE_LABELS.items() if lab in shown}
+    _label_legend(fig, colours, [("its final name from here on", 2, None)])
     ax.set_title("Each layer's name across training: when GD and GD++ appear", fontsize=10)
     return fig
 

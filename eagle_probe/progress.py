@@ -8,6 +8,7 @@ plain line (no carriage returns) at most every `every` seconds, and one when it 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -29,6 +30,15 @@ def reporter(stream: TextIO | None = None, *, delay: float = 2.0, every: float =
         return _lines(items, desc, out, delay, every)
 
     return wrap
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Add the seconds the block takes to `timings[key]` (from 0 when absent; nothing when the
+    block raises)."""
+    start = time.perf_counter()
+    yield
+    timings[key] = timings.get(key, 0.0) + (time.perf_counter() - start)
 
 
 def _lines(items: Iterable[T], desc: str, out: TextIO, delay: float, every: float) -> Iterator[T]:

@@ -41,6 +41,22 @@ def _g(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def _count(n: int, word: str) -> str:
+    """ "1 layer", "4 layers"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _change(mse: float, net: float) -> str:
+    """How much `mse` differs from the network's `net`, in percent ("+3.2%"; "+nan%" without a
+    positive `net`)."""
+    return f"{(mse / net - 1) * 100 if net > 0 else math.nan:+.1f}%"
+
+
+def _steps(values) -> str:
+    """A list of steps, each by `_g`: "[0.3, 0.33]"."""
+    return f"[{', '.join(_g(v) for v in values)}]"
+
+
 def _family(ex: Extraction) -> str:
     """The step family the views fit (`fit.families`), or GD++ in the sample layout."""
     from eagle_probe.fit.families import of_geometry
@@ -51,18 +67,17 @@ def _family(ex: Extraction) -> str:
 def _projection(ex: Extraction) -> list[str]:
     p = ex.views["projection"].json
     net, pm = p["network_mse"], p["projected_mse"]
-    change = (pm / net - 1) * 100 if net > 0 else math.nan
     family = "GD++ family" if ex.geometry.samples else f"{p['family']} family"
     lines = [
-        f"projection onto the {family}: MSE {_g(net)} -> {_g(pm)} "
-        f"({change:+.1f}%); per layer alone: "
-        + ", ".join(f"L{lay['layer']} {(lay['mse'] / net - 1) * 100:+.1f}%" for lay in p["layers"])
+        f"projection onto the {family}: MSE {_g(net)} -> {_g(pm)} ({_change(pm, net)}); per "
+        "layer alone: "
+        + ", ".join(f"L{lay['layer']} {_change(lay['mse'], net)}" for lay in p["layers"])
     ]
     if "preconditioned_mse" in p and net > 0:
         pc = p["preconditioned_mse"]
         lines.append(
             f"projection onto preconditioned GD (W_QK's XX block free): MSE {_g(pc)} "
-            f"({(pc / net - 1) * 100:+.1f}%)"
+            f"({_change(pc, net)})"
         )
     return lines
 
@@ -71,8 +86,8 @@ def _optimum(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     lines = [
-        f"best {_family(ex)} ({len(o['optimal']['a_steps'])} "
-        f"layer{'' if len(o['optimal']['a_steps']) == 1 else 's'}, steps by Levenberg-Marquardt, "
+        f"best {_family(ex)} ({_count(len(o['optimal']['a_steps']), 'layer')}, steps by "
+        "Levenberg-Marquardt, "
         f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
         f"starts, median {_g(o.get('median', float('nan')))}, spread ×{_g(o.get('spread', 1.0))}; "
         "distilled: from the weight-read steps):",
@@ -81,8 +96,7 @@ def _optimum(ex: Extraction) -> list[str]:
         f = o[name]
         lines.append(
             f"  {name:9s} MSE {_g(f['mse'])} ({f['mse'] / net:.2f}x network)  "
-            f"a = [{', '.join(_g(v) for v in f['a_steps'])}]  "
-            f"c = [{', '.join(_g(v) for v in f['c_steps'])}]  "
+            f"a = {_steps(f['a_steps'])}  c = {_steps(f['c_steps'])}  "
             f"|grad| {_g(f['gradient_norm'])}, rel {_g(f['relative_gradient'])}, "
             f"{'converged' if f['converged'] else 'NOT converged'} in {f['iterations']} it."
         )
@@ -172,12 +186,10 @@ def readout_lines(ex: Extraction) -> list[str]:
 def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
-    layers = f"{info['layers']} layer{'' if info['layers'] == 1 else 's'}"
     lines = headline_lines(ex) + readout_lines(ex)
     lines += [
-        f"{name}: {info['regime']}{layout}, {layers} x {info['heads']} "
-        f"head{'' if info['heads'] == 1 else 's'}, "
-        "probe batch "
+        f"{name}: {info['regime']}{layout}, {_count(info['layers'], 'layer')} x "
+        f"{_count(info['heads'], 'head')}, probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
         *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
@@ -272,8 +284,7 @@ def _projection_note(ex: Extraction) -> str:
     net = p["network_mse"]
     if not net > 0:
         return ""
-    change = (p["projected_mse"] / net - 1) * 100
-    return f"; here projecting every layer changes the MSE by {change:+.1f}%"
+    return f"; here projecting every layer changes the MSE by {_change(p['projected_mse'], net)}"
 
 
 def _weights_caption(ex: Extraction) -> str:
@@ -533,8 +544,8 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     css = LABEL_CLASS.get(label, "")
     below = against_zero(net["mse"], net["zero_mse"], lambda r: f"{r:.1f}×")
     meta = (
-        f"{info['regime']} regime, {info['layers']} layer{'' if info['layers'] == 1 else 's'} "
-        f"× {info['heads']} head{'' if info['heads'] == 1 else 's'}, "
+        f"{info['regime']} regime, {_count(info['layers'], 'layer')} "
+        f"× {_count(info['heads'], 'head')}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
         f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
         f"seed {info['seed']}. Held-out MSE {_g(net['mse'])}, {below}. Layers are 0-based; "

@@ -26,7 +26,6 @@ The result's `json` is the timeline.json schema in docs/extraction-schema.md.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import pandas as pd
 
 from eagle_probe import budget
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.progress import timed
 
 SCHEMA = "eagle-probe timeline"
 SCHEMA_VERSION = 1
@@ -217,10 +217,9 @@ def timeline(
             raise EagleProbeError(
                 f"{path.name} records step {recorded}, not the {step} its name says"
             )
-        t0 = time.perf_counter()
-        views = SAMPLE_VIEWS if model.cfg.samples else CHEAP_VIEWS
-        ex = extract(model, task, views=views, seed=seed, test_batch=test_batch)
-        timings["extract"] += time.perf_counter() - t0
+        with timed(timings, "extract"):
+            views = SAMPLE_VIEWS if model.cfg.samples else CHEAP_VIEWS
+            ex = extract(model, task, views=views, seed=seed, test_batch=test_batch)
         layers = _layer_entries(ex, model.cfg.samples)
         rows += [{"step": step} | entry for entry in layers]
         spikes += metrics.get("spikes", [])

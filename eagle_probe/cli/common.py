@@ -304,8 +304,70 @@ def _claim(args: argparse.Namespace, claim):
     return args.outputs.enter_context(claim)
 
 
+def _claim_dir(args: argparse.Namespace, out: Path) -> Path:
+    """Claim the output directory `out` (checked by `_out_dir`): the temporary directory to
+    write into, published as `out` by `_publish`."""
+    from eagle_probe import files
+
+    return _claim(args, files.output_dir(out, force=args.force))
+
+
+def _load_model(args: argparse.Namespace) -> tuple:
+    """The model and task of the checkpoint `args.model`, within the --max-memory budget."""
+    from eagle_probe import checkpoint
+
+    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    return model, task
+
+
 def _publish(args: argparse.Namespace) -> None:
     args.outputs.close()
+
+
+def _add_model(parser: Parser) -> None:
+    parser.add_argument("model", help="checkpoint file (.pt)")
+
+
+def _add_seed(parser: Parser, default: int, what: str) -> None:
+    parser.add_argument("--seed", type=_seed, default=default, help=f"seed of {what} ({default})")
+
+
+def _add_results_out(parser: Parser, name: str) -> None:
+    """The required `--out DIR` of a command that writes DIR/`name`.json and its figures."""
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help=f"write DIR/{name}.json and its figures (PNG) here",
+    )
+
+
+def _add_force(parser: Parser) -> None:
+    parser.add_argument(
+        "--force", action="store_true", help="write into an existing --out (its files replaced)"
+    )
+
+
+def _publish_results(
+    args: argparse.Namespace,
+    out: Path,
+    tmp: Path,
+    name: str,
+    result,
+    figures: Callable[[dict], dict],
+    start: float,
+) -> None:
+    """Finish a command that writes `name`.json and its figures into the claimed `tmp` (published
+    as `out`): the total time since `start` into the JSON, the files written and published, then
+    `result`'s report and the files' names printed."""
+    import time
+
+    payload = result.json
+    payload["timings"]["total"] = time.perf_counter() - start
+    written = _write_results(tmp, name, payload, figures(payload))
+    _publish(args)
+    print(result.render())
+    print(f"wrote {out / f'{name}.json'} and {', '.join(written)}")
 
 
 def _write_results(tmp: Path, name: str, payload: dict, figures: dict) -> list[str]:

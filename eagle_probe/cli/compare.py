@@ -8,14 +8,16 @@ import argparse
 from eagle_probe import names
 from eagle_probe.cli.common import (
     Parser,
-    _budget,
-    _claim,
+    _add_force,
+    _add_model,
+    _add_results_out,
+    _add_seed,
+    _claim_dir,
+    _load_model,
     _more_steps,
     _out_dir,
     _positive_int,
-    _publish,
-    _seed,
-    _write_results,
+    _publish_results,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -23,13 +25,8 @@ HELP = "score a checkpoint and its algorithm on shifted prompts"
 
 
 def _add_compare(parser: Parser) -> None:
-    parser.add_argument("model", help="checkpoint file (.pt)")
-    parser.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="write DIR/compare.json and its figures (PNG) here",
-    )
+    _add_model(parser)
+    _add_results_out(parser, "compare")
     parser.add_argument(
         "--prompts", type=_positive_int, default=256, help="prompts per sweep point (256)"
     )
@@ -47,17 +44,15 @@ def _add_compare(parser: Parser) -> None:
         help="the algorithm is also run for this many times the network's layers (4; at most "
         "1000; feature layout)",
     )
-    parser.add_argument("--seed", type=_seed, default=0, help="seed of every prompt drawn (0)")
-    parser.add_argument(
-        "--force", action="store_true", help="write into an existing --out (its files replaced)"
-    )
+    _add_seed(parser, 0, "every prompt drawn")
+    _add_force(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import checkpoint, files
+    from eagle_probe import checkpoint
     from eagle_probe.compare import CompareConfig, compare
     from eagle_probe.plots import compare_figures
 
@@ -73,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts < 2:
         raise EagleProbeError(f"--prompts must be at least 2, got {args.prompts}")
     out = _out_dir(args.out, args.force)
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task = _load_model(args)
     cfg = CompareConfig(
         prompts=args.prompts,
         sweeps=sweeps,
@@ -81,14 +76,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         sensitivity_prompts=min(32, args.prompts),
     )
-    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tmp = _claim_dir(args, out)
     result = compare(model, task, cfg)
-    payload = result.json
-    payload["model"]["checkpoint"] = str(args.model)
-    payload["model"]["sha256"] = checkpoint.sha256(args.model)
-    payload["timings"]["total"] = time.perf_counter() - start
-    written = _write_results(tmp, "compare", payload, compare_figures(payload))
-    _publish(args)
-    print(result.render())
-    print(f"wrote {out / 'compare.json'} and {', '.join(written)}")
+    result.json["model"]["checkpoint"] = str(args.model)
+    result.json["model"]["sha256"] = checkpoint.sha256(args.model)
+    _publish_results(args, out, tmp, "compare", result, compare_figures, start)
     return 0

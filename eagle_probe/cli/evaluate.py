@@ -8,9 +8,11 @@ import math
 
 from eagle_probe.cli.common import (
     Parser,
+    _add_model,
+    _add_seed,
     _budget,
+    _load_model,
     _positive_int,
-    _seed,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -18,11 +20,9 @@ HELP = "test MSE of a checkpoint on fresh prompts"
 
 
 def _add_evaluate(parser: Parser) -> None:
-    parser.add_argument("model", help="checkpoint file (.pt)")
+    _add_model(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--seed", type=_seed, default=12345, help="seed of the test prompts (12345)"
-    )
+    _add_seed(parser, 12345, "the test prompts")
     parser.add_argument(
         "--batch", type=_positive_int, default=8192, help="number of test prompts (8192)"
     )
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         readout_sign,
     )
 
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task = _load_model(args)
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
     result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
     bad = [k for k in ("mse", "zero_mse", "worst_mse") if not math.isfinite(result[k])]
