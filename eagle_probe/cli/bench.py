@@ -8,11 +8,11 @@ import sys
 
 from eagle_probe.cli.common import (
     Parser,
+    _add_seed,
     _budget,
-    _claim,
+    _claim_dir,
     _out_dir,
     _publish,
-    _seed,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -25,19 +25,18 @@ def _add_bench(parser: Parser) -> None:
         "--out", default="bench-out", help="directory for CSV, PNG and summary.md (bench-out)"
     )
     parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
-    parser.add_argument("--seed", type=_seed, default=0, help="seed of the problems (0)")
+    _add_seed(parser, 0, "the problems")
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
 
 
 def run(args: argparse.Namespace) -> int:
-    from eagle_probe import files
     from eagle_probe.bench import SUITES, run_bench
 
     if args.suite not in SUITES:
         raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
     out = _out_dir(args.out, args.force)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tmp = _claim_dir(args, out)
     tables = run_bench(
         args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args), device=args.device
     )

@@ -8,13 +8,15 @@ import textwrap
 
 from eagle_probe.cli.common import (
     Parser,
+    _add_force,
+    _add_model,
+    _add_seed,
     _budget,
     _claim,
     _finite_outputs,
     _out_dir,
     _positive_int,
     _publish,
-    _seed,
     set_threads,
 )
 from eagle_probe.errors import EagleProbeError
@@ -24,7 +26,7 @@ EXPORT_GAP = 0.05  # extract warns when the faithful export is further than this
 
 
 def _add_extract(parser: Parser) -> None:
-    parser.add_argument("model", help="checkpoint file (.pt)")
+    _add_model(parser)
     parser.add_argument(
         "--out",
         default=None,
@@ -45,13 +47,11 @@ def _add_extract(parser: Parser) -> None:
         help="prompts captured at once, with their query probes (sized to about 256 MiB)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress reports")
-    parser.add_argument("--seed", type=_seed, default=0, help="seed of the probe prompts (0)")
+    _add_seed(parser, 0, "the probe prompts")
     parser.add_argument(
         "--no-control", action="store_true", help="skip the untrained-model control"
     )
-    parser.add_argument(
-        "--force", action="store_true", help="write into an existing --out (its files replaced)"
-    )
+    _add_force(parser)
 
 
 def run(args: argparse.Namespace) -> int:
