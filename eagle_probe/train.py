@@ -580,7 +580,7 @@ class _ModelStepper:
     def begin(self, step: int, factor: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * factor
-        if step == self.freeze_at and self.cfg.freeze_values_last > 0:
+        if step >= self.freeze_at and self.cfg.freeze_values_last > 0:  # a resume past it too
             for p in self.value_params:
                 p.requires_grad_(False)
                 p.grad = None

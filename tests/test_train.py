@@ -154,6 +154,18 @@ def test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on():
         assert not torch.equal(x, y)
 
 
+def test_a_run_resumed_past_the_freeze_step_keeps_w_v_and_w_p_frozen():
+    # 8 of 16 steps done; freezing the last 3/4 puts the freeze step at 4, before the resume
+    base = dict(batch=32, eval_every=4, eval_batch=64, keep_best=False, lr=1e-2)
+    first, metrics = train(_cfg(), TASK, TrainConfig(steps=8, **base), progress=False)
+    longer = TrainConfig(steps=16, freeze_values_last=0.75, **base)
+    resumed, _ = train(_cfg(), TASK, longer, progress=False, resume=(first.state_dict(), metrics))
+    for x, y in zip(_values(resumed), _values(first), strict=True):
+        assert torch.equal(x, y)
+    for x, y in zip(_queries(resumed), _queries(first), strict=True):
+        assert not torch.equal(x, y)
+
+
 def test_curriculum_moves_the_training_task_from_isotropic_to_the_target(monkeypatch):
     from eagle_probe import train as train_module
 
