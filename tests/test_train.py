@@ -1,3 +1,4 @@
+import copy
 import math
 import os
 import signal
@@ -74,7 +75,7 @@ def test_same_seed_same_model_and_training_moves_it():
 def test_head_gains_are_trained_and_folded_into_w_p():
     """With --gain-lr the kept weights are a plain model computing what the gained model did."""
     from eagle_probe.tasks import sample
-    from eagle_probe.train import _attach_gains, _folded_state
+    from eagle_probe.train import _attach_gains, fold_gains
 
     cfg = _cfg(n_heads=2)
     gained = LinearTransformer(cfg, generator=make_generator(2))
@@ -83,7 +84,7 @@ def test_head_gains_are_trained_and_folded_into_w_p():
         log_gain.copy_(torch.tensor([[0.7, -1.1], [2.0, 0.3]]))
     z0 = sample(TASK, 16, make_generator(3)).z0()
     plain = LinearTransformer(cfg)
-    plain.load_state_dict(_folded_state(gained, log_gain))
+    plain.load_state_dict(fold_gains(copy.deepcopy(gained.state_dict()), log_gain))
     expected = gained(z0)
     assert not torch.allclose(expected, LinearTransformer(cfg, generator=make_generator(2))(z0))
     torch.testing.assert_close(plain(z0), expected, rtol=1e-5, atol=1e-7)
