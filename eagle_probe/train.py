@@ -19,13 +19,14 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 import torch
 from tqdm import tqdm
 
+from eagle_probe.config import StrictDict, check_positive_ints
 from eagle_probe.errors import EagleProbeError, signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
@@ -40,8 +41,10 @@ TRIM = 0.99
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig:
+class TrainConfig(StrictDict):
     """One training run."""
+
+    KIND = "train config"
 
     steps: int = DEFAULT_STEPS  # optimiser steps, a fresh batch each
     batch: int = 1024  # prompts per step
@@ -76,12 +79,8 @@ class TrainConfig:
             raise ValueError(f"unknown selection {self.select!r}; choose from {SELECTIONS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
-        for name in ("steps", "batch", "eval_every", "eval_batch", "data_shards"):
-            value = getattr(self, name)
-            if name == "data_shards" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        optional = ["data_shards"] if self.data_shards is not None else []
+        check_positive_ints(self, ["steps", "batch", "eval_every", "eval_batch", *optional])
         if self.steps > MAX_STEPS:
             raise ValueError(f"steps must be at most {MAX_STEPS:,}, got {self.steps!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -101,13 +100,6 @@ class TrainConfig:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         Curriculum(start=self.curriculum_start, until=self.curriculum_until)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        return cls(**data)
 
 
 def stop_record(

@@ -1,4 +1,5 @@
 import copy
+import json
 import math
 import os
 import signal
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import TRAINED
 
 from eagle_probe import checkpoint
 from eagle_probe.evaluate import evaluate
@@ -217,6 +219,19 @@ def test_size_mismatch_between_model_and_task():
 def test_bad_train_configs(kwargs):
     with pytest.raises(ValueError):
         TrainConfig(**kwargs)
+
+
+def test_train_config_round_trips_and_refuses_unknown_fields():
+    # every shipped checkpoint's training record is a TrainConfig, unchanged by the round trip
+    # but for the fields added since it was written, which take their defaults
+    for path in sorted(TRAINED.rglob("*.json")):
+        record = json.loads(path.read_text()).get("train_config")
+        if record is not None:
+            assert TrainConfig.from_dict(record).to_dict() == TrainConfig().to_dict() | record
+    with pytest.raises(ValueError, match="unknown train config field.*: stepz; the fields are"):
+        TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(ValueError, match="eval_batch must be a positive integer, got True"):
+        TrainConfig(eval_batch=True)
 
 
 @pytest.mark.slow
