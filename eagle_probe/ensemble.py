@@ -43,20 +43,25 @@ from eagle_probe.model import (
     token_mask,
 )
 from eagle_probe.names import MAX_SEEDS
-from eagle_probe.tasks import TaskConfig, make_generator, sample
+from eagle_probe.tasks import TaskConfig
 from eagle_probe.train import (
     Batch,
     RunClock,
     SeedLog,
     TrainConfig,
-    _seeds,
     check_in_dtype,
     check_sizes,
+    fold_gains,
+    held_out,
+    plain_model,
     prompt_streams,
     resumed_step,
     run_steps,
+    starting_model,
     stop_record,
     torchrun_env,
+    values_frozen,
+    with_shards,
 )
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
@@ -148,25 +153,6 @@ def stacked_prediction(
     else:
         readout_scale = readout_scale.view(K, 1, 1, 1)
     return readout(cfg, z, scale, readout_scale)
-
-
-def _state(
-    cfg: ModelConfig,
-    template: dict[str, torch.Tensor],
-    params: dict[str, torch.Tensor],
-    k: int,
-    log_gain: torch.Tensor | None,
-) -> dict[str, torch.Tensor]:
-    """Seed k's state dict (buffers from `template`), the head gains folded into W_P."""
-    state = {name: value.clone() for name, value in template.items()}
-    for name, value in params.items():
-        state[name] = value[k].detach().clone()
-    if log_gain is not None:
-        gains = log_gain[k].detach().exp()  # (L, h)
-        for layer in range(cfg.n_layers):
-            key = f"blocks.{layer}.attn.W_P"
-            state[key] = state[key] * gains[layer].view(-1, 1, 1).to(state[key].dtype)
-    return state
 
 
 class _Adam:
@@ -271,19 +257,15 @@ class _StackedStepper:
         self.adam = _Adam(K, cfg.weight_decay)
         self.qk_names = [n for n in self.params if n.endswith(("W_Q", "W_K"))]
         self.value_names = {n for n in self.params if n.endswith(("W_V", "W_P"))}
-        self.freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
         self.streams = [prompt_streams(cfg, s, start_step) for s in seeds]
-        self.val_prompts = [
-            sample(task, cfg.eval_batch, make_generator(_seeds(s)[2]), dtype=torch.float64)
-            for s in seeds
-        ]
+        self.val_prompts = [held_out(task, cfg, s) for s in seeds]
         self.lr, self.gain_lr, self.frozen = cfg.lr, cfg.gain_lr, False
         self.trained: dict[str, torch.Tensor] = {}
         self.grads: dict[str, torch.Tensor] = {}
 
     def begin(self, step: int, factor: float) -> None:
         self.lr, self.gain_lr = self.cfg.lr * factor, self.cfg.gain_lr * factor
-        self.frozen = step >= self.freeze_at and self.cfg.freeze_values_last > 0
+        self.frozen = values_frozen(self.cfg, step)
 
     def losses(self, batches: list[Batch]) -> list[float]:
         z0 = torch.stack([b.z0 for b in batches])  # (K, b, d + d', n + n')
@@ -333,7 +315,10 @@ class _StackedStepper:
         return [{"model": torch.cat(e)} for e in errors]
 
     def state(self, k: int) -> dict[str, torch.Tensor]:
-        return _state(self.model_cfg, self.template, self.params, k, self.log_gain)
+        """Seed k's state dict (buffers from the template), the head gains folded into W_P."""
+        state = {name: value.clone() for name, value in self.template.items()}
+        state |= {name: value[k].detach().clone() for name, value in self.params.items()}
+        return fold_gains(state, None if self.log_gain is None else self.log_gain[k])
 
 
 def _check_seeds(seeds: list[int], cfg: TrainConfig) -> None:
@@ -393,13 +378,11 @@ def train_ensemble(
     if torchrun_env()[1] > 1:
         raise ValueError("seeds in one process do not combine with torchrun; launch one run")
     check_sizes(model_cfg, task)
-    cfg = replace(cfg, data_shards=1 if cfg.data_shards is None else cfg.data_shards)
+    cfg = with_shards(cfg, 1)
     K = len(seeds)
-    models = [LinearTransformer(model_cfg, generator=make_generator(_seeds(s)[0])) for s in seeds]
     start_step = _resume_step(resume, K, cfg)
-    if resume is not None:
-        for model, (state, _) in zip(models, resume, strict=True):
-            model.load_state_dict(state)
+    states = [state for state, _ in resume] if resume is not None else [None] * K
+    models = [starting_model(model_cfg, s, st) for s, st in zip(seeds, states, strict=True)]
     stepper = _StackedStepper(model_cfg, task, cfg, seeds, models, start_step)
     previous = [metrics for _, metrics in resume] if resume is not None else [{}] * K
     logs = [SeedLog.resumed(p, stepper.state(k)) for k, p in enumerate(previous)]
@@ -412,7 +395,7 @@ def train_ensemble(
     def validated(rows: list[dict[str, Any]]) -> None:
         if on_validate is not None:
             for k in range(K):
-                on_validate(k, _model(model_cfg, logs[k].best["state"]), metrics(k))
+                on_validate(k, plain_model(model_cfg, logs[k].best["state"]), metrics(k))
 
     run_steps(
         cfg,
@@ -430,12 +413,5 @@ def train_ensemble(
         state = log.kept_state(cfg, partial(stepper.state, k))
         record = metrics(k)
         stopped = stop_record(clock.interrupted, log.history, record["best_val_selected"])
-        results.append((_model(model_cfg, state), record | stopped))
+        results.append((plain_model(model_cfg, state), record | stopped))
     return results
-
-
-def _model(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> LinearTransformer:
-    model = LinearTransformer(cfg)
-    model.load_state_dict(state)
-    model.eval()
-    return model

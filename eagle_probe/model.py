@@ -56,7 +56,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -65,6 +65,7 @@ from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from eagle_probe import regimes
+from eagle_probe.config import StrictDict, check_positive_ints
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.names import NORMALIZE, READOUTS, TOKEN_MASKS
 from eagle_probe.tasks import Prompt
@@ -76,8 +77,10 @@ TOKEN_LAYOUTS = ("features", "samples")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(StrictDict):
     """Architecture of one model. Sizes must match the prompts it is given."""
+
+    KIND = "model config"
 
     regime: str = "centralized"  # one of regimes.NAMES (`eagle_probe.regimes`)
     n: int = 18  # columns of A (samples)
@@ -122,10 +125,7 @@ class ModelConfig:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(allowed)}")
         ints = ["n", "d", "n_prime", "d_prime", "n_layers", "machines", "rank", "shards"]
         ints += [f for f in ("n_heads", "qk_width", "vp_width") if getattr(self, f) is not None]
-        for name in ints:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ints)
         regimes.get(self.regime).check(self)
         if self.token_mask == "block_diagonal" and self.d % self.shards:
             raise ValueError(f"shards={self.shards} must divide d={self.d}")
@@ -234,16 +234,6 @@ class ModelConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
 
 
 def token_mask(cfg: ModelConfig) -> torch.Tensor:

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
+from eagle_probe.config import StrictDict, check_positive_ints
 from eagle_probe.errors import EagleProbeError
 
 KERNELS = ("rbf", "polynomial")
@@ -43,8 +44,10 @@ def _positive(value: object) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TaskConfig:
+class TaskConfig(StrictDict):
     """The distribution of prompts. Sizes follow the paper's defaults."""
+
+    KIND = "task config"
 
     task: str = "paper"  # generator name, one of TASKS
     n: int = 18  # columns of A: samples / landmarks
@@ -66,10 +69,7 @@ class TaskConfig:
             raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
         if self.rank is None and all(_positive(getattr(self, k)) for k in ("n", "d")):
             object.__setattr__(self, "rank", min(DEFAULT_RANK, self.n, self.d))
-        for name in ("n", "d", "n_prime", "d_prime", "rank", "kernel_dim", "degree"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("n", "d", "n_prime", "d_prime", "rank", "kernel_dim", "degree"))
         if self.task in RANKED and self.rank > min(self.n, self.d):
             # X = R1 R2ᵀ has rank s: rank(X) = rank(A), the prompt's premise, needs s <= min(n, d);
             # the generators allocate (b, d + d' + n + n', s), so an unbounded s is unbounded memory
@@ -99,16 +99,6 @@ class TaskConfig:
     def width(self) -> int:
         """Columns of the prompt: n + n'."""
         return self.n + self.n_prime
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TaskConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown task config field(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 import torch
 from tqdm import tqdm
 
+from eagle_probe.config import StrictDict, check_positive_ints
 from eagle_probe.errors import EagleProbeError, signal_name, signal_of
 from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
@@ -40,8 +41,10 @@ TRIM = 0.99
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig:
+class TrainConfig(StrictDict):
     """One training run."""
+
+    KIND = "train config"
 
     steps: int = DEFAULT_STEPS  # optimiser steps, a fresh batch each
     batch: int = 1024  # prompts per step
@@ -76,12 +79,8 @@ class TrainConfig:
             raise ValueError(f"unknown selection {self.select!r}; choose from {SELECTIONS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose from {SCHEDULES}")
-        for name in ("steps", "batch", "eval_every", "eval_batch", "data_shards"):
-            value = getattr(self, name)
-            if name == "data_shards" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        optional = ["data_shards"] if self.data_shards is not None else []
+        check_positive_ints(self, ["steps", "batch", "eval_every", "eval_batch", *optional])
         if self.steps > MAX_STEPS:
             raise ValueError(f"steps must be at most {MAX_STEPS:,}, got {self.steps!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -101,13 +100,6 @@ class TrainConfig:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         Curriculum(start=self.curriculum_start, until=self.curriculum_until)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        return cls(**data)
 
 
 def stop_record(
@@ -206,6 +198,18 @@ def _global_mean(value: float, world: int) -> float:
 def _seeds(seed: int) -> tuple[int, int, int]:
     """Independent streams for initialisation, training prompts and validation prompts."""
     return 3 * seed, 3 * seed + 1, 3 * seed + 2
+
+
+def held_out(task: TaskConfig, cfg: TrainConfig, seed: int) -> Prompt:
+    """The fixed validation prompts of the run with `seed` (cfg.eval_batch of them, float64)."""
+    return sample(task, cfg.eval_batch, make_generator(_seeds(seed)[2]), dtype=torch.float64)
+
+
+def values_frozen(cfg: TrainConfig, step: int) -> bool:
+    """True when W_V, W_P are frozen at `step` (0-based): at every step from the freeze step
+    cfg.steps - ⌊freeze_values_last · steps⌋ on, whatever step a run started or resumed from."""
+    freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
+    return cfg.freeze_values_last > 0 and step >= freeze_at
 
 
 def prompt_streams(
@@ -567,20 +571,18 @@ class _ModelStepper:
             from torch.nn.parallel import DistributedDataParallel
 
             self.net = DistributedDataParallel(model)
-        val_generator = make_generator(_seeds(cfg.seed)[2])
-        self.val_prompts = sample(task, cfg.eval_batch, val_generator, dtype=torch.float64)
+        self.val_prompts = held_out(task, cfg, cfg.seed)
         self.log_gain = _attach_gains(model) if cfg.gain_lr > 0 else None
         self.optimizer = _optimizer(model, cfg, self.log_gain)
         named = list(model.named_parameters())
         self.qk_params = [p for n, p in named if n.endswith(("W_Q", "W_K"))]
         self.value_params = [p for n, p in named if n.endswith(("W_V", "W_P"))]
-        self.freeze_at = cfg.steps - int(cfg.freeze_values_last * cfg.steps)
         self.loss: torch.Tensor | None = None
 
     def begin(self, step: int, factor: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * factor
-        if step == self.freeze_at and self.cfg.freeze_values_last > 0:
+        if values_frozen(self.cfg, step):
             for p in self.value_params:
                 p.requires_grad_(False)
                 p.grad = None
@@ -614,14 +616,14 @@ class _ModelStepper:
         return [errors]
 
     def state(self, k: int = 0) -> dict[str, torch.Tensor]:
-        return _folded_state(self.model, self.log_gain)
+        return fold_gains(copy.deepcopy(self.model.state_dict()), self.log_gain)
 
     def model_with(self, state: dict[str, torch.Tensor]) -> LinearTransformer:
         """A plain model carrying `state` (the training model keeps its weights)."""
-        return _with_state(self.model, state)
+        return plain_model(self.model.cfg, state)
 
 
-def _with_shards(cfg: TrainConfig, world: int) -> TrainConfig:
+def with_shards(cfg: TrainConfig, world: int) -> TrainConfig:
     """`cfg` with the data shards that run on `world` processes (one each unless set), refused
     unless they split over the processes and split the batch evenly."""
     shards = world if cfg.data_shards is None else cfg.data_shards
@@ -638,20 +640,20 @@ def _with_shards(cfg: TrainConfig, world: int) -> TrainConfig:
     return replace(cfg, data_shards=shards)
 
 
-def _starting_model(
+def starting_model(
     model_cfg: ModelConfig,
-    cfg: TrainConfig,
-    resume: tuple[dict[str, torch.Tensor], dict[str, Any]] | None,
-    init_from: LinearTransformer | None,
+    seed: int,
+    state: dict[str, torch.Tensor] | None = None,
+    init_from: LinearTransformer | None = None,
 ) -> LinearTransformer:
-    """The seed's initialisation, grown from `init_from` or carrying the resumed weights."""
-    model = LinearTransformer(model_cfg, generator=make_generator(_seeds(cfg.seed)[0]))
+    """Seed `seed`'s initialisation, grown from `init_from` or carrying a resumed `state`."""
+    model = LinearTransformer(model_cfg, generator=make_generator(_seeds(seed)[0]))
     if init_from is not None:
-        if resume is not None:
+        if state is not None:
             raise ValueError("init_from starts a fresh run; resume continues one: pass one")
         grow(model, init_from)
-    if resume is not None:
-        model.load_state_dict(resume[0])
+    if state is not None:
+        model.load_state_dict(state)
     return model
 
 
@@ -718,10 +720,10 @@ def train(
         raise ValueError(f"save_every must be a non-negative integer, got {save_every!r}")
     check_in_dtype(cfg, task, model_cfg.torch_dtype)
     check_sizes(model_cfg, task)
-    model = _starting_model(model_cfg, cfg, resume, init_from)
+    model = starting_model(model_cfg, cfg.seed, None if resume is None else resume[0], init_from)
     start_step = 0 if resume is None else resumed_step(resume[1], cfg)
     model.train()
-    cfg = _with_shards(cfg, _process_group()[1])  # the metrics record the shards that ran
+    cfg = with_shards(cfg, _process_group()[1])  # the metrics record the shards that ran
     stepper = _ModelStepper(model, task, cfg, start_step)
     log = SeedLog.resumed(resume[1] if resume is not None else {}, stepper.state())
     clock = RunClock(start_step)
@@ -778,20 +780,21 @@ def _attach_gains(model: LinearTransformer) -> torch.Tensor:
     return log_gain
 
 
-def _folded_state(model: LinearTransformer, log_gain: torch.Tensor | None) -> dict:
-    """A copy of the model's state with the head gains multiplied into W_P."""
-    state = copy.deepcopy(model.state_dict())
+def fold_gains(
+    state: dict[str, torch.Tensor], log_gain: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """`state` (changed in place, returned) with each head's gain exp(g) multiplied into its W_P;
+    `log_gain` (L, h), None: no gains."""
     if log_gain is not None:
-        gains = log_gain.detach().exp()
-        for layer in range(model.cfg.n_layers):
+        for layer, gains in enumerate(log_gain.detach().exp()):  # (h,) a layer
             key = f"blocks.{layer}.attn.W_P"
-            state[key] = state[key] * gains[layer].view(-1, 1, 1).to(state[key].dtype)
+            state[key] = state[key] * gains.view(-1, 1, 1).to(state[key].dtype)
     return state
 
 
-def _with_state(model: LinearTransformer, state: dict[str, torch.Tensor]) -> LinearTransformer:
-    """A copy of `model` carrying `state` (the training model keeps its own weights)."""
-    clone = LinearTransformer(model.cfg)
-    clone.load_state_dict(state)
-    clone.eval()
-    return clone
+def plain_model(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> LinearTransformer:
+    """A model of `cfg` carrying `state`, in eval mode."""
+    model = LinearTransformer(cfg)
+    model.load_state_dict(state)
+    model.eval()
+    return model

@@ -1,3 +1,5 @@
+import copy
+import json
 import math
 import os
 import signal
@@ -8,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import TRAINED
 
 from eagle_probe import checkpoint
 from eagle_probe.evaluate import evaluate
@@ -74,7 +77,7 @@ def test_same_seed_same_model_and_training_moves_it():
 def test_head_gains_are_trained_and_folded_into_w_p():
     """With --gain-lr the kept weights are a plain model computing what the gained model did."""
     from eagle_probe.tasks import sample
-    from eagle_probe.train import _attach_gains, _folded_state
+    from eagle_probe.train import _attach_gains, fold_gains
 
     cfg = _cfg(n_heads=2)
     gained = LinearTransformer(cfg, generator=make_generator(2))
@@ -83,7 +86,7 @@ def test_head_gains_are_trained_and_folded_into_w_p():
         log_gain.copy_(torch.tensor([[0.7, -1.1], [2.0, 0.3]]))
     z0 = sample(TASK, 16, make_generator(3)).z0()
     plain = LinearTransformer(cfg)
-    plain.load_state_dict(_folded_state(gained, log_gain))
+    plain.load_state_dict(fold_gains(copy.deepcopy(gained.state_dict()), log_gain))
     expected = gained(z0)
     assert not torch.allclose(expected, LinearTransformer(cfg, generator=make_generator(2))(z0))
     torch.testing.assert_close(plain(z0), expected, rtol=1e-5, atol=1e-7)
@@ -154,6 +157,18 @@ def test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on():
         assert not torch.equal(x, y)
 
 
+def test_a_run_resumed_past_the_freeze_step_keeps_w_v_and_w_p_frozen():
+    # 8 of 16 steps done; freezing the last 3/4 puts the freeze step at 4, before the resume
+    base = dict(batch=32, eval_every=4, eval_batch=64, keep_best=False, lr=1e-2)
+    first, metrics = train(_cfg(), TASK, TrainConfig(steps=8, **base), progress=False)
+    longer = TrainConfig(steps=16, freeze_values_last=0.75, **base)
+    resumed, _ = train(_cfg(), TASK, longer, progress=False, resume=(first.state_dict(), metrics))
+    for x, y in zip(_values(resumed), _values(first), strict=True):
+        assert torch.equal(x, y)
+    for x, y in zip(_queries(resumed), _queries(first), strict=True):
+        assert not torch.equal(x, y)
+
+
 def test_curriculum_moves_the_training_task_from_isotropic_to_the_target(monkeypatch):
     from eagle_probe import train as train_module
 
@@ -204,6 +219,19 @@ def test_size_mismatch_between_model_and_task():
 def test_bad_train_configs(kwargs):
     with pytest.raises(ValueError):
         TrainConfig(**kwargs)
+
+
+def test_train_config_round_trips_and_refuses_unknown_fields():
+    # every shipped checkpoint's training record is a TrainConfig, unchanged by the round trip
+    # but for the fields added since it was written, which take their defaults
+    for path in sorted(TRAINED.rglob("*.json")):
+        record = json.loads(path.read_text()).get("train_config")
+        if record is not None:
+            assert TrainConfig.from_dict(record).to_dict() == TrainConfig().to_dict() | record
+    with pytest.raises(ValueError, match="unknown train config field.*: stepz; the fields are"):
+        TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(ValueError, match="eval_batch must be a positive integer, got True"):
+        TrainConfig(eval_batch=True)
 
 
 @pytest.mark.slow

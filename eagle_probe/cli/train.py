@@ -406,7 +406,7 @@ def _fresh_configs(args: argparse.Namespace):
 
 
 def _check_budget(args: argparse.Namespace, model_cfg, train_cfg) -> None:
-    """Refuse a model, --batch or --eval-batch beyond the memory budget."""
+    """Refuse a model, --batch, --eval-batch or --seeds beyond the memory budget."""
     from eagle_probe import budget
 
     limit = _budget(args)
@@ -415,6 +415,14 @@ def _check_budget(args: argparse.Namespace, model_cfg, train_cfg) -> None:
     budget.check(
         budget.forward_bytes(model_cfg, max(train_cfg.eval_batch, 8192)), "--eval-batch", limit
     )
+    if args.seeds > 1:
+        # per seed: weights, gradients and Adam's two moments, its batch and its held-out prompts
+        # (float64 blocks); once: a validation pass over 4096 prompts
+        prompt = 2 * model_cfg.n_tokens * model_cfg.width * 8
+        per_seed = 4 * budget.model_bytes(model_cfg)
+        per_seed += (train_cfg.batch + train_cfg.eval_batch) * prompt
+        need = args.seeds * per_seed + budget.forward_bytes(model_cfg, 4096)
+        budget.check(need, f"--seeds {args.seeds}", limit)
 
 
 def _attach_init_source(args: argparse.Namespace, source, model_cfg) -> None:
@@ -438,31 +446,21 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from is not None:
         source, _, _ = checkpoint.load(args.init_from, max_bytes=_budget(args))
     out = files.as_path(args.out, "-o/--out")
-    outputs = _train_outputs(out) if args.seeds == 1 else []
-    lead = _lead_process()
+    paths = _run_paths(args, out)
+    outputs = [p for path in paths for p in _train_outputs(path)]
     resume = None
-    seeds_resumed = None
-    if args.resume and args.seeds > 1:
-        model_cfg, task, train_cfg, seeds_resumed = _resume_seeds(args, out)
-    elif args.resume:
-        if not out.is_file():
-            raise EagleProbeError(f"--resume needs an existing checkpoint at {out}")
-        model, task, previous = checkpoint.load(out, max_bytes=_budget(args))
-        train_cfg = _resumed_config(out, _training_record(out, previous), args.steps)
-        model_cfg = model.cfg
-        resume = (model.state_dict(), previous)
+    if args.resume:
+        model_cfg, task, train_cfg, resume = _resumed(args, paths)
     else:
         model_cfg, task, train_cfg = _fresh_configs(args)
     _check_budget(args, model_cfg, train_cfg)
     if source is not None:
         _attach_init_source(args, source, model_cfg)
-    if args.seeds > 1:
-        return _run_seeds(args, out, model_cfg, task, train_cfg, seeds_resumed)
     from eagle_probe import (
         cli,
     )  # `_run_training` looked up on the package, where it can be replaced
 
-    if not lead:
+    if not _lead_process():
         return cli._run_training(args, out, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
     claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
@@ -472,13 +470,8 @@ def run(args: argparse.Namespace) -> int:
     return cli._run_training(args, out, model_cfg, task, train_cfg, resume, claim)
 
 
-def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
-    """Train and publish through `claim` (None: a torchrun worker that writes nothing)."""
-    from eagle_probe import checkpoint
-    from eagle_probe.evaluate import evaluate
-    from eagle_probe.timeline import checkpoint_name
-    from eagle_probe.train import train
-
+def _provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """What every checkpoint and summary of the run records about the command and machine."""
     argv = " ".join(sys.argv[1:]) if sys.argv else ""
     provenance = {
         "command": f"eagle-probe {argv}".strip(),
@@ -489,26 +482,34 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
     }
     if getattr(args, "init_source", None) is not None:
         provenance["init_from"] = {"path": str(args.init_from), "sha256": args.init_sha256}
+    return provenance
 
-    def write(model, metrics: dict[str, Any]) -> None:
-        # Nothing is published before a validation has given finite numbers.
-        if claim is None or metrics.get("best_val_selected") is None:
-            return
-        payload = checkpoint.jsonable(metrics | provenance)
-        claim.write(out, lambda handle: checkpoint.dump(handle, model, task, payload))
 
-    def save_step(step: int, model, info: dict[str, Any]) -> None:
-        steps_dir = getattr(args, "steps_dir", None)
-        if claim is not None and steps_dir is not None:
-            checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
+def _trained(args, model_cfg, task, train_cfg, resume, write, save_step):
+    """[(model, metrics)] per seed: `train.train` for one seed (under torchrun: None in all but
+    the first process), `ensemble.train_ensemble` for --seeds; `write(k, model, metrics)` after
+    every validation."""
+    from eagle_probe.ensemble import train_ensemble
+    from eagle_probe.train import train
 
+    if args.seeds > 1:
+        seeds = list(range(train_cfg.seed, train_cfg.seed + args.seeds))
+        return train_ensemble(
+            model_cfg,
+            task,
+            train_cfg,
+            seeds,
+            progress=not args.no_progress,
+            on_validate=write,
+            resume=resume,
+        )
     model, metrics = train(
         model_cfg,
         task,
         train_cfg,
         progress=not args.no_progress,
-        on_validate=write,
-        resume=resume,
+        on_validate=lambda model, metrics: write(0, model, metrics),
+        resume=None if resume is None else resume[0],
         save_every=args.save_every or 0,
         on_save=save_step,
         init_from=getattr(args, "init_source", None),
@@ -517,30 +518,85 @@ def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
         import torch.distributed as tdist
 
         if tdist.get_rank() != 0:
-            return 0  # rank 0 writes the checkpoint and reports
-    if metrics["stopped"] == "interrupted" and metrics.get("best_val_selected") is None:
-        raise _unvalidated(metrics)
-    if metrics["stopped"] != "diverged":
-        metrics["test"] = evaluate(model, task)
-    # the number the kept weights were selected by must be finite on the test prompts too
-    reason = _diverged(metrics, "mse" if train_cfg.select == "mean" else "median_mse")
-    if reason is not None:
-        raise EagleProbeError(
-            f"training diverged ({reason}); nothing written - lower --lr or --init-std"
+            return None  # rank 0 writes the checkpoint and reports
+    return [(model, metrics)]
+
+
+def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
+    """Train the seed (or the --seeds) and publish through `claim` (None: a torchrun worker that
+    writes nothing); `resume`: one (state, metrics) per seed, or None."""
+    from eagle_probe import checkpoint
+    from eagle_probe.cli.common import EXIT_USER
+    from eagle_probe.evaluate import against_zero, evaluate
+    from eagle_probe.timeline import checkpoint_name
+
+    paths, provenance = _run_paths(args, out), _provenance(args)
+
+    def write(k: int, model, metrics: dict[str, Any]) -> None:
+        # Nothing is published before a validation has given finite numbers.
+        if claim is None or metrics.get("best_val_selected") is None:
+            return
+        payload = checkpoint.jsonable(metrics | provenance)
+        claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
+
+    def save_step(step: int, model, info: dict[str, Any]) -> None:
+        steps_dir = getattr(args, "steps_dir", None)
+        if claim is not None and steps_dir is not None:
+            checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
+
+    results = _trained(args, model_cfg, task, train_cfg, resume, write, save_step)
+    if results is None:
+        return 0
+    first = results[0][1]
+    if first["stopped"] == "interrupted" and first.get("best_val_selected") is None:
+        raise _unvalidated(first)  # the seeds validate together: none has kept weights
+    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
+    diverged, lines = [], []
+    for k, (model, metrics) in enumerate(results):
+        seed = metrics["train_config"]["seed"]
+        if metrics["stopped"] != "diverged":
+            metrics["test"] = evaluate(model, task)
+        # the number the kept weights were selected by must be finite on the test prompts too
+        reason = _diverged(metrics, decisive)
+        if reason is not None and len(results) == 1:
+            raise EagleProbeError(
+                f"training diverged ({reason}); nothing written - lower --lr or --init-std"
+            )
+        if reason is not None:
+            diverged.append(seed)
+            continue
+        write(k, model, metrics)
+        summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
+        claim.write_text(
+            paths[k].with_suffix(".json"),
+            json.dumps(checkpoint.jsonable(summary | provenance), indent=2) + "\n",
         )
-    write(model, metrics)
-    summary = {k: v for k, v in metrics.items() if k not in ("history", "spikes")} | provenance
-    claim.write_text(
-        out.with_suffix(".json"), json.dumps(checkpoint.jsonable(summary), indent=2) + "\n"
-    )
+        test = metrics["test"]
+        lines.append(
+            f"seed {seed}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
+            f"({against_zero(test['mse'], test['zero_mse'], lambda r: f'{r:.1f}x')})"
+        )
     _publish(args)
-    test = metrics["test"]
+    if len(results) == 1:
+        test = first["test"]
+        print(
+            f"{_status(first)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+            f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
+            f"{test['worst_mse']:.2e} | {first['wall_seconds']:.0f} s"
+        )
+        return _exit_code(first)
+    print("\n".join(lines))
     print(
-        f"{_status(metrics)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
-        f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
-        f"{test['worst_mse']:.2e} | {metrics['wall_seconds']:.0f} s"
+        f"{_status(first)}: {len(lines)} of {len(results)} seeds in {first['wall_seconds']:.0f} s"
     )
-    return _exit_code(metrics)
+    if diverged:
+        print(
+            f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
+            "written for them - lower --lr or --init-std",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    return _exit_code(first)
 
 
 def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
@@ -555,22 +611,34 @@ def seed_paths(out: Path, seeds: list[int]) -> list[Path]:
     return paths
 
 
-def _resume_seeds(args, out: Path):
-    """`train --seeds K --resume`: the K seeds' checkpoints (`seed_paths` of --seed, --seeds),
-    to continue together as `train --resume` continues each; their training records must agree
-    but for the seed. Returns (model config, task, train config, [(state, metrics)] per seed)."""
+def _run_paths(args, out: Path) -> list[Path]:
+    """The checkpoint of each seed the run trains: -o itself for one seed, the `seed_paths` of
+    --seed … --seed+K-1 for --seeds K."""
+    from eagle_probe.cli.common import SEED_LIMIT
+
+    if args.seeds == 1:
+        return [out]
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    if seeds[-1] >= SEED_LIMIT:
+        raise EagleProbeError(f"--seed {seeds[0]} --seeds {args.seeds} passes 2**32")
+    return seed_paths(out, seeds)
+
+
+def _resumed(args, paths: list[Path]):
+    """`train --resume`: the checkpoints at `paths` (one a seed) to continue, as each was
+    trained; with --seeds their training records must agree but for the seed, each holding its
+    own. Returns (model config, task, train config, [(state, metrics)] per seed)."""
     from eagle_probe import checkpoint
 
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    paths = seed_paths(out, seeds)
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise EagleProbeError(f"--resume needs the seeds' checkpoints: no {', '.join(missing)}")
+        what = "an existing checkpoint at" if len(paths) == 1 else "the seeds' checkpoints: no"
+        raise EagleProbeError(f"--resume needs {what} {', '.join(missing)}")
     loaded = [checkpoint.load(p, max_bytes=_budget(args)) for p in paths]
     records = [_training_record(p, prev) for p, (_, _, prev) in zip(paths, loaded, strict=True)]
-    for path, seed, record in zip(paths, seeds, records, strict=True):
-        if record.get("seed") != seed:
-            raise EagleProbeError(f"{path} holds seed {record.get('seed')}, not {seed}")
+    for k, (path, record) in enumerate(zip(paths, records, strict=True)):
+        if len(paths) > 1 and record.get("seed") != args.seed + k:
+            raise EagleProbeError(f"{path} holds seed {record.get('seed')}, not {args.seed + k}")
     first = {k: v for k, v in records[0].items() if k != "seed"}
     model_cfg, task = loaded[0][0].cfg, loaded[0][1]
     for path, record, (model, other_task, _) in zip(paths, records, loaded, strict=True):
@@ -582,85 +650,3 @@ def _resume_seeds(args, out: Path):
             )
     train_cfg = _resumed_config(paths[0], records[0], args.steps)
     return model_cfg, task, train_cfg, [(model.state_dict(), prev) for model, _, prev in loaded]
-
-
-def _run_seeds(args, out: Path, model_cfg, task, train_cfg, resume=None) -> int:
-    """`train --seeds K`: the K seeds in one process (`ensemble.train_ensemble`), each seed's
-    checkpoint and summary what `train --seed S` writes for it; `resume` (one (state, metrics)
-    per seed) continues them."""
-    from eagle_probe import budget, checkpoint, files
-    from eagle_probe.cli.common import EXIT_USER, SEED_LIMIT
-    from eagle_probe.ensemble import train_ensemble
-    from eagle_probe.evaluate import against_zero, evaluate
-
-    seeds = list(range(train_cfg.seed, train_cfg.seed + args.seeds))
-    if seeds[-1] >= SEED_LIMIT:
-        raise EagleProbeError(f"--seed {seeds[0]} --seeds {args.seeds} passes 2**32")
-    # per seed: weights, gradients and Adam's two moments, its batch and its held-out prompts
-    # (float64 blocks); once: a validation pass over 4096 prompts
-    prompt = 2 * model_cfg.n_tokens * model_cfg.width * 8
-    per_seed = 4 * budget.model_bytes(model_cfg)
-    per_seed += (train_cfg.batch + train_cfg.eval_batch) * prompt
-    need = args.seeds * per_seed + budget.forward_bytes(model_cfg, 4096)
-    budget.check(need, f"--seeds {args.seeds}", _budget(args))
-    paths = seed_paths(out, seeds)
-    outputs = [p for path in paths for p in _train_outputs(path)]
-    replace = outputs if resume is not None else []
-    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
-    argv = " ".join(sys.argv[1:]) if sys.argv else ""
-    provenance = {
-        "command": f"eagle-probe {argv}".strip(),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "cpus": os.cpu_count(),
-        "eagle_probe": __version__,
-    }
-
-    def write(k: int, model, metrics: dict[str, Any]) -> None:
-        if metrics.get("best_val_selected") is None:  # nothing before a finite validation
-            return
-        payload = checkpoint.jsonable(metrics | provenance)
-        claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
-
-    results = train_ensemble(
-        model_cfg,
-        task,
-        train_cfg,
-        seeds,
-        progress=not args.no_progress,
-        on_validate=write,
-        resume=resume,
-    )
-    first = results[0][1]
-    if first["stopped"] == "interrupted" and first.get("best_val_selected") is None:
-        raise _unvalidated(first)  # the seeds validate together: none has kept weights
-    decisive = "mse" if train_cfg.select == "mean" else "median_mse"
-    diverged, lines = [], []
-    for k, (model, metrics) in enumerate(results):
-        if metrics["stopped"] != "diverged":
-            metrics["test"] = evaluate(model, task)
-        if _diverged(metrics, decisive) is not None:
-            diverged.append(seeds[k])
-            continue
-        test = metrics["test"]
-        write(k, model, metrics)
-        summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
-        claim.write_text(
-            paths[k].with_suffix(".json"),
-            json.dumps(checkpoint.jsonable(summary | provenance), indent=2) + "\n",
-        )
-        lines.append(
-            f"seed {seeds[k]}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
-            f"({against_zero(test['mse'], test['zero_mse'], lambda r: f'{r:.1f}x')})"
-        )
-    _publish(args)
-    print("\n".join(lines))
-    print(f"{_status(first)}: {len(lines)} of {len(seeds)} seeds in {first['wall_seconds']:.0f} s")
-    if diverged:
-        print(
-            f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
-            "written for them - lower --lr or --init-std",
-            file=sys.stderr,
-        )
-        return EXIT_USER
-    return _exit_code(first)
