@@ -157,7 +157,8 @@ def stacked_prediction(
 
 class _Adam:
     """torch.optim.Adam / AdamW (single-tensor update) on stacked tensors, one step count per
-    seed: seed k's slice moves exactly as a separate optimiser on its own tensor would."""
+    seed: seed k's slice moves bit for bit as torch's optimiser on its own tensor would
+    (`tests/test_ensemble.py` checks it in float32 and float64)."""
 
     def __init__(self, seeds: int, weight_decay: float) -> None:
         self.weight_decay = weight_decay
@@ -187,12 +188,15 @@ class _Adam:
         new_sq = (exp_avg_sq * beta2).addcmul_(grad, grad, value=1 - beta2)
         exp_avg.copy_(torch.where(on, new_avg, exp_avg))
         exp_avg_sq.copy_(torch.where(on, new_sq, exp_avg_sq))
-        count = steps.clamp_min(1.0)
-        step_size = (lr / (1 - beta1**count)).to(param.dtype).view(shape)  # (K, 1, …)
-        bias2_sqrt = ((1 - beta2**count) ** 0.5).to(param.dtype).view(shape)
+        # torch's order of operations, its bias corrections in Python floats: bit for bit
+        counts = [max(1.0, c) for c in steps.tolist()]
+        neg_step = [-lr / (1 - beta1**c) for c in counts]
+        bias2_sqrt = [(1 - beta2**c) ** 0.5 for c in counts]
+        neg_step_size = torch.tensor(neg_step, dtype=param.dtype).view(shape)  # (K, 1, …)
+        bias2 = torch.tensor(bias2_sqrt, dtype=param.dtype).view(shape)
         moved = param * (1 - lr * self.weight_decay) if decay and self.weight_decay else param
-        denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(EPS)
-        moved = moved - step_size * (exp_avg / denom)
+        denom = (exp_avg_sq.sqrt() / bias2).add_(EPS)
+        moved = moved + (neg_step_size * exp_avg) / denom  # addcdiv_(exp_avg, denom, -step_size)
         param.copy_(torch.where(on, moved, param))
 
 

@@ -162,6 +162,33 @@ def test_clipping_is_per_seed():
         assert _relative(model.state_dict()[key], value) < 1e-10
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_stacked_adam_is_torchs_adam_bit_for_bit(dtype, weight_decay):
+    """Each seed's slice of the stacked Adam moves exactly as torch.optim.Adam (AdamW with weight
+    decay) on its own tensor, a seed's skipped steps left out of its count."""
+    K, steps = 3, 30
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(K, 5, 4, generator=gen, dtype=dtype)
+    alone = [start[k].clone().requires_grad_() for k in range(K)]
+    kind = torch.optim.AdamW if weight_decay else torch.optim.Adam
+    extra = {"weight_decay": weight_decay} if weight_decay else {}
+    optimisers = [kind([p], lr=1e-2, **extra) for p in alone]
+    adam, stacked = ensemble._Adam(K, weight_decay), start.clone()
+    for t in range(steps):
+        grad = torch.randn(K, 5, 4, generator=gen, dtype=dtype)
+        active = torch.tensor([True, t % 3 != 1, t % 5 != 0])
+        lr = 1e-2 * (1 - t / steps)  # a schedule: the rate changes every step
+        for k in range(K):
+            if active[k]:
+                optimisers[k].param_groups[0]["lr"] = lr
+                alone[k].grad = grad[k].clone()
+                optimisers[k].step()
+        adam.step("w", stacked, grad, lr, active, decay=True)
+        for k in range(K):
+            assert torch.equal(stacked[k], alone[k].detach()), (t, k)
+
+
 def test_ensemble_callbacks_and_errors():
     cfg = ModelConfig(**BASE)
     seen = []
