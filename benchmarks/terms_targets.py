@@ -26,9 +26,11 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the plants the tests use
 sys.path.insert(0, str(ROOT / "tests" / "fit"))  # the probe-context builder the tests use
 
-from probe_context import TRAINED, make_context, plant_cross_term, planted  # noqa: E402
+import plants  # noqa: E402
+from probe_context import TRAINED, make_context  # noqa: E402
 
 from eagle_probe import checkpoint  # noqa: E402
 from eagle_probe.fit import library as lib  # noqa: E402
@@ -48,13 +50,16 @@ def planted_rows(rng: np.random.Generator, trials: int) -> pd.DataFrame:
             scale = 1.0 if normalize == "spectral" else 0.02
             a = (scale * rng.uniform(0.1, 1.0, layers)).tolist()
             c = (scale * rng.uniform(0.1, 2.0, layers)).tolist()
-            model, task = planted(
-                a=a,
-                c=c,
+            model, task = plants.eagle(
+                a,
+                c,
                 heads=heads,
                 dtype=dtype,
                 normalize=normalize,
-                sizes=(n, d, n_prime, d_prime),
+                n=n,
+                d=d,
+                n_prime=n_prime,
+                d_prime=d_prime,
             )
             result = terms_view(make_context(model, task, probes=256, held_out=256, seed=trial))
             exact, err, other = True, 0.0, 0.0
@@ -86,8 +91,10 @@ def cross_term_rows() -> pd.DataFrame:
     rows = []
     for heads, dtype in ((1, "float32"), (4, "float64")):
         a, c = [0.3, 0.5, 0.2], [0.7, 1.1, 0.9]
-        model, task = planted(a=a, c=c, heads=heads, dtype=dtype, normalize="spectral")
-        plant_cross_term(model, layer=1)
+        model, task = plants.eagle(
+            a, c, heads=heads, dtype=dtype, normalize="spectral", **plants.SMALL
+        )
+        plants.cross_block(model, layer=1)
         result = terms_view(make_context(model, task))
         for layer in result.json["layers"]:
             keyed = sorted(t["name"] for t in layer["terms"] if lib.parse(t["name"]).Q == "C")

@@ -6,8 +6,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import plants  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from plants import NORMALIZE_PATHS, PLANTED_STEPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "trained_models"
@@ -22,56 +24,8 @@ else:
 
 
 # --- planted models ------------------------------------------------------------------------------
-# A planted model carries exact EAGLE weights (model.eagle_weights), so every number the extraction
-# reports has a known answer. The shipped models all normalise their prompts; a planted model on
-# the `none` path has prompt scale 1 and cannot show a bug in the scale, so every extraction,
-# fidelity and export test runs on all three paths.
-
-NORMALIZE_PATHS = ("none", "spectral", "frobenius")
-
-# Steps per path (a_l, c_l per layer), sized so that η = a‖A_l‖² stays below 1 on the probes:
-# without normalisation ‖A‖₂² is about 14 (median) on the small paper task below; the normalised
-# prompts have ‖A‖₂ = 1 (spectral) or ≤ 1 (Frobenius).
-PLANTED_STEPS = {
-    "none": ([0.05, 0.04, 0.03], [0.09, 0.08, 0.07]),
-    "spectral": ([0.4, 0.3, 0.2], [0.9, 0.7, 0.5]),
-    "frobenius": ([0.5, 0.4, 0.3], [1.0, 0.8, 0.6]),
-}
-
-
-def planted_model(
-    a_steps,
-    c_steps,
-    *,
-    normalize: str = "none",
-    heads: int = 1,
-    dtype: str = "float64",
-    n: int = 8,
-    d: int = 6,
-    n_prime: int = 2,
-    d_prime: int = 2,
-    rank: int = 4,
-):
-    """(model, task): a centralized model whose layer l runs one EAGLE step (a_l, c_l) on the
-    prompt divided by its `normalize` norm of A, and the paper task of the same sizes."""
-    from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
-    from eagle_probe.tasks import TaskConfig
-
-    cfg = ModelConfig(
-        n=n,
-        d=d,
-        n_prime=n_prime,
-        d_prime=d_prime,
-        n_layers=len(a_steps),
-        n_heads=heads,
-        dtype=dtype,
-        normalize=normalize,
-    )
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, list(a_steps), list(c_steps)))
-    model.eval()
-    task = TaskConfig(n=n, d=d, n_prime=n_prime, d_prime=d_prime, rank=min(rank, n, d))
-    return model, task
+# Built in plants.py (on the package's `layouts.plant`): every extraction, fidelity and export test
+# runs on the three prompt-normalisation paths.
 
 
 @pytest.fixture(params=NORMALIZE_PATHS)
@@ -84,8 +38,28 @@ def normalize(request) -> str:
 def planted(normalize):
     """(model, task, a_steps, c_steps) of a 3-layer planted EAGLE model on each path."""
     a, c = PLANTED_STEPS[normalize]
-    model, task = planted_model(a, c, normalize=normalize)
+    model, task = plants.eagle(a, c, normalize=normalize)
     return model, task, a, c
+
+
+@pytest.fixture(scope="session", params=[("spectral", 1), ("frobenius", 3), ("none", 2)])
+def planted_extraction(request):
+    """(extraction, a_steps, c_steps) of a 3-layer planted EAGLE model with every view, on each
+    path (1, 3 and 2 heads): the views' tests in tests/fit read its known answer."""
+    import torch
+
+    from eagle_probe.extract import extract
+    from eagle_probe.tasks import TaskConfig, make_generator, sample
+
+    normalize, heads = request.param
+    a, c = plants.VIEW_STEPS
+    if normalize == "none":  # steps in prompt units: η/‖A‖², ‖A‖₂ the typical spectral norm
+        p = sample(TaskConfig(n=8, d=6, rank=4), 512, make_generator(9), dtype=torch.float64)
+        s2 = 4 * float(torch.linalg.matrix_norm(p.A, ord=2).median() ** 2)  # stable, slow
+        a, c = [x / s2 for x in a], [x / s2 for x in c]
+    model, task = plants.eagle(a, c, heads=heads, normalize=normalize)
+    ex = extract(model, task, probe_batch_size=64, test_batch=512, tuning_batch=256)
+    return ex, a, c
 
 
 def prompt_norm(A, normalize: str):

@@ -251,7 +251,7 @@ def test_summary_explains_verdicts_and_links_figures():
 def test_seed_table_reads_every_seed_and_averages_table1(tmp_path):
     """Planted EAGLE models saved as seeds: every fidelity is round-off, the test numbers are
     evaluate's, and the summary is the mean and sd over the files."""
-    from conftest import planted_model
+    from plants import eagle as planted_model
 
     from eagle_probe.bench import seed_summary, seeds
     from eagle_probe.evaluate import evaluate

@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TRAINED, planted_model
+from conftest import TRAINED
+from plants import add_products, product_term
+from plants import eagle as planted_model
 
 from eagle_probe import capture as capture_module
 from eagle_probe import checkpoint
@@ -74,8 +76,7 @@ def test_affine_query_path_equals_one_shot():
     """A value path from A into the C/D columns keeps the model separable but makes D affine in
     the query; the probes still read the same responses."""
     model, task = planted_model([0.05, 0.04], [0.09, 0.08], heads=2)
-    with torch.no_grad():
-        model.blocks[0].attn.W_P[0, -1, 0] = 0.3
+    add_products(model, vp=product_term(model, 0, 0, 0, -1, 0.3))
     assert query_separable(float64_copy(model))
     cap = agree(model, task, chunk=7)
     assert cap.linearity_deviation[1:].max() > 1e-3

@@ -1,13 +1,13 @@
 """The command line starts without its heavy dependencies: `--help`, `CMD --help` and argument
 errors never import torch, TransformerLens, pandas or matplotlib (each command imports them in its
-`run`); the names its help lists are the ones the configs accept."""
+`run`); the names its help lists are the ones the configs accept (test_names.py)."""
 
 import subprocess
 import sys
 
 import pytest
 
-from eagle_probe import cli, names
+from eagle_probe import cli
 
 HEAVY = ("torch", "transformer_lens", "pandas", "matplotlib")
 PROBE = """
@@ -105,12 +105,3 @@ def test_every_command_module_has_its_three_names():
         assert isinstance(module.HELP, str) and module.HELP
         assert callable(getattr(module, f"_add_{name}")) and callable(module.run)
         assert getattr(cli, f"cmd_{name}") is module.run
-
-
-def test_the_help_names_are_the_configs_names():
-    from eagle_probe import model, regimes, tasks, train
-
-    assert regimes.NAMES == model.REGIMES == tuple(regimes.REGIMES)
-    assert names.TASKS == tuple(tasks.TASKS)
-    assert names.SCHEDULES == train.SCHEDULES
-    assert train.TrainConfig().steps == names.DEFAULT_STEPS

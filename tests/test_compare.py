@@ -6,9 +6,11 @@ import re
 from dataclasses import replace
 
 import numpy as np
+import plants
 import pytest
 import torch
-from conftest import PLANTED_STEPS, planted_model
+from plants import PLANTED_STEPS
+from plants import eagle as planted_model
 
 from eagle_probe.compare import (
     CompareConfig,
@@ -238,7 +240,7 @@ def test_a_planted_gdpp_model_follows_its_algorithm_on_von_oswald_sweeps():
     from eagle_probe.plots import compare_figures
 
     qk, vp = layouts.gdpp_products(3, 1, [0.5, 0.4], [0.3, 0.0])
-    model = layouts.model_from_products(layouts.sample_config(n=6, d=3, layers=2), qk, vp)
+    model = plants.samples(qk, vp, n=6, d=3)
     task = TaskConfig(task="least_squares", n=6, d=3, n_prime=1, d_prime=1, alpha=1.0)
     result = compare(model, task, SMALL)
     sweeps = result.json["sweeps"]

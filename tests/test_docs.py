@@ -262,14 +262,10 @@ def test_schema_doc_lists_every_sample_layout_field():
 
 
 def test_schema_doc_lists_every_layer_field(tmp_path):
-    from eagle_probe.extract import extract
-    from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
-    from eagle_probe.tasks import TaskConfig
+    from plants import eagle
 
-    cfg = ModelConfig(n=6, d=5, n_layers=2, normalize="none", dtype="float64")
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, [0.05, 0.04], [0.1, 0.09]))
-    data = extract(
-        model, TaskConfig(n=6, d=5, rank=3), probe_batch_size=16, test_batch=32, tuning_batch=32
-    ).to_json()
+    from eagle_probe.extract import extract
+
+    model, task = eagle([0.05, 0.04], [0.1, 0.09], n=6, d=5, rank=3)
+    data = extract(model, task, probe_batch_size=16, test_batch=32, tuning_batch=32).to_json()
     _documented_keys(data)

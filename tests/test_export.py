@@ -5,15 +5,17 @@ import subprocess
 import sys
 
 import numpy as np
+import plants
 import pytest
 import torch
-from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, prompt_norm, run_numpy_only
+from conftest import numpy_eagle, prompt_norm, run_numpy_only
+from plants import NORMALIZE_PATHS, PLANTED_STEPS
 
 from eagle_probe import solver_template
 from eagle_probe.export import solver_source, write_solver
 from eagle_probe.extract import extract
 from eagle_probe.layouts import plant
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
+from eagle_probe.model import ModelConfig
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 
@@ -39,11 +41,7 @@ SCALES = np.geomspace(1e-3, 1e3, 7)
 def planted(request, tmp_path_factory):
     """(model, task, solver path, a, c): a 3-layer, 2-head planted model on each path, exported."""
     a, c = EXPORT_STEPS[request.param]
-    cfg = ModelConfig(n=10, d=8, n_layers=3, n_heads=2, normalize=request.param, dtype="float64")
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, a, c))
-    model.eval()
-    task = TaskConfig(n=10, d=8, rank=5)
+    model, task = plants.eagle(a, c, normalize=request.param, heads=2, n=10, d=8, rank=5)
     data = extract(
         model, task, probe_batch_size=32, control=False, test_batch=32, tuning_batch=32
     ).to_json()

@@ -1,32 +1,23 @@
 import importlib.util
-import json
 import os
 
 import numpy as np
+import plants
 import pytest
 import torch
-from conftest import (
-    NORMALIZE_PATHS,
-    PLANTED_STEPS,
-    numpy_eagle,
-    planted_model,
-    prompt_norm,
-)
+from conftest import numpy_eagle, prompt_norm
+from plants import NORMALIZE_PATHS, PLANTED_STEPS
 
-from eagle_probe import checkpoint
 from eagle_probe.capture import capture, probe_batch
-from eagle_probe.cli import main
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.export import write_solver
 from eagle_probe.extract import build_context, extract
-from eagle_probe.fit import eagle_expansion, fit_polynomial
+from eagle_probe.fit import eagle_expansion
 from eagle_probe.fit.eagle import fit_steps
 from eagle_probe.fit.fidelity import fidelity_table
 from eagle_probe.tasks import Prompt, make_generator, sample
 
-
-def planted(a, c, *, heads=1, dtype="float64", normalize="none", **sizes):
-    return planted_model(a, c, heads=heads, dtype=dtype, normalize=normalize, **sizes)
+planted = plants.eagle
 
 
 def probe_iterates(task, normalize, a, c, batch, seed):
@@ -39,10 +30,8 @@ def probe_iterates(task, normalize, a, c, batch, seed):
 
 
 def off_eagle(model, eps=0.05):
-    """The planted model with a small non-EAGLE term in layer 1's W_Q (fidelity > 0)."""
-    with torch.no_grad():
-        model.blocks[1].attn.W_Q[0, 0, 1] += eps
-    return model
+    """The planted model with a small non-EAGLE term in layer 1's W_QK, head 0 (fidelity > 0)."""
+    return plants.add_products(model, qk=plants.product_term(model, 1, 0, 0, 1, eps))
 
 
 CASES = [
@@ -253,30 +242,12 @@ def test_design_form_matches_the_eagle_expansion_at_low_depth():
     assert (ex.layers.expansion_gap < 1e-6).all()
 
 
-def test_expansion_orders_follow_the_recursion():
-    degrees = [len(b) - 1 for b in eagle_expansion([0.1] * 4, [0.2] * 4)]
-    assert degrees == [0, 2, 8, 26]
-
-
-def test_polynomial_fit_recovers_a_known_filter_and_picks_its_degree():
-    rng = np.random.default_rng(0)
-    M = rng.standard_normal((40, 6, 6))
-    G = M @ M.transpose(0, 2, 1) / 6
-    r = rng.standard_normal((40, 6, 2))
-    beta = np.array([-0.5, 0.2, -0.03])
-    dx = beta[0] * r + beta[1] * G @ r + beta[2] * G @ G @ r
-    fit = fit_polynomial(G, r, dx)
-    assert fit.degree == 2 and fit.r2 > 1 - 1e-12
-    np.testing.assert_allclose(fit.beta, beta, rtol=1e-8)
-
-
 def test_query_linearity_is_measured():
     model, task = planted([0.05, 0.04], [0.09, 0.08])
     cap = capture(model, probe_batch(task, 16, 0))
     assert (cap.linearity_deviation < 1e-12).all()
     # a value path from A into the C/D columns makes D affine, not linear, in the query
-    with torch.no_grad():
-        model.blocks[0].attn.W_P[0, -1, 0] = 0.3
+    plants.add_products(model, vp=plants.product_term(model, 0, 0, 0, -1, 0.3))
     cap = capture(model, probe_batch(task, 16, 0))
     assert cap.linearity_deviation[1:].max() > 1e-3
 
@@ -310,72 +281,10 @@ def test_degenerate_probe_is_refused():
         capture(model, zero)
 
 
-def test_cli_plant_then_extract(tmp_path, capsys):
-    ckpt = tmp_path / "planted.pt"
-    assert (
-        main(
-            [
-                "plant",
-                "--n",
-                "8",
-                "--d",
-                "6",
-                "--a-steps",
-                "0.05,0.04",
-                "--c-steps",
-                "0.09,0.08",
-                "--heads",
-                "2",
-                "--dtype",
-                "float64",
-                "-o",
-                str(ckpt),
-            ]
-        )
-        == 0
-    )
-    out = tmp_path / "ex"
-    assert main(["extract", str(ckpt), "--out", str(out), "--probe-batch", "32"]) == 0
-    printed = capsys.readouterr().out
-    assert "layer" in printed and "fid 1-step" in printed and "W_QK = diag(1 I_8, 0)" in printed
-    data = json.loads((out / "extraction.json").read_text())
-    assert data["model"]["sha256"] == checkpoint.sha256(ckpt)
-    layers = data["layers"]
-    assert [round(lay["a_step"], 10) for lay in layers] == [0.05, 0.04]
-    for key in ("a_step", "c_step", "eta", "gamma", "fidelity", "fidelity_one_step", "label"):
-        assert key in layers[0]
-    for view in ("eagle", "fidelity", "projection", "optimum", "polynomial", "verdict"):
-        assert view in data["views"]
-    proj = data["views"]["projection"]["layers"]
-    assert [round(lay["a_step"], 10) for lay in proj] == [0.05, 0.04]
-    # an existing, non-empty output directory needs --force
-    assert main(["extract", str(ckpt), "--out", str(out)]) == 2
-    assert "pass --force" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv, match",
-    [
-        (["plant", "--a-steps", "0.1,0.2", "--c-steps", "0.1", "-o", "p.pt"], "has 2 values"),
-        (["plant", "--a-steps", "x", "--c-steps", "0.1", "-o", "p.pt"], "comma-separated"),
-        (["plant", "--a-steps", "0.1", "--c-steps", "nan", "-o", "p.pt"], "finite"),
-        (
-            ["plant", "--a-steps", "0.1", "--c-steps", "0.1", "--dtype", "int8", "-o", "p.pt"],
-            "unknown dtype",
-        ),
-    ],
-)
-def test_plant_user_errors(argv, match, capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
-    assert match in capsys.readouterr().err
-    assert not (tmp_path / "p.pt").exists()
-
-
 def test_an_extraction_runs_capture_views_control_verdict_in_that_order(monkeypatch):
     from eagle_probe import extract as ex_mod
 
-    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral")
+    model, task = planted([0.05, 0.04], [0.09, 0.08], normalize="spectral")
     events, parent, inside = [], os.getpid(), []
     real_build, real_control = ex_mod.build_context, ex_mod._control
 

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 import torch
-from conftest import NORMALIZE_PATHS, PLANTED_STEPS, numpy_eagle, planted_model, prompt_norm
+from conftest import numpy_eagle, prompt_norm
+from plants import NORMALIZE_PATHS, PLANTED_STEPS
+from plants import eagle as planted_model
 from transformer_lens import FactoredMatrix
 
 from eagle_probe.fit.geometry import prompt_scale as numpy_prompt_scale

@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
+import plants
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -19,9 +20,7 @@ from eagle_probe import plots
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.extract import extract
 from eagle_probe.fit.base import ViewResult
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.report import write_report
-from eagle_probe.tasks import TaskConfig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HOSTILE = 'runs/<script>alert("x")</script>&<img src=x onerror=alert(1)>.pt'
@@ -41,11 +40,7 @@ VIEWS = (  # every view with a figure, and the optimum (its bars join the projec
 
 @pytest.fixture(scope="module")
 def planted():
-    cfg = ModelConfig(n=6, d=6, n_layers=2, normalize="none")
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, A_STEPS, C_STEPS))
-    task = TaskConfig(n=6, d=6, rank=4)
-    return model, task
+    return plants.eagle(A_STEPS, C_STEPS, n=6, d=6, dtype="float32")
 
 
 @pytest.fixture(scope="module")

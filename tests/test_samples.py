@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import plants
 import pytest
 import torch
 from von_oswald import GDPP, LSA, train
@@ -90,8 +91,7 @@ def test_complete_keeps_the_block_semantics():
     """One Ahn GD layer predicts D = (η / n) B Aᵀ C."""
     eta = 0.8
     qk, vp = layouts.gd_products(D, 2, [eta])
-    cfg = layouts.sample_config(n=N, d=D, layers=1, n_prime=3, d_prime=2)
-    model = layouts.model_from_products(cfg, qk, vp)
+    model = plants.samples(qk, vp, n=N, d=D, n_prime=3)
     g = torch.Generator().manual_seed(0)
     A, B, C = (
         torch.randn(2, *s, dtype=torch.float64, generator=g) for s in ((D, N), (2, N), (D, 3))
@@ -102,8 +102,8 @@ def test_complete_keeps_the_block_semantics():
 
 
 def _algorithm(qk, vp, layers):
-    cfg = layouts.sample_config(n=N, d=D, layers=layers)
-    model = layouts.model_from_products(cfg, qk, vp)
+    model = plants.samples(qk, vp, n=N, d=D)
+    assert model.cfg.n_layers == layers
     ex = extract(model, TASK, probe_batch_size=64, test_batch=64, tuning_batch=16, control=False)
     return ex, ex.views["algorithm"].json["layers"]
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import planted_model
+from plants import eagle as planted_model
 
 from eagle_probe import checkpoint
 from eagle_probe.cli import main

@@ -1,5 +1,6 @@
 """Every view on sample-layout models whose algorithm is known: GD, GD++ and preconditioned GD
-planted by hand from their equations (von Oswald et al. 2023, Ahn et al. 2023).
+planted from their equations (von Oswald et al. 2023, Ahn et al. 2023; `layouts.gd_products` and
+its siblings, loaded by tests/plants.py).
 
 Sample layout, rows [x, y]: one layer is H ← H + ((H W_QK Hᵀ) ⊙ M_s) H W_VP / n. In the blocks
 of Z = Hᵀ that is ΔZ = W_VPᵀ (Z_s Z_sᵀ) W_QKᵀ Z / n over the n sample columns Z_s, so
@@ -11,13 +12,14 @@ of Z = Hᵀ that is ΔZ = W_VPᵀ (Z_s Z_sᵀ) W_QKᵀ Z / n over the n sample c
 from __future__ import annotations
 
 import numpy as np
+import plants
 import pytest
 import torch
 from probe_context import assert_jacobian_matches_finite_differences
 
+from eagle_probe import layouts
 from eagle_probe.extract import build_context, extract
 from eagle_probe.fit import optimum
-from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.tasks import TaskConfig
 
 D, N = 4, 10
@@ -30,52 +32,19 @@ PRECONDITIONERS = [
 
 
 def gd(etas=ETAS) -> tuple[np.ndarray, np.ndarray]:
-    qk, vp = np.zeros((len(etas), 1, E, E)), np.zeros((len(etas), 1, E, E))
-    qk[:, 0, :D, :D] = np.eye(D)
-    vp[:, 0, D, D] = -np.asarray(etas)
-    return qk, vp
+    return layouts.gd_products(D, 1, etas)
 
 
 def gdpp(etas=ETAS, gammas=GAMMAS) -> tuple[np.ndarray, np.ndarray]:
-    qk, vp = gd(etas)
-    for layer, gamma in enumerate(gammas):
-        vp[layer, 0, :D, :D] = -gamma * np.eye(D)
-    return qk, vp
+    return layouts.gdpp_products(D, 1, etas, gammas)
 
 
 def preconditioned(etas=ETAS, gammas=PRECONDITIONERS) -> tuple[np.ndarray, np.ndarray]:
-    qk, vp = gd(etas)
-    for layer, gamma in enumerate(gammas):
-        qk[layer, 0, :D, :D] = gamma
-    return qk, vp
+    return layouts.preconditioned_products(D, 1, etas, gammas)
 
 
-def model_of(
-    qk: np.ndarray, vp: np.ndarray, normalize: str = "none", n_prime: int = 1
-) -> LinearTransformer:
-    """W_Q = W_QK, W_K = I, W_V = W_VP, W_P = I: the products exactly (d' read off their width)."""
-    L, h, width = qk.shape[:3]
-    cfg = ModelConfig(
-        tokens="samples",
-        n=N,
-        d=D,
-        n_prime=n_prime,
-        d_prime=width - D,
-        n_layers=L,
-        n_heads=h,
-        normalize=normalize,
-        dtype="float64",
-    )
-    model = LinearTransformer(cfg)
-    state = dict(model.state_dict())
-    eye = torch.eye(width, dtype=torch.float64).expand(h, width, width).clone()
-    for layer in range(L):
-        state[f"blocks.{layer}.attn.W_Q"] = torch.from_numpy(qk[layer].copy())
-        state[f"blocks.{layer}.attn.W_K"] = eye.clone()
-        state[f"blocks.{layer}.attn.W_V"] = torch.from_numpy(vp[layer].copy())
-        state[f"blocks.{layer}.attn.W_P"] = eye.clone()
-    model.load_state_dict(state)
-    return model.eval()
+def model_of(qk: np.ndarray, vp: np.ndarray, normalize: str = "none", n_prime: int = 1):
+    return plants.samples(qk, vp, n=N, d=D, n_prime=n_prime, normalize=normalize)
 
 
 def run(qk, vp, **kw):

@@ -4,7 +4,7 @@ the kept singular values, and the capture's spectral norms computed once."""
 
 import numpy as np
 import pytest
-from conftest import planted_model
+from plants import eagle as planted_model
 
 from eagle_probe.capture import capture, probe_batch
 from eagle_probe.extract import geometry_of

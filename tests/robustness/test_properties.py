@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import plants
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,6 @@ from hypothesis import strategies as st
 
 from eagle_probe import eagle
 from eagle_probe.extract import extract
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -197,12 +197,10 @@ def test_invalid_parameters_raise(name, index, which):
 )
 def test_planted_extraction(layers, heads, a, c):
     a, c = a[:layers], c[:layers]
-    cfg = ModelConfig(n=6, d=5, n_layers=layers, n_heads=heads, normalize="none", dtype="float64")
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, a, c))
+    model, task = plants.eagle(a, c, heads=heads, n=6, d=5, rank=3)
     ex = extract(
         model,
-        TaskConfig(n=6, d=5, rank=3),
+        task,
         probe_batch_size=16,
         control=False,
         test_batch=16,

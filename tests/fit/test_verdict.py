@@ -1,15 +1,20 @@
-"""The verdict in ten seconds: one headline line (label, family, confidence and its reasons), lines
-of at most 100 characters, the sample layout's α_0 from the fit its label used beside the theory's
-one-step value, warnings only about the families in question, and the readout-sign hint."""
+"""The verdict view (`fit/verdict.py`): EAGLE in every layer of a planted model; not EAGLE for an
+untrained model or a planted one that barely moves (its layers are EAGLE, its answer no better
+than predicting zero). The verdict in ten seconds: one headline line (label, family, confidence
+and its reasons), lines of at most 100 characters, the sample layout's α_0 from the fit its label
+used beside the theory's one-step value, warnings only about the families in question, and the
+readout-sign hint."""
 
 from __future__ import annotations
 
+import plants
 import pytest
+from plants import VIEW_STEPS
 
 from eagle_probe import layouts
 from eagle_probe.extract import extract
-from eagle_probe.model import LinearTransformer, ModelConfig, eagle_weights
-from eagle_probe.tasks import TaskConfig
+from eagle_probe.model import LinearTransformer, ModelConfig
+from eagle_probe.tasks import TaskConfig, make_generator
 
 N, D = 20, 5
 ISOTROPIC = TaskConfig(task="least_squares", n=N, d=D, n_prime=1, d_prime=1, alpha=1.0)
@@ -17,8 +22,7 @@ ISOTROPIC = TaskConfig(task="least_squares", n=N, d=D, n_prime=1, d_prime=1, alp
 
 def _gd(eta: float):
     """One planted GD layer: x_1 = (η / n) A Bᵀ, α_0 = −η / n."""
-    qk, vp = layouts.gd_products(D, 1, [eta])
-    return layouts.model_from_products(layouts.sample_config(n=N, d=D, layers=1), qk, vp)
+    return plants.samples(*layouts.gd_products(D, 1, [eta]), n=N, d=D)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +71,7 @@ def test_gradient_ascent_gets_the_readout_hint():
 
 
 def test_an_eagle_model_gets_no_gradient_descent_warnings_and_a_headline():
-    cfg = ModelConfig(n=8, d=6, n_layers=2, normalize="none", dtype="float64")
-    model = LinearTransformer(cfg)
-    model.load_state_dict(eagle_weights(cfg, [0.02, 0.015], [0.03, 0.02]))
-    task = TaskConfig(n=8, d=6, rank=4)
+    model, task = plants.eagle([0.02, 0.015], [0.03, 0.02])
     ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=64)
     v = ex.verdict
     assert (v["label"], v["family"], v["confidence"]) == ("EAGLE", "eagle", "high")
@@ -99,3 +100,37 @@ def test_a_model_no_better_than_zero_is_not_called_1x_below_it():
     assert _below_zero(0.5, 0.32).startswith("no better")
     assert _below_zero(0.01, 0.2) == "20× below the zero predictor's 0.2"
     assert _below_zero(3.3, 1.0) == "no better than the zero predictor: 3.3× above its 1"
+
+
+# --- the views' shared planted extraction, untrained and barely moving models ---------------------
+
+
+def test_verdict_is_eagle_in_every_layer(planted_extraction):
+    ex, _, _ = planted_extraction
+    v = ex.views["verdict"].json
+    assert [lay["label"] for lay in v["layers"]] == ["EAGLE"] * len(VIEW_STEPS[0])
+    if ex.network["mse"] <= 0.8 * ex.network["zero_mse"]:
+        assert v["model"]["label"] == "EAGLE"
+        assert not [w for w in ex.warnings if "fail on others" not in w]
+    else:
+        # constant steps small enough for the rare large-‖A‖ prompt leave the typical prompt
+        # barely solved: the model runs EAGLE exactly but is no better than predicting zero
+        assert v["model"]["label"] == "not EAGLE"
+        assert any("zero predictor" in w for w in ex.warnings)
+
+
+def test_untrained_model_is_not_eagle_and_says_so():
+    cfg = ModelConfig(n=8, d=6, n_layers=2, normalize="spectral", dtype="float64")
+    model = LinearTransformer(cfg, generator=make_generator(3))
+    task = TaskConfig(n=8, d=6, rank=4)
+    views = ("eagle", "fidelity", "projection", "weights", "attribution", "verdict")
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, views=views)
+    assert ex.views["verdict"].json["model"]["label"] == "not EAGLE"
+    assert any("zero predictor" in w for w in ex.warnings)
+
+
+def test_a_model_that_barely_moves_is_not_eagle_though_its_layers_are():
+    model, task = plants.eagle([1e-4, 1e-4], [1e-4, 1e-4], normalize="spectral")
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=128)
+    assert ex.views["verdict"].json["model"]["label"] == "not EAGLE"
+    assert any("zero predictor" in w for w in ex.warnings)

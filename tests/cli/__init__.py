@@ -1,0 +1,1 @@
+"""Tests of the command line, one file per command module of `eagle_probe/cli/`."""

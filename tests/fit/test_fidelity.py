@@ -1,0 +1,34 @@
+"""The fidelity view (`fit/fidelity.py`): zero on a planted model, one step and end to end, and in
+prompt units (× k² for prompts × k on a normalising model)."""
+
+import plants
+import pytest
+import torch
+
+from eagle_probe.extract import build_context, run_views
+from eagle_probe.tasks import Prompt, make_generator, sample
+
+
+def test_fidelity_is_zero_one_step_and_end_to_end(planted_extraction):
+    ex, _, _ = planted_extraction
+    for lay in ex.views["fidelity"].json["layers"]:
+        for reading in ("one_step", "end_to_end"):
+            assert lay[reading]["total"] < 1e-24
+            assert lay[reading]["relative"] < 1e-20
+
+
+@pytest.mark.parametrize("normalize", ["spectral", "frobenius"])
+def test_fidelity_in_prompt_units_scales_with_the_square_of_the_prompt(normalize):
+    model, task = plants.eagle(*plants.VIEW_STEPS, normalize=normalize)
+    # a departure from EAGLE in layer 0
+    plants.add_products(model, vp=plants.product_term(model, 0, 0, 1, 0, 0.3))
+    probes = sample(task, 32, make_generator(5), dtype=torch.float64)
+    out = []
+    for k in (1.0, 10.0):
+        scaled = Prompt(probes.A * k, probes.B * k, probes.C * k, probes.D * k)
+        ctx = build_context(model, task, probes=scaled, test_batch=16, tuning_batch=16)
+        run_views(ctx, ("eagle", "fidelity"))
+        out.append(ctx.results["fidelity"].json["layers"][0]["one_step"])
+    assert out[0]["total"] > 1e-8
+    assert out[1]["total"] == pytest.approx(100 * out[0]["total"], rel=1e-9)
+    assert out[1]["relative"] == pytest.approx(out[0]["relative"], rel=1e-9)

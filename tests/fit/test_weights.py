@@ -1,0 +1,97 @@
+"""The weight-structure view (`fit/weights.py`): EAGLE's exact shapes named before any
+sparsification (q I, a machine's q I[i:j], a sketch's q P_r, a copy sent to every copy), other
+blocks after it; the simplified products; block norms."""
+
+import numpy as np
+import plants
+import pytest
+
+from eagle_probe import layouts
+from eagle_probe.fit import weights
+
+N, E = 4, 6  # n sample columns, n' = 2 query columns
+
+
+def test_sparsify_keeps_entries_at_one_and_a_half_times_the_mean_magnitude():
+    W = np.array([[4.0, -1.5], [0.1, 0.4]])  # mean |W| = 1.5, τ = 2.25
+    np.testing.assert_array_equal(weights.sparsify(W), [[4.0, 0.0], [0.0, 0.0]])
+    W = np.array([[3.0, 0.1], [0.2, -2.0]])  # mean |W| = 1.325, τ = 1.9875
+    np.testing.assert_array_equal(weights.sparsify(W), [[3.0, 0.0], [0.0, -2.0]])
+
+
+def test_eagle_products_are_two_scalar_blocks():
+    qk = np.diag([1.0] * N + [0.0] * 2)
+    vp = np.diag([-0.3] * N + [-0.7] * 2)
+    q, v = weights.describe(qk, N), weights.describe(vp, N)
+    assert q["structure"] == "diag(1 I_4, 0)"
+    assert v["structure"] == "diag(-0.3 I_4, -0.7 I_2)"
+    assert (v["level_nn"], v["level_qq"], v["simple"]) == (-0.3, -0.7, True)
+
+
+def test_exact_shapes_a_machines_range_and_a_sketch_projector():
+    own = np.zeros((E, E))
+    own[2:4, 2:4] = 0.5 * np.eye(2)  # machine 1 of 2 writes only its own columns
+    assert weights.describe(own, N)["structure"].startswith("diag(0.5 I[2:4], ")
+    S = np.linalg.qr(np.random.default_rng(0).standard_normal((N, 2)))[0]
+    sketched = np.zeros((E, E))
+    sketched[:N, :N] = -0.2 * S @ S.T  # dense, but exactly q times a rank-2 projector
+    assert weights.describe(sketched, N)["structure"].startswith("diag(-0.2 P_2, ")
+
+
+def test_a_copy_sent_to_every_copy_is_named_with_its_machine():
+    copies = 3  # n' = 1 on each of three machines
+    W = np.zeros((N + copies, N + copies))
+    W[N + 1, N:] = 0.4  # copy 1 written into all three copies
+    s = weights.describe(W, N, copies=copies)
+    assert s["structure"] == "diag(0, 0.4 I_1 copy 1 → all 3)" and not s["simple"]
+
+
+def test_a_cross_block_and_a_dense_block():
+    W = np.diag([1.0] * N + [0.0] * 2)
+    W[0, N] = 2.0
+    assert weights.describe(W, N)["structure"] == "[[1 I_4, dense], [0, 0]]"
+    noisy = np.eye(E) + 0.3 * np.random.default_rng(1).standard_normal((E, E))
+    text = weights.describe(noisy, N)["structure"]
+    assert "dense" in text or "off-diag" in text
+    assert weights.describe(noisy, N)["simple"] is False
+
+
+def test_simplified_products_keep_levels_or_the_sparsified_product():
+    qk = np.diag([1.0] * N + [0.0] * 2)[None, None]
+    vp = np.diag([-0.3] * N + [-0.7] * 2)[None, None]
+    sq, sv = weights.simplified_products(qk, vp, N)
+    np.testing.assert_array_equal(sq, qk)
+    np.testing.assert_array_equal(sv, vp)
+    # small noise: sparsified to a diagonal, each block replaced by the mean of its diagonal
+    rng = np.random.default_rng(2)
+    near = vp + 1e-3 * rng.standard_normal(vp.shape)
+    _, sv = weights.simplified_products(qk, near, N)
+    diag = np.diag(near[0, 0])
+    levels = [diag[:N].mean()] * N + [diag[N:].mean()] * 2
+    np.testing.assert_allclose(sv[0, 0], np.diag(levels), rtol=1e-14)
+    # large noise: no simple structure, the sparsified product itself
+    far = vp + 0.3 * rng.standard_normal(vp.shape)
+    _, sv = weights.simplified_products(qk, far, N)
+    np.testing.assert_array_equal(sv[0, 0], weights.sparsify(far[0, 0]))
+
+
+def test_block_norms_name_the_blocks_by_their_coordinates():
+    W = np.arange(36.0).reshape(E, E)
+    out = weights.block_norms(W, N, coords=("X", "Y"))
+    assert out["XX"] == pytest.approx(np.linalg.norm(W[:N, :N]))
+    assert out["XY"] == pytest.approx(np.linalg.norm(W[:N, N:]))
+    assert out["YX"] == pytest.approx(np.linalg.norm(W[N:, :N]))
+    assert out["YY"] == pytest.approx(np.linalg.norm(W[N:, N:]))
+    assert weights.block_norms(np.eye(E), N)["offdiag_ratio"] == 0.0
+
+
+def test_the_weight_table_of_a_planted_model_names_its_steps_per_head():
+    model, _ = plants.eagle([0.05, 0.04], [0.09, 0.08], heads=2)
+    qk, vp = layouts.state_products(model)
+    table = weights.weight_view(qk, vp, model.cfg.n)
+    assert table.W_QK.tolist() == ["diag(1 I_8, 0)"] * 4
+    assert table.W_VP.tolist()[::2] == [
+        "diag(-0.025 I_8, -0.045 I_2)",
+        "diag(-0.02 I_8, -0.04 I_2)",
+    ]
+    assert table.simple.all()
