@@ -45,8 +45,17 @@ MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extra
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
 SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness/test_hostile.py")
 # the normalised paths: exports and views on planted models of every normalisation, at any scale
-SCALE_TESTS = ("tests/test_export.py", "tests/test_extract.py", "tests/fit/test_views.py")
-VIEW_TESTS = ("tests/test_extract.py", "tests/fit/test_views.py")
+# the view tests on the planted extraction, each view's in the file that mirrors its module
+VIEW_FILES = (
+    "tests/fit/test_views.py",
+    "tests/fit/test_projection.py",
+    "tests/fit/test_fidelity.py",
+    "tests/fit/test_attribution.py",
+    "tests/fit/test_verdict.py",
+    "tests/fit/test_optimum.py",
+)
+SCALE_TESTS = ("tests/test_export.py", "tests/test_extract.py", *VIEW_FILES)
+VIEW_TESTS = ("tests/test_extract.py", *VIEW_FILES)
 SUITE = ("tests",)  # --suite: the whole suite, `pytest -x`, notebooks excluded
 
 FAULTS = [
