@@ -230,6 +230,8 @@ class Factors:
     structures: dict[str, list] = field(default_factory=dict, compare=False)
     # scalar term name -> its unit contribution (b, rows, kX): the regime terms' normal equations
     U: dict[str, np.ndarray] = field(default_factory=dict, compare=False)
+    # (family, family) -> Φ_1ᵀ Φ_2 (`gram`), kept for every normal-equation problem on these factors
+    N: dict[tuple, np.ndarray] = field(default_factory=dict, compare=False)
     # a subset's (factors of all the prompts, its prompts): the per-prompt products S and GG are
     # the rows of those of all the prompts, computed there once for every bag
     parent: tuple[Factors, np.ndarray] | None = field(default=None, compare=False)
@@ -370,7 +372,18 @@ _GRAM = {
 
 
 def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
-    """The block Φ_1ᵀ Φ_2 (size1, size2) of the normal equations of two families of one target."""
+    """The block Φ_1ᵀ Φ_2 (size1, size2) of the normal equations of two families of one target,
+    computed once per factors (the selection, the bags' and the refit's problems share it).
+    Read-only."""
+    key = (t1, t2)
+    if key not in f.N:
+        block = _gram(t1, t2, f, geometry)
+        block.flags.writeable = False
+        f.N[key] = block
+    return f.N[key]
+
+
+def _gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
     if t1.target != t2.target:
         raise ValueError("families of different targets do not share normal equations")
     if t1.structure or t2.structure:
