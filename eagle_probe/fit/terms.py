@@ -32,7 +32,6 @@ W = −(η/n) Γᵀ.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -166,12 +165,18 @@ class Selection:
 
 
 def select(
-    X: str, f: lib.Factors, y: np.ndarray, g: Geometry, cfg: TermsConfig, prompts: int
+    X: str,
+    f: lib.Factors,
+    y: np.ndarray,
+    g: Geometry,
+    cfg: TermsConfig,
+    prompts: int,
+    candidates: list[lib.Term] | None = None,
 ) -> Selection:
     """Choose the terms for target X on factors f and update y (b, rows, kX). `prompts` (the
     whole probe batch) sets which families are identifiable, so every bag sees the same
-    candidates."""
-    terms = _candidates(X, g, prompts, cfg, tuple(f.structures))
+    candidates (`candidates`: `_candidates` of these arguments, where already listed)."""
+    terms = candidates or _candidates(X, g, prompts, cfg, tuple(f.structures))
     problem = _problem(terms, f, y, g)
     if problem.yy <= 0.0:
         return Selection([], [], 0.0)
@@ -206,6 +211,7 @@ def bag_terms(
     cfg: TermsConfig,
     prompts: int,
     parts: dict[str, np.ndarray],
+    candidates: list[lib.Term] | None = None,
 ) -> list[str]:
     """The terms one bag (factors f, update y of its prompts) includes for target X.
 
@@ -213,9 +219,11 @@ def bag_terms(
     explain ΔX, each family of the all-prompt support counts as included when, on the bag's
     prompts, dropping its contribution (`parts`: name -> contribution with the all-prompt
     coefficients, on the bag's prompts) raises the residual of the all-prompt fit by more than
-    the factor `min_gain` (the path's entry test, without refitting per bag).
+    the factor `min_gain` (the path's entry test, without refitting per bag). `candidates`:
+    `_candidates` of these arguments, where already listed.
     """
-    scalars = [t for t in _candidates(X, g, prompts, cfg, tuple(f.structures)) if t.free == "none"]
+    terms = candidates or _candidates(X, g, prompts, cfg, tuple(f.structures))
+    scalars = [t for t in terms if t.free == "none"]
     problem = _problem(scalars, f, y, g)
     if problem.yy <= 0.0:
         return []
@@ -237,15 +245,18 @@ class Contributions:
     the bags, the pruning, the fit and the layer's one-step run read the same ones. Keyed by the
     term and the coefficient's exact value."""
 
-    def __init__(self, factors: Callable[[], lib.Factors]) -> None:
-        self._make = factors  # the stream's factors, made on first need
+    def __init__(
+        self, g: Geometry, Z: np.ndarray, structures: dict[str, list] | None = None
+    ) -> None:
+        self._of = (g, Z, structures)  # the stream (b, T, E), its factors made on first need
         self._factors: lib.Factors | None = None
         self._kept: dict[tuple, np.ndarray] = {}
 
     @property
     def factors(self) -> lib.Factors:
+        """`lib.Factors.of` the stream."""
         if self._factors is None:
-            self._factors = self._make()
+            self._factors = lib.Factors.of(*self._of)
         return self._factors
 
     def __call__(self, term: lib.Term, coef: np.ndarray | float) -> np.ndarray:
@@ -317,7 +328,7 @@ def discover_layer(
     (fitted terms over all targets, per-target diagnostics). `structures`: the matrices of the
     regime terms the library holds for this layer (`families.term_structures`); `contribution`:
     where the terms' contributions on Z_in are kept (for `apply_layer` on Z_in)."""
-    contribution = contribution or Contributions(lambda: lib.Factors.of(g, Z_in, structures))
+    contribution = contribution or Contributions(g, Z_in, structures)
     f = contribution.factors
     b = f.prompts
     subsets = sparse.bags(b, cfg.bags, cfg.bag_fraction, rng) if cfg.bags else []
@@ -327,13 +338,14 @@ def discover_layer(
     for X in lib.TARGETS:
         y = _target(Z_out, X, g) - _target(Z_in, X, g)
         yy = float(np.sum(y * y))
-        chosen = select(X, f, y, g, cfg, b)
+        terms = _candidates(X, g, b, cfg, tuple(f.structures))  # every bag's too
+        chosen = select(X, f, y, g, cfg, b, terms)
         support = chosen.terms
         coefs = refit(support, f, y, g)
         if subsets:
             parts = {t.name: contribution(t, c) for t, c in zip(support, coefs, strict=True)}
             picks = [
-                bag_terms(X, fb, y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()})
+                bag_terms(X, fb, y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()}, terms)
                 for idx, fb in zip(subsets, bag_factors, strict=True)
             ]
             freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
@@ -372,7 +384,7 @@ def apply_layer(
 ) -> np.ndarray:
     """One layer of discovered terms on a stream Z (b, T, E): Z + Σ_terms contributions
     (`contribution`: those of Z, where they were kept)."""
-    contribution = contribution or Contributions(lambda: lib.Factors.of(g, Z, structures))
+    contribution = contribution or Contributions(g, Z, structures)
     out = Z.copy()
     d, n = g.d, g.n
     where = {
@@ -469,7 +481,7 @@ def discover(
     for layer in range(cap.Z.shape[0] - 1):
         Z_in, Z_out = cap.Z[layer], cap.Z[layer + 1]
         mats = families.term_structures(g, layer) if structured else {}
-        kept = Contributions(lambda: lib.Factors.of(g, Z_in, mats))
+        kept = Contributions(g, Z_in, mats)
         fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng, mats, kept)
         step = apply_layer(Z_in, fitted, g, mats, kept)
         gap2 = (step - Z_out) ** 2
