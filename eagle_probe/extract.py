@@ -162,6 +162,7 @@ def build_context(
     tuning_batch: int = 512,
     held_out: HeldOut | None = None,
     tuning: HeldOut | None = None,
+    validation: HeldOut | None = None,
     probes: Prompt | None = None,
     chunk: int | None = None,
     device: str | torch.device = "cpu",
@@ -175,7 +176,9 @@ def build_context(
     held-out and tuning prompts than asked are drawn for models too large to score on them all
     (`scoring_prompts`; `extract` reports the counts). `iterate=False` skips the query probes,
     `score=False` the network's forward on the held-out prompts (the control needs neither);
-    `family` forces the algorithm family the views read (`fit.eagle.choose_family`)."""
+    `family` forces the algorithm family the views read (`fit.eagle.choose_family`);
+    `validation` replaces the validation prompts drawn for `held_out` (the control reads the
+    model's)."""
     if probe_batch_size is None:
         probe_batch_size = default_probe_batch(model.cfg)
     if probe_batch_size < 2:
@@ -192,7 +195,8 @@ def build_context(
         tuning = drawn[1] if tuning is None else tuning
     geometry, scores = choose_family(cap, geometry, family, qk, vp, held_out.z0)
     # as many as the held-out prompts: a blow-up of tuned steps on rare prompts shows on either
-    validation = _held_out(task, held_out.prompts, seed + 1299709)
+    if validation is None:
+        validation = _held_out(task, held_out.prompts, seed + 1299709)
     held, tune = held_out, tuning
     if score:
         pred = predict_chunked(
@@ -488,6 +492,7 @@ def _control(
         seed=seed,
         held_out=ctx.held_out,
         tuning=ctx.tuning,
+        validation=ctx.validation,  # drawn for the same held-out count and seed
         chunk=chunk,
         device=device,
         iterate=iterate,

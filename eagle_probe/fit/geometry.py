@@ -201,24 +201,44 @@ class Geometry:
 
         Token layout: LAYER_CHUNK prompts at a time, the same numbers (every product is per
         prompt) about three times faster on thousands of prompts, whose (b, h, T, T) scores
-        would not stay in cache."""
+        would not stay in cache. The mask, the merged heads and the route are worked out once
+        for all the blocks."""
+        plan = self._layer_plan(Z.shape[-2:], qk, vp)
+        if not self.samples and Z.shape[0] > LAYER_CHUNK:
+            parts = [
+                self._layer(Z[i : i + LAYER_CHUNK], *plan) for i in range(0, len(Z), LAYER_CHUNK)
+            ]
+            return np.concatenate(parts)
+        return self._layer(Z, *plan)
+
+    def _layer_plan(
+        self, shape: tuple[int, ...], qk: np.ndarray, vp: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """What `layer` reads of the products and the mask, for streams of shape (…, T, E) in
+        block orientation: (mask with the key scale, merged qk, merged vp, the key weights m
+        where the layer goes through the key Gram, else None)."""
+        T, E = shape[::-1] if self.samples else shape  # the stream as the layers see it
+        mask = self.mask * self.key_scale
+        qk, vp = merge_heads(qk, vp)
+        h = qk.shape[0]
+        keys = mask[0] if mask.shape[0] and (mask == mask[0]).all() else None
+        if keys is not None and not _gram_flops(keys, T, E, h) < h * 2.0 * T * E * (T + E):
+            keys = None
+        return mask, qk, vp, keys
+
+    def _layer(
+        self, Z: np.ndarray, mask: np.ndarray, qk: np.ndarray, vp: np.ndarray, keys
+    ) -> np.ndarray:
+        """`layer` on one block of prompts, from its `_layer_plan`."""
         if Z.size and np.isnan(Z).all():
             # a stream that has overflowed to NaN everywhere (an untrained control at large
             # sizes) stays NaN everywhere (Z plus its update): the layer is not computed
             return np.full(Z.shape, np.nan)
-        if not self.samples and Z.shape[0] > LAYER_CHUNK:
-            parts = [
-                self.layer(Z[i : i + LAYER_CHUNK], qk, vp) for i in range(0, len(Z), LAYER_CHUNK)
-            ]
-            return np.concatenate(parts)
         H = Z.swapaxes(-1, -2) if self.samples else Z  # the stream as the layers see it
-        mask = self.mask * self.key_scale
-        qk, vp = merge_heads(qk, vp)
         # batched matmuls, not a three-operand einsum: the same sums, an order of magnitude faster
         b, T, E = H.shape
         h = qk.shape[0]
-        keys = mask[0] if mask.shape[0] and (mask == mask[0]).all() else None
-        if keys is not None and _gram_flops(keys, T, E, h) < h * 2.0 * T * E * (T + E):
+        if keys is not None:
             # every token attends to the same keys with the same weights m (the visible mask):
             # ((H W_QK Hᵀ) ⊙ 1 mᵀ) H = H W_QK G with G = Hᵀ diag(m) H (E × E), so the layer is
             # H (I + Σ_h W_QK^h G W_VP^h): no (T, T) scores, and one G for every head

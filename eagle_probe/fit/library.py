@@ -230,6 +230,11 @@ class Factors:
     structures: dict[str, list] = field(default_factory=dict, compare=False)
     # scalar term name -> its unit contribution (b, rows, kX): the regime terms' normal equations
     U: dict[str, np.ndarray] = field(default_factory=dict, compare=False)
+    # (family, family) -> Φ_1ᵀ Φ_2 (`gram`), kept for every normal-equation problem on these factors
+    N: dict[tuple, np.ndarray] = field(default_factory=dict, compare=False)
+    # a subset's (factors of all the prompts, its prompts): the per-prompt products S and GG are
+    # the rows of those of all the prompts, computed there once for every bag
+    parent: tuple[Factors, np.ndarray] | None = field(default=None, compare=False)
 
     def unit(self, term: Term) -> np.ndarray:
         """The contribution of a scalar term (plain or regime) with coefficient 1: (b, rows, kX)."""
@@ -253,14 +258,22 @@ class Factors:
     def pair(self, g1: tuple[str, str], g2: tuple[str, str]) -> np.ndarray:
         """G1 G2ᵀ per prompt, computed once per pair of key/value products."""
         if (g1, g2) not in self.GG:
-            self.GG[(g1, g2)] = np.ascontiguousarray(self.G[g1] @ self.G[g2].swapaxes(-1, -2))
+            if self.parent is not None:
+                whole, index = self.parent
+                self.GG[(g1, g2)] = whole.pair(g1, g2)[index]
+            else:
+                self.GG[(g1, g2)] = np.ascontiguousarray(self.G[g1] @ self.G[g2].swapaxes(-1, -2))
         return self.GG[(g1, g2)]
 
     def cross(self, P1: str, P2: str) -> np.ndarray:
         """P1ᵀ P2 per prompt (b, kP1, kP2), computed once per pair of query-side blocks."""
         if (P1, P2) not in self.S:
-            S = _einsum("bik,biK->bkK", self.blocks[P1], self.blocks[P2])
-            self.S[(P1, P2)] = np.ascontiguousarray(S)
+            if self.parent is not None:
+                whole, index = self.parent
+                self.S[(P1, P2)] = whole.cross(P1, P2)[index]
+            else:
+                S = _einsum("bik,biK->bkK", self.blocks[P1], self.blocks[P2])
+                self.S[(P1, P2)] = np.ascontiguousarray(S)
         return self.S[(P1, P2)]
 
     def projected(self, P: str, y: np.ndarray) -> np.ndarray:
@@ -292,6 +305,7 @@ class Factors:
             {k: v[index] for k, v in self.G.items()},
             structures=self.structures,
             U={k: v[index] for k, v in self.U.items()},
+            parent=(self, index),
         )
 
     @property
@@ -358,7 +372,18 @@ _GRAM = {
 
 
 def gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
-    """The block Φ_1ᵀ Φ_2 (size1, size2) of the normal equations of two families of one target."""
+    """The block Φ_1ᵀ Φ_2 (size1, size2) of the normal equations of two families of one target,
+    computed once per factors (the selection, the bags' and the refit's problems share it).
+    Read-only."""
+    key = (t1, t2)
+    if key not in f.N:
+        block = _gram(t1, t2, f, geometry)
+        block.flags.writeable = False
+        f.N[key] = block
+    return f.N[key]
+
+
+def _gram(t1: Term, t2: Term, f: Factors, geometry: Geometry) -> np.ndarray:
     if t1.target != t2.target:
         raise ValueError("families of different targets do not share normal equations")
     if t1.structure or t2.structure:

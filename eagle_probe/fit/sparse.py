@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+from scipy.linalg import LinAlgError, lapack, solve_triangular
 
 
 @dataclass
@@ -31,6 +31,9 @@ class NormalProblem:
     _own: dict[int, Callable[[np.ndarray], np.ndarray]] = field(default_factory=dict, repr=False)
     _gram: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _rhs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    # (groups, levels, exact) -> (θ, relative residual): STLSQ and the forward path refit the
+    # same supports (a converged STLSQ support, the path's start), with the same numbers
+    _fits: dict[tuple, tuple[np.ndarray, float]] = field(default_factory=dict, repr=False)
 
     def block(self, g: int, h: int) -> np.ndarray:
         """Φ_gᵀ Φ_h (cached; the transpose of Φ_hᵀ Φ_g where that is cached)."""
@@ -70,12 +73,16 @@ class NormalProblem:
         levels = [c for c in (levels or [len(groups)]) if c > 0]
         if sum(levels) != len(groups):
             raise ValueError(f"levels {levels} do not cover {len(groups)} groups")
-        edges = np.cumsum([0] + levels)
-        cols = [sum(sizes[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        G, b = self.gram(groups), self.rhs(groups)
-        theta = _solve_levels(G, b, cols, exact)
-        rr = max(self.yy - 2.0 * theta @ b + theta @ G @ theta, 0.0)
-        return split(theta, sizes), float(np.sqrt(rr / self.yy))
+        key = (tuple(groups), tuple(levels), exact)
+        if key not in self._fits:
+            edges = np.cumsum([0] + levels)
+            cols = [sum(sizes[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+            G, b = self.gram(groups), self.rhs(groups)
+            theta = _solve_levels(G, b, cols, exact)
+            rr = max(self.yy - 2.0 * theta @ b + theta @ G @ theta, 0.0)
+            self._fits[key] = (theta, float(np.sqrt(rr / self.yy)))
+        theta, res = self._fits[key]
+        return split(theta.copy(), sizes), res
 
     def own(self, g: int) -> Callable[[np.ndarray], np.ndarray]:
         """A solver with group g's own normal matrix Φ_gᵀ Φ_g (cached)."""
@@ -177,7 +184,7 @@ def psd_solver(
         return lambda b: np.zeros_like(np.asarray(b, dtype=np.float64))
     if not exact:
         try:
-            factor = cho_factor(Gs + 1e-12 * np.eye(Gs.shape[0]), lower=True)
+            factor = _cholesky(Gs + 1e-12 * np.eye(Gs.shape[0]))
         except LinAlgError:
             exact = True
     if exact:
@@ -194,11 +201,41 @@ def psd_solver(
             inv = (1.0 / wk).reshape((-1,) + (1,) * (b.ndim - 1))
             x = Vk @ (inv * (Vk.T @ rhs)) if wk.size else np.zeros_like(rhs)
         else:
-            x = cho_solve(factor, rhs)
+            x = _cho_solve(factor, rhs)
         theta[live] = x * sb
         return theta
 
     return solve
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    """`a`, or the ValueError scipy's checked routines raise on infs and NaNs."""
+    if not np.isfinite(a).all():
+        raise ValueError("array must not contain infs or NaNs")
+    return a
+
+
+def _cholesky(a: np.ndarray) -> np.ndarray:
+    """The lower Cholesky factor of a float64 matrix (k, k), k ≥ 1, as `scipy.linalg.cho_factor(
+    a, lower=True)[0]` gives it (the same LAPACK call, dpotrf, without the wrapper's dispatch;
+    the upper triangle keeps a's entries); LinAlgError where a is not positive definite."""
+    c, info = lapack.dpotrf(_finite(a), lower=1, clean=0)
+    if info > 0:
+        raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    if info < 0:
+        raise ValueError(f"illegal value in {-info}-th argument of internal potrf")
+    return c
+
+
+def _cho_solve(c: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`scipy.linalg.cho_solve((c, True), b)` for a factor c of `_cholesky` and a float64
+    right-hand side b (k,) or (k, m), k ≥ 1: LAPACK's dpotrs."""
+    if b.size == 0:
+        return np.empty_like(b)
+    x, info = lapack.dpotrs(c, _finite(b), lower=1)
+    if info != 0:
+        raise ValueError(f"illegal value in {-info}th argument of internal potrs")
+    return x
 
 
 def refit_qr(

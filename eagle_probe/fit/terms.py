@@ -165,12 +165,18 @@ class Selection:
 
 
 def select(
-    X: str, f: lib.Factors, y: np.ndarray, g: Geometry, cfg: TermsConfig, prompts: int
+    X: str,
+    f: lib.Factors,
+    y: np.ndarray,
+    g: Geometry,
+    cfg: TermsConfig,
+    prompts: int,
+    candidates: list[lib.Term] | None = None,
 ) -> Selection:
     """Choose the terms for target X on factors f and update y (b, rows, kX). `prompts` (the
     whole probe batch) sets which families are identifiable, so every bag sees the same
-    candidates."""
-    terms = _candidates(X, g, prompts, cfg, tuple(f.structures))
+    candidates (`candidates`: `_candidates` of these arguments, where already listed)."""
+    terms = candidates or _candidates(X, g, prompts, cfg, tuple(f.structures))
     problem = _problem(terms, f, y, g)
     if problem.yy <= 0.0:
         return Selection([], [], 0.0)
@@ -205,6 +211,7 @@ def bag_terms(
     cfg: TermsConfig,
     prompts: int,
     parts: dict[str, np.ndarray],
+    candidates: list[lib.Term] | None = None,
 ) -> list[str]:
     """The terms one bag (factors f, update y of its prompts) includes for target X.
 
@@ -212,9 +219,11 @@ def bag_terms(
     explain ΔX, each family of the all-prompt support counts as included when, on the bag's
     prompts, dropping its contribution (`parts`: name -> contribution with the all-prompt
     coefficients, on the bag's prompts) raises the residual of the all-prompt fit by more than
-    the factor `min_gain` (the path's entry test, without refitting per bag).
+    the factor `min_gain` (the path's entry test, without refitting per bag). `candidates`:
+    `_candidates` of these arguments, where already listed.
     """
-    scalars = [t for t in _candidates(X, g, prompts, cfg, tuple(f.structures)) if t.free == "none"]
+    terms = candidates or _candidates(X, g, prompts, cfg, tuple(f.structures))
+    scalars = [t for t in terms if t.free == "none"]
     problem = _problem(scalars, f, y, g)
     if problem.yy <= 0.0:
         return []
@@ -231,8 +240,41 @@ def bag_terms(
     return [n for n in names if n not in nested] + kept
 
 
+class Contributions:
+    """The contributions `lib.apply(term, coef, f)` of one stream's factors, each computed once:
+    the bags, the pruning, the fit and the layer's one-step run read the same ones. Keyed by the
+    term and the coefficient's exact value."""
+
+    def __init__(
+        self, g: Geometry, Z: np.ndarray, structures: dict[str, list] | None = None
+    ) -> None:
+        self._of = (g, Z, structures)  # the stream (b, T, E), its factors made on first need
+        self._factors: lib.Factors | None = None
+        self._kept: dict[tuple, np.ndarray] = {}
+
+    @property
+    def factors(self) -> lib.Factors:
+        """`lib.Factors.of` the stream."""
+        if self._factors is None:
+            self._factors = lib.Factors.of(*self._of)
+        return self._factors
+
+    def __call__(self, term: lib.Term, coef: np.ndarray | float) -> np.ndarray:
+        c = np.asarray(coef, dtype=np.float64)
+        key = (term, c.shape, c.tobytes())
+        if key not in self._kept:
+            self._kept[key] = lib.apply(term, coef, self.factors)
+        return self._kept[key]
+
+
 def _prune(
-    support: list[lib.Term], coefs: list[np.ndarray], f: lib.Factors, y: np.ndarray, g, cfg
+    support: list[lib.Term],
+    coefs: list[np.ndarray],
+    f: lib.Factors,
+    y: np.ndarray,
+    g,
+    cfg,
+    contribution: Contributions,
 ) -> tuple[list[lib.Term], list[np.ndarray]]:
     """Drop terms whose contribution is below `threshold` × ‖ΔX‖ and refit (STLSQ's last step
     on the final support)."""
@@ -240,7 +282,7 @@ def _prune(
     keep = [
         i
         for i, (t, c) in enumerate(zip(support, coefs, strict=True))
-        if float(np.linalg.norm(lib.apply(t, c, f))) >= cfg.threshold * norm
+        if float(np.linalg.norm(contribution(t, c))) >= cfg.threshold * norm
     ]
     if len(keep) == len(support):
         return support, coefs
@@ -280,11 +322,14 @@ def discover_layer(
     cfg: TermsConfig,
     rng: np.random.Generator,
     structures: dict[str, list] | None = None,
+    contribution: Contributions | None = None,
 ) -> tuple[list[Fitted], dict[str, dict]]:
     """The terms of one layer from its input and output streams (b, T, E), internal units:
     (fitted terms over all targets, per-target diagnostics). `structures`: the matrices of the
-    regime terms the library holds for this layer (`families.term_structures`)."""
-    f = lib.Factors.of(g, Z_in, structures)
+    regime terms the library holds for this layer (`families.term_structures`); `contribution`:
+    where the terms' contributions on Z_in are kept (for `apply_layer` on Z_in)."""
+    contribution = contribution or Contributions(g, Z_in, structures)
+    f = contribution.factors
     b = f.prompts
     subsets = sparse.bags(b, cfg.bags, cfg.bag_fraction, rng) if cfg.bags else []
     bag_factors = [f.subset(idx) for idx in subsets]  # shared by the four targets (and caches)
@@ -293,13 +338,14 @@ def discover_layer(
     for X in lib.TARGETS:
         y = _target(Z_out, X, g) - _target(Z_in, X, g)
         yy = float(np.sum(y * y))
-        chosen = select(X, f, y, g, cfg, b)
+        terms = _candidates(X, g, b, cfg, tuple(f.structures))  # every bag's too
+        chosen = select(X, f, y, g, cfg, b, terms)
         support = chosen.terms
         coefs = refit(support, f, y, g)
         if subsets:
-            parts = {t.name: lib.apply(t, c, f) for t, c in zip(support, coefs, strict=True)}
+            parts = {t.name: contribution(t, c) for t, c in zip(support, coefs, strict=True)}
             picks = [
-                bag_terms(X, fb, y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()})
+                bag_terms(X, fb, y[idx], g, cfg, b, {n: p[idx] for n, p in parts.items()}, terms)
                 for idx, fb in zip(subsets, bag_factors, strict=True)
             ]
             freq = sparse.inclusion_frequency(picks, sorted({n for p in picks for n in p}))
@@ -312,10 +358,10 @@ def discover_layer(
                 support, coefs = kept, refit(kept, f, y, g)
         else:
             freq = {t.name: 1.0 for t in support}
-        support, coefs = _prune(support, coefs, f, y, g, cfg)
+        support, coefs = _prune(support, coefs, f, y, g, cfg, contribution)
         fit = np.zeros_like(y)
         for t, c in zip(support, coefs, strict=True):
-            part = lib.apply(t, c, f)
+            part = contribution(t, c)
             fit += part
             share = float(np.sum(part * y)) / yy if yy > 0 else 0.0
             fitted.append(Fitted(t, c, freq.get(t.name, 0.0), share))
@@ -330,10 +376,15 @@ def discover_layer(
 
 
 def apply_layer(
-    Z: np.ndarray, fitted: list[Fitted], g: Geometry, structures: dict[str, list] | None = None
+    Z: np.ndarray,
+    fitted: list[Fitted],
+    g: Geometry,
+    structures: dict[str, list] | None = None,
+    contribution: Contributions | None = None,
 ) -> np.ndarray:
-    """One layer of discovered terms on a stream Z (b, T, E): Z + Σ_terms contributions."""
-    f = lib.Factors.of(g, Z, structures)
+    """One layer of discovered terms on a stream Z (b, T, E): Z + Σ_terms contributions
+    (`contribution`: those of Z, where they were kept)."""
+    contribution = contribution or Contributions(g, Z, structures)
     out = Z.copy()
     d, n = g.d, g.n
     where = {
@@ -345,7 +396,7 @@ def apply_layer(
     with np.errstate(over="ignore", invalid="ignore"):
         for t in fitted:
             rows, cols = where[t.term.target]
-            out[:, rows, cols] += lib.apply(t.term, t.coef, f)
+            out[:, rows, cols] += contribution(t.term, t.coef)
     return out
 
 
@@ -430,8 +481,9 @@ def discover(
     for layer in range(cap.Z.shape[0] - 1):
         Z_in, Z_out = cap.Z[layer], cap.Z[layer + 1]
         mats = families.term_structures(g, layer) if structured else {}
-        fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng, mats)
-        step = apply_layer(Z_in, fitted, g, mats)
+        kept = Contributions(g, Z_in, mats)
+        fitted, info = discover_layer(Z_in, Z_out, g, cfg, rng, mats, kept)
+        step = apply_layer(Z_in, fitted, g, mats, kept)
         gap2 = (step - Z_out) ** 2
         dz = np.sum((Z_out - Z_in) ** 2)
         stable = [t.term.name for t in fitted if t.frequency >= cfg.stable]
