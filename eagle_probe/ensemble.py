@@ -7,8 +7,8 @@ everything a separate `train.train` run with that seed has: its initialisation, 
 validation prompts (the same seeded streams, see `train._seeds`), its own Adam state (Adam is
 elementwise, so one update of the stacked tensors is K independent optimisers; each seed counts
 its own steps, as a skipped spike step is not a step; the update is torch's, bit for bit), its
-own gradient-norm clip, spike log, validation, selection and kept weights. In float64 each seed's result equals the separate run's
-to rounding (tests/test_ensemble.py).
+own gradient-norm clip, spike log, validation, selection and kept weights. In float64 each
+seed's result equals the separate run's to rounding (tests/test_ensemble.py).
 
 The batched forward computes the layer of `model.py`,
 
