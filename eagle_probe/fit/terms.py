@@ -242,8 +242,8 @@ def bag_terms(
 
 class Contributions:
     """The contributions `lib.apply(term, coef, f)` of one stream's factors, each computed once:
-    the bags, the pruning, the fit and the layer's one-step run read the same ones. Keyed by the
-    term and the coefficient's exact value."""
+    the bags, the pruning, the fit and the layer's one-step run read the same ones (read-only).
+    Keyed by the term and the coefficient's exact value."""
 
     def __init__(
         self, g: Geometry, Z: np.ndarray, structures: dict[str, list] | None = None
@@ -263,7 +263,9 @@ class Contributions:
         c = np.asarray(coef, dtype=np.float64)
         key = (term, c.shape, c.tobytes())
         if key not in self._kept:
-            self._kept[key] = lib.apply(term, coef, self.factors)
+            part = lib.apply(term, coef, self.factors)
+            part.flags.writeable = False  # shared by every reader
+            self._kept[key] = part
         return self._kept[key]
 
 
