@@ -19,6 +19,7 @@ import pandas as pd
 
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.evaluate import against_zero, readout_text
+from eagle_probe.wording import plural
 
 # what `eagle_probe.extract.extract` returns (an `Extraction`): this module reads its views,
 # geometry and tables and never imports the extraction
@@ -39,11 +40,6 @@ def _g(x, digits: int = 3) -> str:
     if x != 0 and abs(x) < 1e-3:
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}g}"
-
-
-def _count(n: int, word: str) -> str:
-    """ "1 layer", "4 layers"."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _change(mse: float, net: float) -> str:
@@ -86,7 +82,7 @@ def _optimum(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     lines = [
-        f"best {_family(ex)} ({_count(len(o['optimal']['a_steps']), 'layer')}, steps by "
+        f"best {_family(ex)} ({plural(len(o['optimal']['a_steps']), 'layer')}, steps by "
         "Levenberg-Marquardt, "
         f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
         f"starts, median {_g(o.get('median', float('nan')))}, spread ×{_g(o.get('spread', 1.0))}; "
@@ -188,8 +184,8 @@ def render_text(ex: Extraction, name: str = "model") -> str:
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
     lines = headline_lines(ex) + readout_lines(ex)
     lines += [
-        f"{name}: {info['regime']}{layout}, {_count(info['layers'], 'layer')} x "
-        f"{_count(info['heads'], 'head')}, probe batch "
+        f"{name}: {info['regime']}{layout}, {plural(info['layers'], 'layer')} x "
+        f"{plural(info['heads'], 'head')}, probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
         *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
@@ -544,8 +540,8 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     css = LABEL_CLASS.get(label, "")
     below = against_zero(net["mse"], net["zero_mse"], lambda r: f"{r:.1f}×")
     meta = (
-        f"{info['regime']} regime, {_count(info['layers'], 'layer')} "
-        f"× {_count(info['heads'], 'head')}, "
+        f"{info['regime']} regime, {plural(info['layers'], 'layer')} "
+        f"× {plural(info['heads'], 'head')}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
         f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
         f"seed {info['seed']}. Held-out MSE {_g(net['mse'])}, {below}. Layers are 0-based; "

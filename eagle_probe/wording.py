@@ -1,11 +1,17 @@
-"""The words every command uses for an MSE against the zero predictor's and for the readout's
-sign. Standard library only: the views (`eagle_probe.fit`) write them without torch."""
+"""The words every command uses for an MSE against the zero predictor's, for the readout's
+sign and for counts. Standard library only: the views (`eagle_probe.fit`) write them without
+torch."""
 
 from __future__ import annotations
 
 import math
 
 NO_BETTER = 1.05  # an MSE within 5% of the zero predictor's is no better than predicting zero
+
+
+def plural(count: int, word: str) -> str:
+    """ "1 layer", "4 layers"."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def against_zero(mse: float, zero: float, factor=lambda r: f"{r:.3g}×") -> str:

@@ -14,6 +14,7 @@ from eagle_probe.cli.common import (
     _budget,
     _claim,
     _finite_outputs,
+    _load_model,
     _out_dir,
     _positive_int,
     _publish,
@@ -60,13 +61,13 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import budget, checkpoint, files
+    from eagle_probe import budget, files
     from eagle_probe.capture import default_probe_batch, default_threads
     from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.progress import reporter
 
     out = _out_dir(args.out, args.force)
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task = _load_model(args)
     if not args.threads and default_threads(model.cfg) is not None:
         set_threads(default_threads(model.cfg))
     probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.conventions import plan_import
     from eagle_probe.evaluate import evaluate, readout_flag, readout_text
     from eagle_probe.layouts import LAYOUTS, import_arrays, read_arrays
+    from eagle_probe.wording import plural
 
     if args.layout not in LAYOUTS:
         raise EagleProbeError(f"unknown layout {args.layout!r}; choose from {', '.join(LAYOUTS)}")
@@ -92,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     flag = readout_flag(args.readout, check["mse"], check["flipped_mse"])
     print("\n".join(lines + ([f"warning: {flag}"] if flag is not None else [])))
     what = (
-        f"{cfg.tokens} layout, {cfg.n_layers} layer{'' if cfg.n_layers == 1 else 's'} x "
-        f"{cfg.heads} head{'' if cfg.heads == 1 else 's'}, d = {cfg.d}, "
+        f"{cfg.tokens} layout, {plural(cfg.n_layers, 'layer')} x {plural(cfg.heads, 'head')}, "
+        f"d = {cfg.d}, "
         f"d' = {cfg.d_prime}, n = {cfg.n}, n' = {cfg.n_prime}, {cfg.dtype}, readout "
         f"{args.readout:+d}"
     )

@@ -11,6 +11,7 @@ from eagle_probe.cli.common import (
     Parser,
     _budget,
     _claim,
+    _claim_dir,
     _float32,
     _nonneg_int,
     _out_dir,
@@ -110,7 +111,6 @@ def _add_sweep(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eagle_probe import files
     from eagle_probe.budget import MAX_RUNS
     from eagle_probe.regimes import REGIMES
     from eagle_probe.sweep import run_sweep
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     if args.slurm is not None or args.submit or args.sbatch:
         raise EagleProbeError("--slurm, --submit and --sbatch write a plan's script: add --plan")
     out = _out_dir(args.out, args.force)
-    tmp = _claim(args, files.output_dir(out, force=args.force))
+    tmp = _claim_dir(args, out)
     table = run_sweep(
         regimes,
         seeds,

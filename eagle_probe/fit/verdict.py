@@ -43,7 +43,7 @@ import math
 from eagle_probe import regimes
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
-from eagle_probe.wording import against_zero, readout_flag, readout_hint
+from eagle_probe.wording import against_zero, plural, readout_flag, readout_hint
 
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
 LIKE_GAP = 0.5
@@ -66,11 +66,6 @@ THRESHOLDS = {
     "used_block": USED_BLOCK,
     "zero_fraction": ZERO_FRACTION,
 }
-
-
-def plural(count: int, word: str) -> str:
-    """ "1 layer", "4 layers"."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _fmt(x: float | None) -> str:
