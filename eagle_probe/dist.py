@@ -158,7 +158,18 @@ def eagle_worker(
             return both[: dC.shape[0]], both[dC.shape[0] :]
 
         D, info, rounds = eagle._column_rounds(
-            As, Bs, C, all_ranks, world, rtol, maxiter, eta, gamma, counter, None, e_out
+            As,
+            Bs,
+            C,
+            all_ranks,
+            machines=world,
+            rtol=rtol,
+            maxiter=maxiter,
+            eta=eta,
+            gamma=gamma,
+            counter=counter,
+            callback=None,
+            e=e_out,
         )
         if info >= 0:
             D, ok = eagle._finish(D, e_out)

@@ -489,7 +489,8 @@ def complete(
 
 def _finished(D, e, counter):
     """(D · 2ᵉ, representable): the D block in prompt units; when float64 cannot hold it, a
-    RuntimeWarning (pointing at the caller of the solver) and stats["reason"] "unrepresentable"."""
+    RuntimeWarning (pointing two frames above this one: `complete`'s caller, or the column-split
+    solver itself) and stats["reason"] "unrepresentable"."""
     D, ok = _finish(D, e)
     if not ok:
         warnings.warn(
@@ -794,7 +795,18 @@ def complete_distributed(
         return dC, dD
 
     D, info, rounds = _column_rounds(
-        As, Bs, Cs, machine_sum, machines, rtol, maxiter, eta, gamma, counter, callback, e_out
+        As,
+        Bs,
+        Cs,
+        machine_sum,
+        machines=machines,
+        rtol=rtol,
+        maxiter=maxiter,
+        eta=eta,
+        gamma=gamma,
+        counter=counter,
+        callback=callback,
+        e=e_out,
     )
     if info >= 0:
         D, info = _certify_split(D, e_out, info, rounds, A, B, C, rtol, counter)
@@ -803,7 +815,7 @@ def complete_distributed(
     return D, stats()
 
 
-def _column_rounds(As, Bs, C, reduce, machines, rtol, maxiter, eta, gamma, counter, callback, e):
+def _column_rounds(As, Bs, C, reduce, *, machines, rtol, maxiter, eta, gamma, counter, callback, e):
     """The rounds of distributed EAGLE, written once for the in-process simulation and the worker
     processes: each round this process updates the machines' blocks it holds (As, Bs, scaled by
     `_scaled_blocks`) with `_local_round`, reduce([(dC_μ, dD_μ), ...]) -> (ΣdC, ΣdD) sums the
@@ -811,7 +823,7 @@ def _column_rounds(As, Bs, C, reduce, machines, rtol, maxiter, eta, gamma, count
     most rtol · ‖D‖_F (info 0), at maxiter (info maxiter) or on a non-finite D (-2).
     callback(D_k · 2ᵉ) after every round. Returns (D, info, rounds), D in scaled units."""
     D = np.zeros((Bs[0].shape[0], C.shape[1]))
-    info, rounds = maxiter, 0
+    rounds = 0
     for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
         e_step, g = counter.step(rounds - 1, eta, gamma)
         updates = []
@@ -828,7 +840,7 @@ def _column_rounds(As, Bs, C, reduce, machines, rtol, maxiter, eta, gamma, count
             callback(_finish(D, e)[0].copy())
         if _norm(step) <= rtol * _norm(D):
             return D, 0, rounds
-    return D, info, rounds
+    return D, maxiter, rounds
 
 
 def _certify_split(D, e_out, info, steps, A0, B0, C0, rtol, counter):
