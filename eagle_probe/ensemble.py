@@ -201,7 +201,8 @@ class _Adam:
 
 
 def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
-    """`torch.nn.utils.clip_grad_norm_` applied to each seed's slice of the stacked gradients."""
+    """`torch.nn.utils.clip_grad_norm_` applied to each seed's slice of the stacked gradients,
+    bit for bit (`test_stacked_clip_is_torchs_clip_grad_norm_bit_for_bit`)."""
     norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1)  # (K, tensors)
     total = norms.norm(dim=1)  # (K,)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)  # (K,)

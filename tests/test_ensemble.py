@@ -189,6 +189,27 @@ def test_stacked_adam_is_torchs_adam_bit_for_bit(dtype, weight_decay):
             assert torch.equal(stacked[k], alone[k].detach()), (t, k)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_stacked_clip_is_torchs_clip_grad_norm_bit_for_bit(dtype):
+    """Each seed's slice of the stacked gradients is clipped exactly as
+    torch.nn.utils.clip_grad_norm_ clips that seed's own gradients, whether it is clipped or not."""
+    K, shapes = 4, [(5, 4), (3,), (2, 2, 3)]
+    gen = torch.Generator().manual_seed(1)
+    sizes = torch.tensor([1e-3, 1.0, 10.0, 1e3], dtype=dtype)  # seeds below and above the clip
+    for _ in range(20):
+        grads = [torch.randn(K, *s, generator=gen, dtype=dtype) for s in shapes]
+        grads = [g * sizes.view((-1,) + (1,) * (g.ndim - 1)) for g in grads]
+        alone = [[torch.zeros_like(g[k], requires_grad=True) for g in grads] for k in range(K)]
+        for k in range(K):
+            for p, g in zip(alone[k], grads, strict=True):
+                p.grad = g[k].clone()
+            torch.nn.utils.clip_grad_norm_(alone[k], 0.1)
+        ensemble._clip(grads, 0.1)
+        for k in range(K):
+            for p, g in zip(alone[k], grads, strict=True):
+                assert torch.equal(g[k], p.grad), k
+
+
 def test_ensemble_callbacks_and_errors():
     cfg = ModelConfig(**BASE)
     seen = []
