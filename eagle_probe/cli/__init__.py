@@ -57,8 +57,6 @@ COMMANDS: dict[str, str] = {
 COMPUTING = {"train", "evaluate", "extract", "import", "sweep", "bench", "compare", "timeline"}
 # the computing commands whose --device has no default: bench runs its torch section only there
 NO_DEFAULT_DEVICE = {"bench"}
-# helpers of a command module reached through this package (so they can be replaced here)
-_HELPERS = {"_run_training": "train"}
 
 
 def _module(command: str) -> ModuleType:
@@ -68,8 +66,6 @@ def _module(command: str) -> ModuleType:
 def __getattr__(name: str) -> Callable:
     if name.startswith("cmd_") and name[4:] in COMMANDS:
         return _module(name[4:]).run
-    if name in _HELPERS:
-        return getattr(_module(_HELPERS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -456,18 +456,14 @@ def run(args: argparse.Namespace) -> int:
     _check_budget(args, model_cfg, train_cfg)
     if source is not None:
         _attach_init_source(args, source, model_cfg)
-    from eagle_probe import (
-        cli,
-    )  # `_run_training` looked up on the package, where it can be replaced
-
     if not _lead_process():
-        return cli._run_training(args, out, model_cfg, task, train_cfg, resume, None)
+        return _run_training(args, out, paths, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
     claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
     if args.save_every is not None:  # the run directory of `timeline`, published with the rest
         steps_dir = files.check_dir(out.with_suffix(".steps"), force=args.force, what="run dir")
         args.steps_dir = _claim(args, files.output_dir(steps_dir, force=args.force))
-    return cli._run_training(args, out, model_cfg, task, train_cfg, resume, claim)
+    return _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim)
 
 
 def _provenance(args: argparse.Namespace) -> dict[str, Any]:
@@ -522,15 +518,16 @@ def _trained(args, model_cfg, task, train_cfg, resume, write, save_step):
     return [(model, metrics)]
 
 
-def _run_training(args, out, model_cfg, task, train_cfg, resume, claim) -> int:
-    """Train the seed (or the --seeds) and publish through `claim` (None: a torchrun worker that
-    writes nothing); `resume`: one (state, metrics) per seed, or None."""
+def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -> int:
+    """Train the seed (or the --seeds) into `paths` (`_run_paths`) and publish through `claim`
+    (None: a torchrun worker that writes nothing); `resume`: one (state, metrics) per seed, or
+    None."""
     from eagle_probe import checkpoint
     from eagle_probe.cli.common import EXIT_USER
     from eagle_probe.evaluate import against_zero, evaluate
     from eagle_probe.timeline import checkpoint_name
 
-    paths, provenance = _run_paths(args, out), _provenance(args)
+    provenance = _provenance(args)
 
     def write(k: int, model, metrics: dict[str, Any]) -> None:
         # Nothing is published before a validation has given finite numbers.

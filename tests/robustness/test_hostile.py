@@ -639,14 +639,15 @@ def test_seeds_too_large_name_the_flag(flag, command, tmp_path, monkeypatch, cap
 
 def test_train_without_steps_uses_the_documented_default(monkeypatch, tmp_path):
     import eagle_probe.cli as cli
+    import eagle_probe.cli.train as cli_train
 
     seen = {}
 
-    def fake(args, out, model_cfg, task, train_cfg, resume, claim):
+    def fake(args, out, paths, model_cfg, task, train_cfg, resume, claim):
         seen["steps"] = train_cfg.steps
         return 0
 
-    monkeypatch.setattr(cli, "_run_training", fake)
+    monkeypatch.setattr(cli_train, "_run_training", fake)
     assert main([*TRAIN, "-o", str(tmp_path / "m.pt")]) == 0
     assert seen["steps"] == 20000
     assert (
