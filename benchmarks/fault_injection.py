@@ -43,7 +43,13 @@ class Fault:
 FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py")
 MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extract.py")
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
-SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness/test_hostile.py")
+SOLVER_TESTS = (
+    "tests/test_eagle_solver.py",
+    "tests/test_solver_template.py",
+    "tests/test_solvers.py",
+    "tests/test_export.py",
+    "tests/robustness/test_hostile.py",
+)
 # the normalised paths: exports and views on planted models of every normalisation, at any scale
 # the view tests on the planted extraction, each view's in the file that mirrors its module
 VIEW_FILES = (
