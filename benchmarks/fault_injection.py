@@ -177,7 +177,7 @@ FAULTS = [
         "eagle_probe/evaluate.py",
         "worst = int(torch.argmax(",
         "worst = int(torch.argmin(",
-        ("tests/test_shipped.py", "tests/test_cli.py"),
+        ("tests/test_shipped.py", "tests/cli/test_evaluate.py"),
     ),
     Fault(
         "the certified EAGLE iteration without its non-finite check",
@@ -287,14 +287,14 @@ FAULTS = [
         "eagle_probe/cli/evaluate.py",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=12345)",
-        ("tests/test_cli.py",),
+        ("tests/cli/test_evaluate.py",),
     ),
     Fault(
         "evaluate table prints the median as the test MSE",
         "eagle_probe/cli/evaluate.py",
         '("test MSE", result["mse"]),',
         '("test MSE", result["median_mse"]),',
-        ("tests/test_cli.py",),
+        ("tests/cli/test_evaluate.py",),
     ),
     Fault(
         "bench runs only the first κ of its grid",
