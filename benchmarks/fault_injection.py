@@ -177,7 +177,7 @@ FAULTS = [
         "eagle_probe/evaluate.py",
         "worst = int(torch.argmax(",
         "worst = int(torch.argmin(",
-        ("tests/test_shipped.py", "tests/cli/test_evaluate.py"),
+        ("tests/test_evaluate.py", "tests/test_shipped.py", "tests/cli/test_evaluate.py"),
     ),
     Fault(
         "the certified EAGLE iteration without its non-finite check",
