@@ -43,7 +43,13 @@ class Fault:
 FIT_TESTS = ("tests/test_extract.py", "tests/test_shipped.py")
 MODEL_TESTS = ("tests/test_model.py", "tests/test_shipped.py", "tests/test_extract.py")
 EXPORT_TESTS = ("tests/test_export.py", "tests/test_extract.py")
-SOLVER_TESTS = ("tests/test_solvers.py", "tests/test_export.py", "tests/robustness/test_hostile.py")
+SOLVER_TESTS = (
+    "tests/test_eagle_solver.py",
+    "tests/test_solver_template.py",
+    "tests/test_solvers.py",
+    "tests/test_export.py",
+    "tests/robustness/test_hostile.py",
+)
 # the normalised paths: exports and views on planted models of every normalisation, at any scale
 # the view tests on the planted extraction, each view's in the file that mirrors its module
 VIEW_FILES = (
@@ -171,7 +177,7 @@ FAULTS = [
         "eagle_probe/evaluate.py",
         "worst = int(torch.argmax(",
         "worst = int(torch.argmin(",
-        ("tests/test_shipped.py", "tests/test_cli.py"),
+        ("tests/test_evaluate.py", "tests/test_shipped.py", "tests/cli/test_evaluate.py"),
     ),
     Fault(
         "the certified EAGLE iteration without its non-finite check",
@@ -281,14 +287,14 @@ FAULTS = [
         "eagle_probe/cli/evaluate.py",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)",
         "evaluate(model.to(args.device), task, batch=args.batch, seed=12345)",
-        ("tests/test_cli.py",),
+        ("tests/cli/test_evaluate.py",),
     ),
     Fault(
         "evaluate table prints the median as the test MSE",
         "eagle_probe/cli/evaluate.py",
         '("test MSE", result["mse"]),',
         '("test MSE", result["median_mse"]),',
-        ("tests/test_cli.py",),
+        ("tests/cli/test_evaluate.py",),
     ),
     Fault(
         "bench runs only the first κ of its grid",

@@ -1,5 +1,9 @@
-"""A researcher's own model: the import reads other conventions' keys and says what it did, refuses
-what this toolkit's models cannot hold, and the live-module adapter reproduces the forward."""
+"""A researcher's own model (von Oswald et al.'s `nn.Linear` layers, `von_oswald.py`) through the
+key conventions, the layouts and the import command: imported exactly, the plan says what it chose,
+the readout sign is never silent, and the live-module adapter reproduces the forward.
+
+The reading of keys alone is `test_conventions.py`'s; the import command's refusals of bad input
+are `cli/test_importer.py`'s."""
 
 from __future__ import annotations
 
@@ -75,96 +79,6 @@ def test_a_plus_readout_is_imported_with_its_sign(tmp_path):
     assert _gap(plus, wrong) > 0.5  # the default −1 reads the other sign
     right, _ = layouts.import_arrays("samples", _state(plus), n=N, dtype="float64", readout=1)
     assert _gap(plus, right) <= 1e-12
-
-
-def test_heads_side_by_side_are_split():
-    rng = np.random.default_rng(0)
-    E, k = D + 1, 3
-    two = {f"layers.0.{w}.weight": rng.standard_normal((2 * k, E)) * 0.3 for w in "qkv"}
-    two["layers.0.o.weight"] = rng.standard_normal((E, 2 * k)) * 0.3
-    model, _ = layouts.import_arrays("samples", two, n=N, dtype="float64", heads=2)
-    assert model.cfg.heads == 2 and model.cfg.qk == k
-    H = torch.from_numpy(rng.standard_normal((4, N + 1, E)))  # (b, T, E)
-    W = {w: torch.from_numpy(two[f"layers.0.{w}.weight"]) for w in "qkvo"}
-    q, key, v = H @ W["q"].T, H @ W["k"].T, H @ W["v"].T  # (b, T, 2k): heads side by side
-    out = torch.zeros_like(H)
-    for h in range(2):
-        cols = slice(k * h, k * h + k)
-        scores = q[..., cols] @ key[..., cols].transpose(1, 2)  # (b, T, T)
-        out += (scores[..., :N] @ v[:, :N, cols]) @ W["o"][:, cols].T / N
-    want = -(H + out)[:, -1, -1]
-    with torch.no_grad():
-        got = model(H.transpose(1, 2))[:, 0, 0]
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-
-
-def _tl_dict(bias: float) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    E, h, k = D + 1, 1, D + 1
-    arrays = {
-        "blocks.0.attn.W_Q": rng.standard_normal((h, E, k)) * 0.3,
-        "blocks.0.attn.W_K": rng.standard_normal((h, E, k)) * 0.3,
-        "blocks.0.attn.W_V": rng.standard_normal((h, E, k)) * 0.3,
-        "blocks.0.attn.W_O": rng.standard_normal((h, k, E)) * 0.3,
-    }
-    for name, shape in (("b_Q", (h, k)), ("b_K", (h, k)), ("b_V", (h, k)), ("b_O", (E,))):
-        arrays[f"blocks.0.attn.{name}"] = np.full(shape, bias)
-    return arrays
-
-
-def test_transformer_lens_w_o_is_transposed_and_zero_biases_left_out():
-    arrays = _tl_dict(0.0)
-    plan = conventions.plan_import(arrays)
-    assert plan.convention.startswith("TransformerLens")
-    assert ("blocks.0.attn.W_O", "blocks.0.attn.W_P", "transposed") in plan.mapping
-    assert "blocks.0.attn.b_Q" in plan.left_out
-    model, _ = layouts.import_arrays("samples", arrays, n=N, dtype="float64")
-    H = torch.randn(3, N + 1, D + 1, dtype=torch.float64)
-    t = {k: torch.from_numpy(v[0]) for k, v in arrays.items() if v.ndim == 3}
-    q, k, v = H @ t["blocks.0.attn.W_Q"], H @ t["blocks.0.attn.W_K"], H @ t["blocks.0.attn.W_V"]
-    z = (q @ k.transpose(1, 2))[..., :N] @ v[:, :N] / N  # hook_z
-    want = -(H + z @ t["blocks.0.attn.W_O"])[:, -1, -1]  # result = z W_O
-    with torch.no_grad():
-        got = model(H.transpose(1, 2))[:, 0, 0]
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-
-
-def test_nonzero_biases_embeddings_and_mlps_are_refused_in_one_line(tmp_path, capsys):
-    arrays = _tl_dict(0.5)
-    arrays["blocks.0.attn.W_P"] = arrays["blocks.0.attn.W_V"].copy()
-    arrays["embed.W_E"] = np.ones((3, D + 1))
-    arrays["unembed.W_U"] = np.ones((D + 1, 3))
-    with pytest.raises(EagleProbeError) as err:
-        conventions.plan_import(arrays)
-    text = str(err.value)
-    assert "\n" not in text
-    assert "non-zero biases blocks.0.attn.b_Q, blocks.0.attn.b_K, blocks.0.attn.b_V" in text
-    assert "embed.W_E" in text and "unembed.W_U" in text
-    torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, tmp_path / "tl.pt")
-    code = main(
-        ["import", "--layout", "samples", str(tmp_path / "tl.pt"), "--n", "5"]
-        + ["-o", str(tmp_path / "out.pt")]
-    )
-    err_text = capsys.readouterr().err
-    assert code == 2 and len(err_text.strip().splitlines()) == 1 and "b_Q" in err_text
-    assert not (tmp_path / "out.pt").exists()
-    mlp = {**_tl_dict(0.0), "blocks.0.mlp.W_in": np.ones((6, 6)), "ln_final.w": np.ones(6)}
-    with pytest.raises(EagleProbeError, match="MLP weights blocks.0.mlp.W_in; LayerNorm"):
-        conventions.plan_import(mlp)
-
-
-def test_missing_and_unknown_keys_are_named_with_what_was_found():
-    state = {f"layers.0.{w}.weight": np.eye(6) for w in ("W_Q", "W_V", "W_P")}
-    with pytest.raises(
-        EagleProbeError, match=r"layer 0: missing W_K; found layers.0.W_Q.weight -> W_Q"
-    ):
-        conventions.plan_import(state)
-    with pytest.raises(EagleProbeError, match="unrecognised keys gate.alpha"):
-        conventions.plan_import({**state, "layers.0.W_K.weight": np.eye(6), "gate.alpha": 1.0})
-    with pytest.raises(EagleProbeError, match="two weights for W_P.*keep one"):
-        conventions.plan_import(
-            {**state, "layers.0.W_K.weight": np.eye(6), "layers.0.W_O.weight": np.eye(6)}
-        )
 
 
 def test_other_files_suggest_the_import_command(lsa, tmp_path):
@@ -256,7 +170,7 @@ def test_from_module_in_the_feature_layout():
     assert "blocks.0.attn.mask" in plan.left_out and "readout_scale" in plan.left_out
 
 
-# --- the readout sign, never silent; bad input in one line ---------------------------------------
+# --- the readout sign, never silent -------------------------------------------------------------
 
 
 def test_the_readout_is_named_first_and_the_other_sign_flagged(tmp_path, capsys):
@@ -284,30 +198,3 @@ def test_the_readout_is_named_first_and_the_other_sign_flagged(tmp_path, capsys)
     assert main(["evaluate", str(tmp_path / "right.pt"), "--batch", "512"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].startswith("readout +1") and "--readout" not in out
-
-
-@pytest.mark.parametrize(
-    "case, flags, words",
-    [
-        ("missing projection", [], ["layer 1: missing W_P (or W_O)", "layers.1.q_proj.weight"]),
-        ("width against d", ["--d", "4"], ["width is 6 = d + d'", "pass --d 5"]),
-        ("readout typo", ["--readout", "+l"], ["--readout", "must be -1", "'+l'"]),
-    ],
-)
-def test_bad_input_is_one_line_and_writes_nothing(case, flags, words, tmp_path, capsys):
-    state = {
-        f"layers.{layer}.{name}.weight": torch.eye(D + 1, dtype=torch.float64)
-        for layer in range(2)
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj")
-    }
-    if case == "missing projection":
-        del state["layers.1.o_proj.weight"]
-    torch.save(state, tmp_path / "w.pt")
-    out = tmp_path / "new" / "m.pt"
-    argv = ["import", "--layout", "samples", str(tmp_path / "w.pt"), "--n", str(N), *flags]
-    assert main(argv + ["-o", str(out)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and all(w in lines[0] for w in words), lines
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.pt"]

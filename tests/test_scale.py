@@ -2,9 +2,6 @@
 progress reports, and views scoring on the held-out prompts they can afford."""
 
 import io
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -215,33 +212,3 @@ def test_capture_never_moves_or_changes_the_callers_model():
     assert on_device(model, torch.device("cpu")) is model
     for k, v in model.state_dict().items():
         assert v.device.type == "cpu" and torch.equal(v, before[k])
-
-
-THREADS_PROBE = """
-import ctypes, glob, os, sys
-import numpy as np
-from eagle_probe.cli.common import set_threads
-import scipy.linalg  # loads SciPy's own OpenBLAS
-set_threads(int(sys.argv[1]))
-import torch
-site = os.path.join(os.path.dirname(np.__file__), os.pardir)
-counts = [torch.get_num_threads()]
-for d, fn in (("numpy.libs", "scipy_openblas_get_num_threads64_"),
-              ("scipy.libs", "scipy_openblas_get_num_threads")):
-    for path in glob.glob(os.path.join(site, d, "*openblas*")):
-        lib = ctypes.CDLL(path)
-        if hasattr(lib, fn):
-            counts.append(getattr(lib, fn)())
-print(*counts)
-"""
-
-
-@pytest.mark.parametrize("count", [1, 2])
-def test_threads_reach_torch_and_both_bundled_openblas_libraries(count):
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
-    out = subprocess.run(
-        [sys.executable, "-c", THREADS_PROBE, str(count)],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    assert len(out) == 3, out  # torch, NumPy's OpenBLAS, SciPy's OpenBLAS
-    assert out == [str(count)] * 3

@@ -117,18 +117,6 @@ def test_cli_timeline_and_its_bad_inputs(run_dir, tmp_path, capsys):
     assert "--save-every" in text
 
 
-def test_cli_train_save_every_writes_the_run_directory(tmp_path):
-    out = tmp_path / "run" / "tiny.pt"  # a folder that does not exist yet is made
-    argv = ["train", "--regime", "centralized", "--n", "6", "--d", "6", "--task-rank", "3"]
-    argv += ["--layers", "2", "--steps", "25", "--batch", "32", "--eval-every", "10"]
-    argv += ["--eval-batch", "128", "--no-progress", "--save-every", "10", "-o", str(out)]
-    assert main(argv) == 0
-    steps_dir = tmp_path / "run" / "tiny.steps"
-    assert sorted(p.name for p in steps_dir.iterdir()) == [
-        checkpoint_name(s) for s in (0, 10, 20, 25)
-    ]
-
-
 def test_schema_doc_lists_every_timeline_field(run_dir):
     from test_compare import documented_keys
 
@@ -146,15 +134,6 @@ def test_schema_doc_lists_every_timeline_field(run_dir):
         }
     ]
     assert not documented_keys(data)
-
-
-def test_cli_sweep_save_every_does_not_combine_with_ensemble(tmp_path, capsys):
-    argv = ["sweep", "--regimes", "centralized", "--seeds", "2", "--ensemble", "2"]
-    argv += ["--save-every", "10", "--out", str(tmp_path / "sw")]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--save-every" in err[0] and "--ensemble" in err[0]
-    assert not (tmp_path / "sw").exists()
 
 
 def test_a_sample_layout_run_shows_when_gd_appears(tmp_path):

@@ -184,15 +184,6 @@ def test_the_device_benchmark_runs_every_method_and_reaches_1e_10_in_float64():
     assert (table.seconds > 0).all() and (table.device.isin(["cpu"])).all()
 
 
-def test_bench_runs_the_device_section_only_where_device_is_given():
-    from eagle_probe.cli import build_parser
-
-    parser = build_parser()
-    assert parser.parse_args(["bench"]).device is None
-    assert parser.parse_args(["bench", "--device", "cpu"]).device == "cpu"
-    assert parser.parse_args(["evaluate", "m.pt"]).device == "cpu"
-
-
 def test_a_clustered_step_is_certified_before_the_step_test_would_stop():
     # the step's own A_lᵀA_l clustered: the certificate's refinement finishes the solve, several
     # steps before the NumPy solver's step test stops, with the same certified accuracy

@@ -1,0 +1,73 @@
+"""A model's test numbers (`evaluate.py`): the summary of per-prompt errors (the worst prompt is
+the largest error, a non-finite one counted and taken as the worst), and `evaluate` against the
+same prompts' errors computed here. The shipped checkpoints' recorded numbers are reproduced in
+`test_shipped.py`; the command's table and JSON in `cli/test_evaluate.py`."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from plants import eagle as planted_model
+
+from eagle_probe.evaluate import evaluate, model_readout_text, readout_sign, summarize
+from eagle_probe.tasks import make_generator, sample
+
+
+def _errors(model: list[float]) -> dict[str, torch.Tensor]:
+    """Per-prompt errors of four prompts: the model's as given, the references fixed."""
+    return {
+        "model": torch.tensor(model, dtype=torch.float64),
+        "zero": torch.tensor([2.0, 2.0, 2.0, 2.0], dtype=torch.float64),
+        "flipped": torch.tensor([5.0, 6.0, 7.0, 8.0], dtype=torch.float64),
+        "optimal": torch.tensor([0.0, 0.0, 0.0, 0.4], dtype=torch.float64),
+        "norm_a": torch.tensor([1.5, 9.0, 3.0, 2.0], dtype=torch.float64),
+    }
+
+
+def test_the_summary_reads_the_worst_prompt_by_its_error():
+    got = summarize(_errors([1.0, 4.0, 2.0, 3.0]))
+    assert got == {
+        "prompts": 4,
+        "mse": 2.5,
+        "zero_mse": 2.0,
+        "optimal_mse": pytest.approx(0.1),
+        "median_mse": 2.0,  # of an even count, the lower middle value
+        "worst_mse": 4.0,
+        "worst_norm_a": 9.0,  # ‖A‖₂ of the worst prompt, here also the largest
+        "max_norm_a": 9.0,
+        "nonfinite_prompts": 0,
+        "improvement": 0.8,  # zero / mse: below 1, worse than predicting zero
+        "flipped_mse": 6.5,
+    }
+    other = summarize(_errors([4.0, 1.0, 2.0, 3.0]))
+    assert other["worst_mse"] == 4.0 and other["worst_norm_a"] == 1.5
+
+
+def test_a_non_finite_prompt_is_counted_and_is_the_worst():
+    got = summarize(_errors([1.0, 4.0, math.inf, 3.0]))
+    assert got["nonfinite_prompts"] == 1 and got["worst_mse"] == math.inf
+    assert got["worst_norm_a"] == 3.0 and math.isinf(got["mse"])
+    assert math.isnan(got["improvement"])
+    alone = summarize({"model": torch.tensor([1.0, math.nan, 3.0], dtype=torch.float64)})
+    assert alone["nonfinite_prompts"] == 1 and alone["worst_mse"] == math.inf
+
+
+def test_evaluate_equals_the_errors_of_the_same_prompts_computed_here():
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral", n=6, d=6)
+    got = evaluate(model, task, batch=96, seed=7)
+    p = sample(task, 96, make_generator(7), dtype=torch.float64)
+    with torch.no_grad():
+        pred = model(p.z0()).numpy()
+    D, A = p.D.numpy(), p.A.numpy()
+    err = ((pred - D) ** 2).mean(axis=(-1, -2))
+    norm_a = np.linalg.svd(A, compute_uv=False)[:, 0]
+    assert got["prompts"] == 96
+    assert got["mse"] == pytest.approx(err.mean(), rel=1e-12)
+    assert got["zero_mse"] == pytest.approx((D**2).mean(), rel=1e-12)
+    assert got["worst_mse"] == pytest.approx(err.max(), rel=1e-12)
+    assert got["worst_norm_a"] == pytest.approx(norm_a[err.argmax()], rel=1e-10)
+    assert got["max_norm_a"] == pytest.approx(norm_a.max(), rel=1e-10)
+    assert got["flipped_mse"] == pytest.approx(((pred + D) ** 2).mean(), rel=1e-12)
+    assert readout_sign(model) == -1
+    assert model_readout_text(model).startswith("readout -1")
