@@ -4,7 +4,7 @@ train, evaluate and extract tests."""
 import os
 
 import pytest
-from filelock import FileLock  # a dependency of torch
+from filelock import FileLock
 
 from eagle_probe.cli import main
 
