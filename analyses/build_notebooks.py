@@ -357,7 +357,7 @@ display(pd.DataFrame(dist.views["eagle"].json["families"])[
 display(dist.views["communication"].tables["communication"][
     ["layer", "head", "cross_a_share", "cross_cd_share", "own_cd_share", "cross_a_fraction"]]
         .round(4))
-display(plots.extraction_communication(dist)["communication"])"""),
+display(plots.view_figures(dist, "communication")["communication"])"""),
     ("code", """\
 sk = extract(*checkpoint.load("trained_models/constrained.pt")[:2], probe_batch_size=128,
              control=False, test_batch=256, views=("eagle", "sketch")).views["sketch"]

@@ -231,11 +231,11 @@ def main() -> None:
         results["bad_input"] = bad
     # 6. the shipped one-layer model's attribution figure
     from eagle_probe.extract import extract
-    from eagle_probe.plots import extraction_attribution
+    from eagle_probe.fit import attribution
 
     model, task, _ = checkpoint.load(ROOT / "trained_models" / "lsa_1layer.pt")
     ex = extract(model, task, views=("attribution",), control=False)
-    fig = extraction_attribution(ex)["attribution"]
+    fig = attribution.figures(ex)["attribution"]
     results["lsa_1layer_attribution_bars"] = sum(len(ax.patches) for ax in fig.axes)
     print(json.dumps(results, indent=2, default=str))
     if args.json is not None:

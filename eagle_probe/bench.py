@@ -746,7 +746,7 @@ def run_bench(
 
 
 def plots(tables: dict[str, pd.DataFrame]) -> dict:
-    from eagle_probe.plots import load_matplotlib
+    from eagle_probe.drawing import load_matplotlib
 
     matplotlib = load_matplotlib()
     matplotlib.use("Agg")

@@ -233,7 +233,7 @@ def run_views(
     order = [name for name in fit.ORDER if name in names]
     for name in progress(order, "views") if progress is not None else order:
         t0 = time.perf_counter()
-        ctx.results[name] = VIEWS[name](ctx)
+        ctx.results[name] = VIEWS[name].run(ctx)
         if timings is not None:
             timings[name] = time.perf_counter() - t0
 

@@ -1,6 +1,6 @@
 """The words every command uses for an MSE against the zero predictor's, for the readout's
-sign and for counts. Standard library only: the views (`eagle_probe.fit`) write them without
-torch."""
+sign, for counts and for the numbers of the text report. Standard library only: the views
+(`eagle_probe.fit`) write them without torch."""
 
 from __future__ import annotations
 
@@ -12,6 +12,33 @@ NO_BETTER = 1.05  # an MSE within 5% of the zero predictor's is no better than p
 def plural(count: int, word: str) -> str:
     """ "1 layer", "4 layers"."""
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def number(x, digits: int = 3) -> str:
+    """A number for the screen: never more than ~9 characters, never above 1e6 unscaled."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, str):
+        return x
+    x = float(x) + 0.0  # −0.0 prints as 0
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1e6:  # the table never shows a number above 1e6; JSON keeps the value
+        return ">1e6" if x > 0 else "<-1e6"
+    if x != 0 and abs(x) < 1e-3:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def change(mse: float, net: float) -> str:
+    """How much `mse` differs from the network's `net`, in percent ("+3.2%"; "+nan%" without a
+    positive `net`)."""
+    return f"{(mse / net - 1) * 100 if net > 0 else math.nan:+.1f}%"
+
+
+def step_list(values) -> str:
+    """A list of steps, each by `number`: "[0.3, 0.33]"."""
+    return f"[{', '.join(number(v) for v in values)}]"
 
 
 def against_zero(mse: float, zero: float, factor=lambda r: f"{r:.3g}×") -> str:

@@ -62,6 +62,28 @@ def planted_extraction(request):
     return ex, a, c
 
 
+@pytest.fixture(scope="session")
+def report_planted():
+    """(model, task, extraction) of the report's planted two-layer model (n = d = 6, float32,
+    `plants.REPORT_STEPS`) with every view that has a figure and the optimum (its bars join the
+    projection's cost): the report's tests and the views' figure tests read it."""
+    from eagle_probe.extract import extract
+
+    model, task = plants.eagle(*plants.REPORT_STEPS, n=6, d=6, dtype="float32")
+    views = (
+        "eagle",
+        "fidelity",
+        "projection",
+        "weights",
+        "attribution",
+        "optimum",
+        "polynomial",
+        "verdict",
+    )
+    ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=256, views=views)
+    return model, task, ex
+
+
 def prompt_norm(A, normalize: str):
     """The scale a model with `normalize` divides each prompt by, computed here from the
     singular values (NumPy), independently of the model: A (b, d, n) → (b,)."""

@@ -31,6 +31,10 @@ PLANTED_STEPS = {
 # Steps of the views' shared planted extraction (`conftest.planted_extraction`), normalised paths.
 VIEW_STEPS = ([0.9, 0.6, 0.4], [1.1, 0.8, 0.5])
 
+# Steps of the report's planted two-layer model (`conftest.report_planted`): EAGLE's form, but too
+# large for prompts that are not normalised, so the model is far worse than the zero predictor.
+REPORT_STEPS = ([0.3, 0.2], [0.4, 0.3])
+
 # The fit views' small prompts (n, d, n', d'): d' = 3 ≠ n' = 2, so a transposed block cannot fit.
 SMALL = {"n": 6, "d": 5, "n_prime": 2, "d_prime": 3}
 

@@ -1,5 +1,6 @@
 import importlib.util
 import os
+from dataclasses import replace
 
 import numpy as np
 import plants
@@ -307,9 +308,9 @@ def test_an_extraction_runs_capture_views_control_verdict_in_that_order(monkeypa
             assert os.getpid() == parent  # every view runs in this process
             if not inside:
                 events.append(name)
-            return view(ctx)
+            return view.run(ctx)
 
-        monkeypatch.setitem(ex_mod.VIEWS, name, counted)
+        monkeypatch.setitem(ex_mod.VIEWS, name, replace(view, run=counted))
     monkeypatch.setattr(ex_mod, "build_context", build)
     monkeypatch.setattr(ex_mod, "_control", control)
     result = extract(model, task, probe_batch_size=32, test_batch=128)

@@ -9,44 +9,29 @@ import struct
 from dataclasses import replace
 from html.parser import HTMLParser
 
-import numpy as np
-import pandas as pd
 import plants
 import pytest
-import torch
 from matplotlib.figure import Figure
 
-from eagle_probe import plots
+from eagle_probe import fit, plots
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.extract import extract
-from eagle_probe.fit.base import ViewResult
+from eagle_probe.fit import VIEWS, ViewResult, register
 from eagle_probe.report import write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HOSTILE = 'runs/<script>alert("x")</script>&<img src=x onerror=alert(1)>.pt'
-A_STEPS, C_STEPS = [0.3, 0.2], [0.4, 0.3]
+A_STEPS, C_STEPS = plants.REPORT_STEPS
 FIGURES = {"weights", "filters", "fidelity", "attribution", "projection_cost", "verdict_gaps"}
-VIEWS = (  # every view with a figure, and the optimum (its bars join the projection's cost)
-    "eagle",
-    "fidelity",
-    "projection",
-    "weights",
-    "attribution",
-    "optimum",
-    "polynomial",
-    "verdict",
-)
 
 
 @pytest.fixture(scope="module")
-def planted():
-    return plants.eagle(A_STEPS, C_STEPS, n=6, d=6, dtype="float32")
+def planted(report_planted):
+    return report_planted[:2]
 
 
 @pytest.fixture(scope="module")
-def extraction(planted):
-    model, task = planted
-    return extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=256, views=VIEWS)
+def extraction(report_planted):
+    return report_planted[2]
 
 
 class Page(HTMLParser):
@@ -175,73 +160,11 @@ def test_a_missing_directory_is_an_error(extraction, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_heatmaps_centre_the_colours_and_mark_the_block_boundary(extraction, planted):
-    model, _ = planted
-    qk = model.W_QK().to(torch.float64).numpy()
-    vp = model.W_VP().to(torch.float64).numpy()
-    figs = plots.extraction_heatmaps(extraction)
-    assert list(figs) == ["weights"]  # 2 layers x 1 head fit in one figure
-    fig = figs["weights"]
-    images = [im for ax in fig.axes for im in ax.get_images()]
-    assert len(images) == 2 * 2  # W_QK and W_VP per layer
-    shown = sorted(float(np.abs(im.get_array()).max()) for im in images)
-    np.testing.assert_allclose(shown, sorted(np.abs(np.concatenate([qk, vp])).max(axis=(1, 2, 3))))
-    n = model.cfg.n
-    for im in images:
-        lo, hi = im.get_clim()
-        assert lo == -hi and hi > 0
-        assert im.get_cmap().name == "RdBu_r"
-        lines = [ln.get_xdata()[0] for ln in im.axes.lines]
-        assert n - 0.5 in lines
-    # one colour bar per heatmap
-    assert len(fig.axes) == 2 * len(images)
-
-
-def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_them(extraction):
-    rng = np.random.default_rng(0)
-    qk = extraction.views["projection"].extra["qk"] + rng.normal(size=(2, 1, 8, 8))
-    vp = extraction.views["projection"].extra["vp"] + rng.normal(size=(2, 1, 8, 8))
-    weights = replace(extraction.views["weights"], extra={"qk": qk, "vp": vp})
-    ex = replace(extraction, views={**extraction.views, "weights": weights})
-    fig = plots.extraction_heatmaps(ex)["weights"]
-    drawn = [np.asarray(im.get_array()) for ax in fig.axes for im in ax.get_images()]
-    expected = [qk[0, 0], qk[1, 0], vp[0, 0], vp[1, 0]]  # top row W_QK, bottom row W_VP
-    for got, want in zip(drawn, expected, strict=True):
-        np.testing.assert_array_equal(got, want)
-    assert "projected" not in fig.get_suptitle()
-    assert "projected" not in plots.extraction_heatmaps(extraction)["weights"].get_suptitle()
-    bare = replace(extraction.views["weights"], extra={})  # without them: the projection's
-    ex = replace(extraction, views={**extraction.views, "weights": bare})
-    assert "projected" in plots.extraction_heatmaps(ex)["weights"].get_suptitle()
-
-
-def test_fidelity_figure_shows_the_paper_only_where_it_has_numbers(extraction):
-    fig = plots.extraction_fidelity(extraction)["fidelity"]
-    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
-    assert "block A" in labels and "all blocks" in labels
-    # the paper's Table 1 has 4 centralized layers, so it is drawn for this 2-layer model
-    assert any("paper" in label for label in labels)
-    for ax in fig.axes:
-        assert ax.get_yscale() == "log"
-
-
-def test_projection_cost_shows_the_optimum_and_the_zero_predictor(extraction):
-    fig = plots.extraction_projection_cost(extraction)["projection_cost"]
-    (ax,) = fig.axes
-    bars = [t.get_text() for t in ax.get_yticklabels()]
-    assert bars[0] == "network" and "all layers projected" in bars
-    assert "best EAGLE, same depth (optimal)" in bars
-    assert sum("projected alone" in b for b in bars) == len(A_STEPS)
-    zero = extraction.network["zero_mse"]
-    assert any(np.allclose(line.get_xdata(), zero) for line in ax.lines)
-    assert ax.get_xscale() == "log"
-
-
 def test_every_view_figure_function_returns_figures(extraction):
-    for view, fn in plots.VIEW_FIGURES.items():
-        if view not in extraction.views:
+    for view, spec in VIEWS.items():
+        if spec.figures is None or view not in extraction.views:
             continue
-        for name, fig in fn(extraction).items():
+        for name, fig in spec.figures(extraction).items():
             assert isinstance(fig, Figure), (view, name)
             assert fig.get_suptitle() or any(ax.get_title() for ax in fig.axes), name
 
@@ -266,63 +189,6 @@ def test_cli_extract_out_writes_the_report(planted, extraction, tmp_path, monkey
     assert "planted&lt;b&gt;.pt" in page and "planted<b>" not in page
 
 
-def test_attribution_bars_run_from_one_to_the_ratio_and_cut_blow_ups(extraction):
-    rows = [
-        (0, 0, "W_QK", "AA", 3.0),
-        (0, 1, "W_VP", "CC", 0.5),
-        (1, 0, "W_QK", "AC", 1e9),
-        (1, 1, "W_VP", "AA", float("inf")),
-    ]
-    table = pd.DataFrame(rows, columns=["layer", "head", "product", "block", "ratio"])
-    table["mse"] = table.ratio
-    view = ViewResult("attribution", {}, {"attribution": table})
-    ex = replace(
-        extraction,
-        views={**extraction.views, "attribution": view},
-        geometry=replace(extraction.geometry, heads=2),
-    )
-    fig = plots.extraction_attribution(ex)["attribution"]
-    titled = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
-    assert set(titled) == {f"{p}, layer {lay}" for p in ("W_QK", "W_VP") for lay in (0, 1)}
-
-    def ends(ax):
-        return sorted((bar.get_y(), bar.get_y() + bar.get_height()) for bar in ax.patches)
-
-    cap = plots.ATTRIBUTION_CAP
-    assert ends(titled["W_QK, layer 0"]) == [(1.0, pytest.approx(3.0))]
-    assert ends(titled["W_VP, layer 0"]) == [(1.0, pytest.approx(0.5))]  # zeroing it helps
-    assert ends(titled["W_QK, layer 1"]) == [(1.0, pytest.approx(cap))]
-    assert ends(titled["W_VP, layer 1"]) == [(1.0, pytest.approx(cap))]
-    notes = {t.get_text() for ax in fig.axes for t in ax.texts}
-    assert {"1×10⁹", "not finite"} <= notes  # a power of ten written out, not 1e+09
-    assert "cut at" in fig.get_suptitle()
-
-
-def test_terms_figure_shows_inclusion_frequency_and_scalar_coefficients(extraction):
-    layers = [
-        {"layer": 0, "terms": [{"name": "A+=AAtA", "coefficient": -0.3, "frequency": 1.0}]},
-        {
-            "layer": 1,
-            "terms": [
-                {"name": "A+=AAtA", "coefficient": -0.2, "frequency": 0.9},
-                {"name": "C+=ACtC", "coefficient": [[1.0]], "norm": 2.0, "frequency": 0.4},
-            ],
-        },
-    ]
-    view = ViewResult("terms", {"layers": layers})
-    ex = replace(extraction, views={**extraction.views, "terms": view})
-    fig = plots.extraction_terms(ex)["terms"]
-    ax = fig.axes[0]
-    (image,) = ax.get_images()
-    freq = np.asarray(image.get_array())
-    np.testing.assert_array_equal(freq[0], [1.0, 0.9])  # A+=AAtA in both layers
-    assert np.isnan(freq[1, 0]) and freq[1, 1] == 0.4  # C+=ACtC only in layer 1
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["A+=AAtA", "C+=ACtC"]
-    assert sorted(t.get_text() for t in ax.texts) == ["-0.2", "-0.3"]  # matrices get no number
-    empty = replace(extraction, views={**extraction.views, "terms": ViewResult("terms", {})})
-    assert plots.extraction_terms(empty) == {}
-
-
 def test_the_page_figures_are_every_figure_drawn_in_the_page_order(extraction):
     from eagle_probe.report import figure_pngs, png_bytes
 
@@ -330,3 +196,39 @@ def test_the_page_figures_are_every_figure_drawn_in_the_page_order(extraction):
     figures = plots.extraction_figures(extraction)
     assert list(pngs) == list(figures)  # the page's order
     assert pngs == {name: png_bytes(fig) for name, fig in figures.items()}  # byte for byte
+
+
+def test_a_throwaway_view_shows_its_text_and_figure_and_leaves_the_registry(extraction):
+    """A view registered with a text renderer, a figure function and a caption, and nothing
+    else edited: its lines join the text report and its figure the page (after the views of
+    `fit.TEXT_ORDER` and `fit.FIGURE_ORDER`); unregistered, it is gone from both."""
+    from eagle_probe.report import caption, render_text
+
+    def draw(ex):
+        fig = Figure()
+        fig.subplots().set_title(f"throwaway {ex.views['throwaway'].json['value']}")
+        return {"throwaway_steps": fig}
+
+    register(
+        "throwaway",
+        text=lambda ex: [f"throwaway view: value {ex.views['throwaway'].json['value']}"],
+        figures=draw,
+        captions={"throwaway": lambda ex: "What the throwaway view shows."},
+    )(lambda ctx: ViewResult("throwaway", {"value": 7}))
+    try:
+        ex = replace(
+            extraction,
+            views={**extraction.views, "throwaway": ViewResult("throwaway", {"value": 7})},
+        )
+        lines = render_text(ex, "m.pt").splitlines()
+        weights = next(i for i, line in enumerate(lines) if line.startswith("weights ("))
+        assert lines.index("throwaway view: value 7") > weights  # after the last of TEXT_ORDER
+        figures = plots.extraction_figures(ex)
+        assert list(figures)[-1] == "throwaway_steps"
+        assert figures["throwaway_steps"].axes[0].get_title() == "throwaway 7"
+        assert caption("throwaway_steps", ex) == "What the throwaway view shows."
+    finally:
+        del VIEWS["throwaway"]
+    assert "throwaway" not in VIEWS and "throwaway" not in fit.shown("text")
+    assert "throwaway_steps" not in plots.extraction_figures(ex)
+    assert "throwaway view" not in render_text(ex, "m.pt")

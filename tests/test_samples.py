@@ -197,9 +197,9 @@ def test_shipped_one_layer_lsa_is_one_gd_step_with_the_optimal_gain():
     assert abs(lay["scalar"]["alpha_0"] / want - 1) < 0.03
     assert lay["scalar"]["r2"] >= 0.999
     assert lay["label"] == "GD" and ex.verdict["label"] == "GD"
-    from eagle_probe.plots import extraction_attribution
+    from eagle_probe.fit import attribution
 
-    figure = extraction_attribution(ex)["attribution"]  # the XX, XY, YX, YY blocks drawn
+    figure = attribution.figures(ex)["attribution"]  # the XX, XY, YX, YY blocks drawn
     assert sum(len(ax.patches) for ax in figure.axes) == 8
 
 

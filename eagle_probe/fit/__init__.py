@@ -1,7 +1,9 @@
-"""Views of what a network computes, one module each, behind one contract (`fit.base`).
+"""Views of what a network computes, one module each, behind one contract (`fit.base`): each
+module registers its view with its lines of the text report, its figures and their captions.
 
 Importing the package registers every view; `ORDER` is the order `extract` runs them in (a view
-may read the results of the views before it).
+may read the results of the views before it); `TEXT_ORDER` and `FIGURE_ORDER` the order a reader
+sees their text and figures in (`shown`).
 """
 
 from eagle_probe.fit import (  # noqa: F401  (importing a view module registers it)
@@ -41,3 +43,26 @@ ORDER = (
 missing = set(VIEWS) ^ set(ORDER)
 if missing:
     raise ImportError(f"views registered and ORDER disagree: {sorted(missing)}")
+
+# the order of the views' paragraphs in the text report and of their figures on the page (the
+# cost of the projection before the optimum; the weights first), not the run order
+TEXT_ORDER = ("projection", "optimum", "terms", "weights")
+FIGURE_ORDER = (
+    "weights",
+    "communication",
+    "sketch",
+    "polynomial",
+    "fidelity",
+    "attribution",
+    "projection",
+    "verdict",
+    "terms",
+)
+
+
+def shown(part: str) -> list[str]:
+    """The views with a `part` ("text" or "figures"), in the order a reader sees them: those of
+    `TEXT_ORDER` (`FIGURE_ORDER`) first, any other after them in registration order."""
+    first = TEXT_ORDER if part == "text" else FIGURE_ORDER
+    have = [name for name, spec in VIEWS.items() if getattr(spec, part) is not None]
+    return [v for v in first if v in have] + [v for v in have if v not in first]

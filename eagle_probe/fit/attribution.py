@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe import drawing as draw
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 
 BLOCKS = ("AA", "AC", "CA", "CC")
 PROMPTS = 512
@@ -67,7 +68,119 @@ def layer_passes(ctx: Context) -> int:
     return passes + len(blocks) * 2 * L
 
 
-@register("attribution")
+# --- what the view shows: its figure and the figure's caption -------------------------------------
+ATTRIBUTION_CAP = 1e4  # MSE ratios above this are drawn cut at it, their value printed
+
+
+def _bars(ax, part, pos, low: float, top: float, flat: set, blocks: tuple) -> None:
+    """Bars of MSE ratios (rows of the attribution table) at x = pos[(layer, head)], one colour
+    per block (`blocks`: AA, AC, CA, CC, or XX, XY, YX, YY in the sample layout), starting at 1
+    (no change): up where zeroing the block hurts, down where it helps."""
+    width = 0.8 / len(blocks)
+    for i, block in enumerate(blocks):
+        b = part[part.block == block]
+        if b.empty:
+            continue
+        raw = b.ratio.to_numpy(dtype=float)
+        r = np.clip(np.nan_to_num(raw, nan=np.inf), low, ATTRIBUTION_CAP)
+        x = np.array([pos[(lay, h)] for lay, h in zip(b.layer, b["head"], strict=True)])
+        x = x + (i - (len(blocks) - 1) / 2) * width
+        label = f"block {block}" + (" (no effect: bars at 1)" if block in flat else "")
+        ax.bar(x, r - 1.0, bottom=1.0, width=width, color=f"C{i}", label=label)
+        for xi, v in zip(x, raw, strict=True):
+            if not np.isfinite(v) or v > ATTRIBUTION_CAP:
+                draw.note(
+                    ax,
+                    draw.readable(v),
+                    (xi, ATTRIBUTION_CAP),
+                    (0, 2),
+                    6,
+                    ha="center",
+                    va="bottom",
+                    rotation=90,
+                )
+    ax.set_yscale("log")
+    ax.set_ylim(low, top)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.tick_params(labelsize=7)
+
+
+def figures(ex: Extraction) -> Figures:
+    """Held-out MSE with one weight block zeroed, over the network's MSE, per layer and head: one
+    panel per product with the layers along x (one head), or one panel per layer and product with
+    the heads along x (several heads)."""
+    t = ex.views["attribution"].tables["attribution"]
+    if t.empty:
+        return {}
+    ratio = t.ratio.to_numpy(dtype=float)
+    finite = ratio[np.isfinite(ratio) & (ratio > 0)]
+    low = min(float(finite.min()) / 1.5, 0.5) if finite.size else 0.5
+    cut = finite.size < ratio.size or (finite.size and finite.max() > ATTRIBUTION_CAP)
+    top = ATTRIBUTION_CAP * 30 if cut else max(float(finite.max()) * 2, 2.0)
+    flat = {  # blocks whose every ablation leaves the MSE within 1%
+        b for b, part in t.groupby("block") if np.all(np.abs(part.ratio.to_numpy() - 1) < 0.01)
+    }
+    products = ("W_QK", "W_VP")
+    blocks = tuple(dict.fromkeys(t.block))  # the layout's four, in the view's order
+    ylabel = "MSE ablated / MSE network\n(ratio)"
+    if ex.geometry.heads == 1:
+        layers = sorted(t.layer.unique())
+        pos = {(lay, 0): i for i, lay in enumerate(layers)}
+        fig = draw.figure(max(7.0, 0.9 * len(layers) + 3), 6.0)
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, product in zip(axes, products, strict=True):
+            _bars(ax, t[t["product"] == product], pos, low, top, flat, blocks)
+            ax.set_ylabel(f"{product}: {ylabel}", fontsize=8)
+        draw.layer_axis(axes[-1], layers)
+        grid = list(axes)
+    else:
+        layers = sorted(t.layer.unique())
+        heads = sorted(t["head"].unique())
+        pos = {(lay, h): i for lay in layers for i, h in enumerate(heads)}
+        fig = draw.figure(max(8.0, 2 * (0.42 * len(heads) + 1.2)), 2.3 * len(layers) + 1.0)
+        axes = fig.subplots(len(layers), 2, squeeze=False, sharex=True, sharey=True)
+        for r, layer in enumerate(layers):
+            for c, product in enumerate(products):
+                ax = axes[r][c]
+                sel = t[(t.layer == layer) & (t["product"] == product)]
+                _bars(ax, sel, pos, low, top, flat, blocks)
+                ax.set_title(f"{product}, layer {layer}", fontsize=8)
+                if c == 0:
+                    ax.set_ylabel(ylabel, fontsize=7)
+        for ax in axes[-1]:
+            ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+            ax.set_xlabel("head")
+        grid = list(axes.reshape(-1))
+    handles, labels = draw.handles(*grid)
+    order = sorted(range(len(labels)), key=lambda k: labels[k])
+    fig.legend(
+        [handles[k] for k in order],
+        [labels[k] for k in order],
+        loc="outside right center",
+        fontsize=8,
+        title="block\n(rows × columns)",
+    )
+    title = "Held-out MSE with one weight block zeroed"
+    fig.suptitle(title + (f" (bars cut at {ATTRIBUTION_CAP:g})" if cut else ""), fontsize=10)
+    return {"attribution": fig}
+
+
+def caption(ex: Extraction) -> str:
+    if ex.geometry.samples:
+        return (
+            "Tall bars mark the blocks the function depends on; GD and GD++ use W_QK's XX block "
+            "and W_VP's YY block (GD++ also W_VP's XX block in every layer but the last, whose "
+            "data never reach the prediction), so a tall bar in XY or YX is computation beyond "
+            "them."
+        )
+    return (
+        "Tall bars mark the blocks the function depends on; EAGLE uses only the AA block of W_QK "
+        "and the AA and CC blocks of W_VP, so a tall bar in another block is computation beyond "
+        "EAGLE."
+    )
+
+
+@register("attribution", figures=figures, captions={"attribution": caption})
 def attribution_view(ctx: Context) -> ViewResult:
     geo = ctx.geometry
     held, _ = ctx.scoring(layer_passes(ctx), limit=PROMPTS)

@@ -3,22 +3,27 @@
 A view is a function `view(ctx: Context) -> ViewResult`: it reads the capture of the probe batch,
 the products W_QK and W_VP, the regime's `Geometry`, the held-out prompts and the results of the
 views that ran before it, and returns its tables (pandas, for people), its JSON (for
-`extraction.json`) and its warnings. `extract` runs the registered views in order; the text
-report, the JSON and the figures loop over them, so a new view touches one module and the schema
-doc.
+`extraction.json`) and its warnings. Registered beside it (`register`, one `ViewSpec` in `VIEWS`)
+is what it shows a reader of an extraction: its lines of the text report, its figures and their
+captions on the HTML page. `extract` runs the registered views in order; the text report, the
+JSON and the figures loop over them, so a new view touches its module, `fit/__init__.py` (its
+place in `ORDER`) and the schema doc.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from eagle_probe.captured import Capture
 from eagle_probe.fit.geometry import Geometry
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # A view that scores on held-out prompts (NumPy forwards of products) spends at most about this
 # many floating-point operations: every prompt of the paper's sizes, fewer as n, heads and layers
@@ -134,16 +139,41 @@ class ViewResult:
 
 
 View = Callable[[Context], ViewResult]
-VIEWS: dict[str, View] = {}  # name -> view, in the order extract runs them
+# what `eagle_probe.extract.extract` returns (an `Extraction`): a view's text, figures and captions
+# read its `views`, `geometry`, `network` and `info`; never imported here (extract imports fit)
+Extraction = Any
+Figures = dict[str, "Figure"]  # figure name -> matplotlib Figure
 
 
-def register(name: str) -> Callable[[View], View]:
-    """Decorator: add a view to `VIEWS` under `name` (registration order is run order)."""
+@dataclass(frozen=True)
+class ViewSpec:
+    """A registered view: what it computes and what it shows a reader of an extraction (figures
+    drawn with `eagle_probe.drawing`, which loads matplotlib at the first one, not on import)."""
+
+    run: View
+    text: Callable[[Extraction], list[str]] | None = None  # its lines of the text report
+    figures: Callable[[Extraction], Figures] | None = None  # its figures
+    # figure name (or the start of its names) -> its caption on the HTML page
+    captions: dict[str, Callable[[Extraction], str]] = field(default_factory=dict)
+
+
+VIEWS: dict[str, ViewSpec] = {}  # name -> view, in the order extract runs them
+
+
+def register(
+    name: str,
+    *,
+    text: Callable[[Extraction], list[str]] | None = None,
+    figures: Callable[[Extraction], Figures] | None = None,
+    captions: dict[str, Callable[[Extraction], str]] | None = None,
+) -> Callable[[View], View]:
+    """Decorator: add a view to `VIEWS` under `name` (registration order is run order), with its
+    lines of the text report, its figures and their captions (`ViewSpec`)."""
 
     def wrap(fn: View) -> View:
         if name in VIEWS:
             raise ValueError(f"view {name!r} is registered twice")
-        VIEWS[name] = fn
+        VIEWS[name] = ViewSpec(fn, text, figures, captions or {})
         return fn
 
     return wrap

@@ -35,8 +35,10 @@ import weakref
 
 import numpy as np
 
-from eagle_probe.fit.base import Context, HeldOut, ViewResult, affordable, register
+from eagle_probe.fit.base import Context, Extraction, HeldOut, ViewResult, affordable, register
+from eagle_probe.fit.families import of_geometry
 from eagle_probe.fit.geometry import Geometry
+from eagle_probe.wording import number, plural, step_list
 
 # Converged: no single step size, changed by a relative ε, changes the loss by more than
 # GTOL · ε relative, i.e. max_i |θ_i ∂L/∂θ_i| ≤ GTOL · L (a stationary point up to round-off).
@@ -877,7 +879,31 @@ def family_optima(
     return out
 
 
-@register("optimum")
+# --- what the view shows: its lines of the text report --------------------------------------------
+def report_lines(ex: Extraction) -> list[str]:
+    """The optimal and the distilled steps, with their fits' convergence."""
+    o = ex.views["optimum"].json
+    net = o["network_mse"]
+    family = "GD++" if ex.geometry.samples else of_geometry(ex.geometry).name
+    lines = [
+        f"best {family} ({plural(len(o['optimal']['a_steps']), 'layer')}, steps by "
+        "Levenberg-Marquardt, "
+        f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
+        f"starts, median {number(o.get('median', float('nan')))}, spread "
+        f"×{number(o.get('spread', 1.0))}; distilled: from the weight-read steps):",
+    ]
+    for name in ("optimal", "distilled"):
+        f = o[name]
+        lines.append(
+            f"  {name:9s} MSE {number(f['mse'])} ({f['mse'] / net:.2f}x network)  "
+            f"a = {step_list(f['a_steps'])}  c = {step_list(f['c_steps'])}  "
+            f"|grad| {number(f['gradient_norm'])}, rel {number(f['relative_gradient'])}, "
+            f"{'converged' if f['converged'] else 'NOT converged'} in {f['iterations']} it."
+        )
+    return lines
+
+
+@register("optimum", text=report_lines)
 def optimum_view(ctx: Context) -> ViewResult:
     """EAGLE's steps fitted to the truth from many starts (the best of a multi-start) and to the
     network from the weight-read steps."""

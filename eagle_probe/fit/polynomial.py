@@ -25,8 +25,9 @@ import pandas as pd
 from numpy.polynomial import Polynomial
 from numpy.polynomial import chebyshev as cheb
 
+from eagle_probe import drawing as draw
 from eagle_probe.captured import Capture
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 
 ORDER_THRESHOLD = 1e-3  # an order is essential if dropping it raises the relative residual by this
 SPECTRUM_POINTS = 64  # points of the filter curves stored for figures
@@ -278,7 +279,75 @@ def _beyond_degree(layer: int, eagle: bool) -> str:
     )
 
 
-@register("polynomial")
+# --- what the view shows: its figure and the figure's caption -------------------------------------
+def figures(ex: Extraction) -> Figures:
+    """Per layer the fitted design-form filter f_l(λ) against EAGLE's implied c_l m_l(λ)² on
+    [0, λ_max] of the probe spectrum, with the probe eigenvalues as a rug."""
+    extra = ex.views["polynomial"].extra
+    grid, curves = np.asarray(extra["grid"]), extra["curves"]
+    spectrum = np.asarray(extra.get("spectrum", []))
+    L = len(curves)
+    if L == 0:
+        return {}
+    cols = min(L, 4)
+    rows = -(-L // cols)
+    fig = draw.figure(3.3 * cols, 2.9 * rows + 0.5)
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+    layers = ex.views["polynomial"].json.get("layers", [])
+    # the filter the family's steps imply: EAGLE's c_l m_l(λ)², GD++'s η_l m_l(λ)² (the same
+    # recursion, `fit.geometry` module text)
+    family = "GD++: η_l m_l(λ)²" if ex.geometry.samples else "EAGLE: c_l m_l(λ)²"
+    for layer, (ax, c) in enumerate(zip(axes, curves, strict=False)):
+        ax.plot(grid, c["fitted"], color="C0", lw=1.8, label="fitted f_l(λ) (design form)")
+        if c.get("eagle") is not None:
+            ax.plot(grid, c["eagle"], color="C3", lw=1.4, ls="--", label=family)
+        if spectrum.size:
+            ax.plot(
+                spectrum,
+                np.zeros_like(spectrum),
+                "|",
+                color="k",
+                alpha=0.15,
+                ms=8,
+                transform=ax.get_xaxis_transform(),
+                label="probe eigenvalues",
+            )
+        r2 = layers[layer].get("r2") if layer < len(layers) else None
+        title = f"layer {layer}" + (f" (R² = {r2:.3f})" if r2 is not None else "")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("λ, eigenvalue of A Aᵀ (internal units)", fontsize=8)
+        ax.set_ylabel("f_l(λ) (internal units)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[:L]:
+        lo, hi = ax.get_ylim()
+        lo, hi = min(lo, 0.0), max(hi, 0.0)  # both filters on a scale that includes 0
+        ax.set_ylim(lo - 0.04 * (hi - lo), hi + 0.08 * (hi - lo))
+    for ax in axes[L:]:
+        ax.set_visible(False)
+    handles, labels = draw.handles(axes[0])
+    if spectrum.size:  # the rug's own marks are faint; the legend shows a solid one
+        handles[-1] = draw.mark(marker="|", ls="", color="k", ms=8)
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    fam = draw.family_word(ex)
+    fig.suptitle(f"Spectral filter of each layer: fitted against {fam}'s", fontsize=10)
+    return {"filters": fig}
+
+
+def caption(ex: Extraction) -> str:
+    if ex.geometry.samples:
+        return (
+            "The solid filter fitted to each layer's update of the implicit iterate against the "
+            "dashed η_l m_l(λ)² that GD++'s steps, read from the activations, imply; where the two "
+            "part over the eigenvalue rug of the probes, the layer is not a GD++ step."
+        )
+    return (
+        "Where the solid fitted filter and the dashed EAGLE filter part over the dense part of the "
+        "eigenvalue rug, the layer does not filter the spectrum as an EAGLE step does; differences "
+        "away from the rug are not seen by the data."
+    )
+
+
+@register("polynomial", figures=figures, captions={"filters": caption})
 def polynomial_view(ctx: Context) -> ViewResult:
     """Design-form filters per layer against EAGLE's implied filter."""
     cap = ctx.cap

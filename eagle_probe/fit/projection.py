@@ -32,10 +32,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from eagle_probe import drawing as draw
 from eagle_probe.fit import families
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.fit.families import Family, _embed
 from eagle_probe.fit.geometry import Geometry
+from eagle_probe.wording import change, number
 
 
 def family(geo: Geometry, head: int, qk_head: np.ndarray, fam: Family | None = None):
@@ -122,7 +124,90 @@ def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
     }
 
 
-@register("projection")
+# --- what the view shows: its lines of the text report, its figure and the figure's caption ------
+def report_lines(ex: Extraction) -> list[str]:
+    p = ex.views["projection"].json
+    net, pm = p["network_mse"], p["projected_mse"]
+    family = "GD++ family" if ex.geometry.samples else f"{p['family']} family"
+    lines = [
+        f"projection onto the {family}: MSE {number(net)} -> {number(pm)} ({change(pm, net)}); "
+        "per layer alone: "
+        + ", ".join(f"L{lay['layer']} {change(lay['mse'], net)}" for lay in p["layers"])
+    ]
+    if "preconditioned_mse" in p and net > 0:
+        pc = p["preconditioned_mse"]
+        lines.append(
+            f"projection onto preconditioned GD (W_QK's XX block free): MSE {number(pc)} "
+            f"({change(pc, net)})"
+        )
+    return lines
+
+
+def figures(ex: Extraction) -> Figures:
+    """Held-out MSE of the network, of its projection onto the EAGLE family (all layers, and each
+    layer alone) and, when the optimum ran, of EAGLE with fitted steps; the zero predictor as a
+    reference line."""
+    p = ex.views["projection"].json
+    bars = [("network", p["network_mse"], "0.35")]
+    bars.append(("all layers projected", p["projected_mse"], "C0"))
+    for lay in p["layers"]:
+        bars.append((f"layer {lay['layer']} projected alone", lay["mse"], "C9"))
+    fam = draw.family_word(ex)
+    if "optimum" in ex.views:
+        o = ex.views["optimum"].json
+        if "start_mse" in o:
+            bars.append((f"{fam}, steps read from weights", o["start_mse"], "C2"))
+        bars.append((f"{fam} closest to network (distilled)", o["distilled_mse"], "C2"))
+        bars.append((f"best {fam}, same depth (optimal)", o["optimal_mse"], "C2"))
+    labels = [b[0] for b in bars]
+    vals = np.array([b[1] for b in bars], dtype=float)
+    zero = float(ex.network.get("zero_mse", np.nan))
+    floor = draw.floor(vals, [zero])
+    shown = draw.positive(vals, floor)
+    fig = draw.figure(7.5, 0.36 * len(bars) + 1.6)
+    ax = fig.subplots()
+    y = np.arange(len(bars))[::-1]
+    ax.barh(y, shown, color=[b[2] for b in bars], height=0.7)
+    for yi, v, s in zip(y, vals, shown, strict=True):
+        draw.note(
+            ax,
+            draw.readable(v),
+            (s if np.isfinite(s) else floor, yi),
+            (3, 0),
+            va="center",
+            bbox=draw.TEXT_BOX,
+        )
+    if np.isfinite(zero) and zero > 0:
+        ax.axvline(zero, color="C3", ls="--", lw=1.2, label=f"zero predictor ({zero:.3g})")
+    ax.axvline(p["network_mse"], color="0.35", ls=":", lw=1.0, label="network")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log")
+    lo, hi = np.nanmin(np.append(shown, zero)), np.nanmax(np.append(shown, zero))
+    ax.set_xlim(lo / 2, hi * 8)
+    ax.set_xlabel("held-out MSE on D (prompt units, log scale)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"What the {fam} family costs in function", fontsize=10)
+    return {"projection_cost": fig}
+
+
+def caption(ex: Extraction) -> str:
+    p = ex.views["projection"].json
+    net = p["network_mse"]
+    here = f"; here projecting every layer changes the MSE by {change(p['projected_mse'], net)}"
+    here = here if net > 0 else ""
+    if ex.geometry.samples:
+        return (
+            "Bars at the network's dotted line cost nothing; the green bars show the best GD++ "
+            f"steps{here}."
+        )
+    return (
+        "Bars at the network's dotted line cost nothing, bars near the red zero-predictor line "
+        "lose the whole function, and the green bars show what EAGLE itself reaches with fitted "
+        f"steps{here}."
+    )
+
+
+@register("projection", text=report_lines, figures=figures, captions={"projection_cost": caption})
 def projection_view(ctx: Context) -> ViewResult:
     """The regime's EAGLE family in weight space: levels, implied steps, cost in function."""
     geo = ctx.geometry

@@ -28,7 +28,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe import drawing as draw
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.fit.families import RANGE_RTOL, head_range, random_sketches
 
 SALT = 0x5CE7C4  # this view's random reference sketches (`Context.rng`)
@@ -142,7 +143,61 @@ def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) 
     )
 
 
-@register("sketch")
+# --- what the view shows: its figure and the figure's caption -------------------------------------
+def figures(ex: Extraction) -> Figures:
+    """Constrained models: per layer the singular values of every head's W_QK A-block over its
+    largest (view `sketch`) against those of α S Sᵀ for a random orthogonal n × r S (r ones,
+    then zeros)."""
+    view = ex.views["sketch"]
+    t = view.tables.get("spectra")
+    if t is None or t.empty:
+        return {}
+    layers = sorted(t.layer.unique())
+    spans = {lay["layer"]: lay["span"] for lay in view.json["layers"]}
+    fig = draw.figure(2.6 * len(layers) + 1.5, 3.0)
+    axes = fig.subplots(1, len(layers), squeeze=False, sharey=True)[0]
+    for ax, layer in zip(axes, layers, strict=True):
+        part = t[t.layer == layer]
+        for k, (_, head) in enumerate(part.groupby("head")):
+            ax.plot(
+                head["index"],
+                head.network,
+                "o-",
+                ms=2.5,
+                lw=0.8,
+                alpha=0.7,
+                color=draw.layer_colour(k),
+                label=f"head {int(head['head'].iloc[0])}",
+            )
+        ref = part[part["head"] == part["head"].min()]
+        ax.step(
+            ref["index"],
+            ref.random_sketch,
+            where="mid",
+            color="k",
+            ls="--",
+            lw=1.2,
+            label="α S Sᵀ, random S",
+        )
+        ax.set_title(f"layer {layer} (span {spans.get(layer, '?')})", fontsize=9)
+        ax.set_xlabel("singular value index")
+    axes[0].set_ylabel("σ_i / σ_1 of W_QK's A-block")
+    fig.legend(*draw.handles(axes[0]), fontsize=7, loc="outside right center")
+    fig.suptitle(
+        "Each head's sketch: a scaled projector is flat at 1 for r values, then 0", fontsize=10
+    )
+    return {"sketch": fig}
+
+
+def caption(ex: Extraction) -> str:
+    return (
+        "A head on a learned sketch α S Sᵀ follows the dashed step (flat at 1 for r values, "
+        "then 0); a sloping curve is a rank-r W_QK that is not a scaled projector, and a span of "
+        "n means the heads together see every direction of A (the centralized family)."
+    )
+
+
+@register("sketch", figures=figures, captions={"sketch": caption})
 def sketch_view(ctx: Context) -> ViewResult:
     """Per layer and head the sketch readings of W_QK and W_VP; per layer the span of the
     heads' sketches (module text). Reads the products only."""

@@ -37,10 +37,21 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
+from eagle_probe import drawing as draw
 from eagle_probe.fit import families, sparse
 from eagle_probe.fit import library as lib
-from eagle_probe.fit.base import Context, HeldOut, ViewResult, affordable, register, table1
+from eagle_probe.fit.base import (
+    Context,
+    Extraction,
+    Figures,
+    HeldOut,
+    ViewResult,
+    affordable,
+    register,
+    table1,
+)
 from eagle_probe.fit.geometry import Geometry
+from eagle_probe.wording import number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -589,7 +600,101 @@ def _to_sample_blocks(out: dict, per_layer: list[list[Fitted]], gh: Geometry) ->
             info["unstable"] = [sample_term(lib.parse(n), 0.0, gh)[0] for n in info["unstable"]]
 
 
-@register("terms")
+# --- what the view shows: its lines of the text report, its figure and the figure's caption ------
+def report_lines(ex: Extraction) -> list[str]:
+    t = ex.views["terms"].json
+    lines = ["discovered terms (coefficient, inclusion frequency):"]
+    for lay in t.get("layers", []):
+        parts = []
+        for term in lay.get("terms", []):
+            coef = term.get("coefficient")
+            text = (
+                number(coef)
+                if isinstance(coef, (int, float))
+                else f"|W| {number(term.get('frobenius'))}"
+            )
+            parts.append(f"{term['name']} {text} ({term.get('frequency', 1.0):.2f})")
+        fid = lay.get("one_step_fidelity")
+        lines.append(f"  L{lay['layer']}: " + "; ".join(parts) + f"   [1-step fid {number(fid)}]")
+    if "run_from_input_mse" in t:
+        lines.append(f"  run from the input: MSE {number(t['run_from_input_mse'])}")
+    return lines
+
+
+def figures(ex: Extraction) -> Figures:
+    """Inclusion frequency of every discovered term per layer (terms view), coefficients printed."""
+    layers = ex.views["terms"].json.get("layers", [])
+    names = list(dict.fromkeys(t["name"] for lay in layers for t in lay.get("terms", [])))
+    if not names:
+        return {}
+    L = len(layers)
+    freq = np.full((len(names), L), np.nan)
+    coef: dict[tuple[int, int], str] = {}
+    for j, lay in enumerate(layers):
+        for t in lay.get("terms", []):
+            i = names.index(t["name"])
+            freq[i, j] = float(t.get("frequency", 1.0))
+            c = t.get("coefficient")
+            if isinstance(c, (int, float)):
+                coef[(i, j)] = f"{c:.3g}"
+    # wide enough for the title and the longest term name, whatever the layers
+    fig = draw.figure(max(6.5, 1.1 * L + 3), 0.34 * len(names) + 1.8)
+    ax = fig.subplots()
+    im = draw.fraction_map(ax, freq, "Greens", coef.items())
+    ax.set_yticks(range(len(names)), names, fontsize=8, family="monospace")
+    draw.layer_axis(ax, range(L))
+    fig.colorbar(im, ax=ax, label="inclusion frequency (fraction of bags)")
+    ax.set_title("Discovered terms: inclusion frequency, scalar coefficients printed", fontsize=10)
+    return {"terms": fig}
+
+
+def caption(ex: Extraction) -> str:
+    """What the terms figure should show for this model: its families' own terms."""
+    if ex.geometry.samples:
+        return (
+            "Dark cells are terms selected in almost every bag, written in the blocks of Z: GD is "
+            "B+=BAtA and D+=BAtC, GD++ adds A+=AAtA and C+=AAtC, preconditioned GD has "
+            "B+=BAt*W*A and D+=BAt*W*C."
+        )
+    fams = ex.views["terms"].json.get("family_terms") or {
+        "eagle": ["A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC"]
+    }
+    listed = "; ".join(f"{name}: {', '.join(terms)}" for name, terms in fams.items())
+    text = (
+        "Dark cells are terms selected in almost every bag, the number the refitted "
+        "coefficient (matrix coefficients print none). A layer running one of the regime's "
+        f"families has that family's terms dark and nothing else ({listed})"
+    )
+    if any("@local" in t for terms in fams.values() for t in terms):
+        text += "; @local sums over machines with each machine's own Gram A^μ A^μᵀ"
+    if any("@sketch" in t for terms in fams.values() for t in terms):
+        text += "; @sketch puts the layer's sketch projector P on the A blocks"
+    return text + "." + _terms_here(ex)
+
+
+def _terms_here(ex: Extraction) -> str:
+    """What this model's terms figure shows: the family's terms with scalar or matrix
+    coefficients, and the terms beyond it, by layer."""
+    from eagle_probe.fit.verdict import term_kinds
+
+    fam = families.of_geometry(ex.geometry)
+    extra, matrix = term_kinds(ex.views["terms"].json, fam)
+
+    def where(items: list) -> str:
+        shown = [f"{name} (layer {', '.join(map(str, ls))})" for name, ls in items[:4]]
+        return ", ".join(shown) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
+
+    parts = []
+    if matrix:
+        parts.append(f"{fam.name}'s terms are selected with matrix coefficients: {where(matrix)}")
+    if extra:
+        parts.append(f"terms {fam.name} does not have: {where(extra)}")
+    if not parts:
+        return f" Here {fam.name}'s terms and nothing else are selected."
+    return " Here " + "; ".join(parts) + "."
+
+
+@register("terms", text=report_lines, figures=figures, captions={"terms": caption})
 def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
     """Sparse discovery of each layer's block-product terms (see the module docstring)."""
     cfg = cfg or TermsConfig()

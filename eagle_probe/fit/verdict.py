@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from eagle_probe import drawing as draw
 from eagle_probe import regimes
 from eagle_probe.fit import families
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.wording import against_zero, plural, readout_flag, readout_hint
 
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
@@ -820,7 +823,76 @@ def sample_verdict(ctx: Context) -> ViewResult:
     )
 
 
-@register("verdict")
+# --- what the view shows: its figure and the figure's caption -------------------------------------
+def figures(ex: Extraction) -> Figures:
+    """Per layer the relative one-step gap of the network and of its untrained control, with the
+    verdict's thresholds."""
+    v = ex.views["verdict"].json
+    layers = v.get("layers", [])
+    if not layers:
+        return {}
+    th = v.get("thresholds", {})
+    fam = draw.family_word(ex)
+    last = len(layers) - 1
+    # the sample layout reads its last layer on the D slot alone (the layer table's rel 1-step)
+    key = {last: "one_step_relative_D"} if ex.geometry.samples else {}
+    mine = np.array([lay[key.get(i, "one_step_relative")] for i, lay in enumerate(layers)])
+    ctrl = np.array([lay.get("control_relative", np.nan) for lay in layers], dtype=float)
+    floor = draw.floor(mine, ctrl, [th.get("eagle_gap", np.nan)])
+    L = len(layers)
+    fig = draw.figure(max(6.0, 1.2 * L + 3), 3.6)
+    ax = fig.subplots()
+    x = np.arange(L)
+    has_ctrl = np.isfinite(ctrl).any()
+    w = 0.38 if has_ctrl else 0.6
+    shown = draw.positive(mine, floor)
+    ax.bar(x - (w / 2 if has_ctrl else 0), shown, width=w, color="C0", label="network")
+    if has_ctrl:
+        ctrl = draw.positive(ctrl, floor)
+        ax.bar(x + w / 2, ctrl, width=w, color="0.7", label="untrained control")
+    for name, colour, text in (("eagle_gap", "C2", "EAGLE"), ("like_gap", "C1", "EAGLE-like")):
+        if name in th:
+            ax.axhline(
+                th[name], color=colour, ls="--", lw=1.0, label=f"{text} threshold ({th[name]:g})"
+            )
+    for xi, lay, m in zip(x, layers, shown, strict=True):
+        if np.isfinite(m):
+            draw.note(
+                ax,
+                lay["label"],
+                (xi - (w / 2 if has_ctrl else 0), m),
+                (0, 3),
+                ha="center",
+                bbox=draw.TEXT_BOX,
+            )
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 3)
+    draw.layer_axis(ax, x)
+    tex = draw.tex(fam)
+    ax.set_ylabel(
+        rf"$\|Z_{{l+1}} - \mathrm{{{tex}}}(Z_l)\|^2\,/\,\|Z_{{l+1}} - Z_l\|^2$" "\n(ratio)",
+        fontsize=8,
+    )
+    fig.legend(fontsize=7, loc="outside right center")
+    step = "layer" if ex.geometry.samples else "step"
+    ax.set_title(f"How much of each layer's update one {fam} {step} misses", fontsize=10)
+    return {"verdict_gaps": fig}
+
+
+def caption(ex: Extraction) -> str:
+    if ex.geometry.samples:
+        return (
+            "How much of each layer's update one GD++ layer with the fitted steps misses (the last "
+            "layer's on the D slot, the only block the prediction reads), against the untrained "
+            "control; the label is the layer's name: GD, GD++ or preconditioned GD."
+        )
+    return (
+        "A blue bar below the green line is an EAGLE step, and the grey untrained control must "
+        "sit well above it for the label to count."
+    )
+
+
+@register("verdict", figures=figures, captions={"verdict_gaps": caption})
 def verdict_view(ctx: Context) -> ViewResult:
     if ctx.geometry.samples:
         return sample_verdict(ctx)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eagle_probe.fit.base import Context, ViewResult, register
+from eagle_probe import drawing as draw
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 
 
 def sparsify(W: np.ndarray) -> np.ndarray:
@@ -183,7 +184,145 @@ def block_norms(W: np.ndarray, n: int, coords: tuple[str, str] = ("A", "C")) -> 
     }
 
 
-@register("weights")
+# --- what the view shows: its lines of the text report, its figures and their caption -----------
+def report_lines(ex: Extraction) -> list[str]:
+    lines = ["weights (sparsified, tau = 1.5 |W|_1 / #entries):"]
+    for h in ex.views["weights"].json["heads"]:
+        lines.append(
+            f"  layer {h['layer']} head {h['head']}: W_QK = {h['W_QK']}   W_VP = {h['W_VP']}"
+        )
+    return lines
+
+
+def network_products(ex: Extraction) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(W_QK, W_VP, source) of an extraction, each (L, h, E, E): the network's own products when
+    the `weights` view carries them, else the products projected onto the EAGLE family."""
+    w = ex.views.get("weights")
+    if w is not None and "qk" in w.extra and "vp" in w.extra:
+        return np.asarray(w.extra["qk"]), np.asarray(w.extra["vp"]), "network"
+    p = ex.views.get("projection")
+    if p is not None and "qk" in p.extra and "vp" in p.extra:
+        return np.asarray(p.extra["qk"]), np.asarray(p.extra["vp"]), "projected"
+    return None
+
+
+def _block_axis(
+    ax, n: int, width: int, xlabel: str, ylabel: str, coords: tuple[str, str] = ("A", "C")
+) -> None:
+    """Tick the A (first n) and C (last n') feature columns and draw the A|C boundary (sample
+    layout: the X features and Y labels of the rows)."""
+    centres = [(n - 1) / 2, n + (width - n - 1) / 2]
+    a, c = coords
+    ax.set_xticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7)
+    ax.set_yticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7, rotation=90, va="center")
+    for pos in (ax.axvline, ax.axhline):
+        pos(n - 0.5, color="k", lw=0.8, ls="--")
+    ax.set_xlabel(xlabel, fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+
+
+MAX_PANELS = 8  # (layer, head) pairs per heatmap figure
+MAX_COLUMNS = 4  # pairs per line of a heatmap figure; each line is a W_QK row over a W_VP row
+
+
+def figures(ex: Extraction) -> Figures:
+    """W_QK over W_VP for every layer and head, each panel with its colour bar, diverging colours
+    centred at 0 and the A|C feature boundary dashed. Whole layers per figure, at most MAX_PANELS
+    (layer, head) pairs, in lines of MAX_COLUMNS: one figure `weights` when everything fits, else
+    `weights_layer{l}` (or `weights_layers{a}-{b}`)."""
+    got = network_products(ex)
+    if got is None:
+        return {}
+    qk, vp, source = got
+    n, coords = ex.geometry.split[0], ex.geometry.coords
+    width = qk.shape[-1]
+    L, H = qk.shape[:2]
+    per = max(1, MAX_PANELS // H)  # layers per figure
+    chunks = [list(range(s, min(s + per, L))) for s in range(0, L, per)]
+    what = "" if source == "network" else f", projected onto the {draw.family_word(ex)} family"
+    figs = {}
+    for layers in chunks:
+        pairs = [(layer, h) for layer in layers for h in range(H)]
+        cols = min(MAX_COLUMNS, len(pairs))
+        lines = -(-len(pairs) // cols)
+        w, h = max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3
+        # a fixed grid, not constrained layout: with dozens of colour bars that costs seconds
+        fig = draw.figure(w, h, layout=None)
+        margins = {"left": 0.6 / w, "right": 1 - 0.55 / w, "bottom": 0.45 / h, "top": 1 - 0.6 / h}
+        axes = fig.subplots(
+            2 * lines, cols, squeeze=False, gridspec_kw={**margins, "wspace": 0.55, "hspace": 0.45}
+        )
+        for k, (layer, h) in enumerate(pairs):
+            line, col = divmod(k, cols)
+            for row, (W, name, xl, yl) in enumerate(
+                (
+                    (qk[layer, h], "W_QK", "key feature", "query feature"),
+                    (vp[layer, h], "W_VP", "written feature", "value feature"),
+                )
+            ):
+                ax = axes[2 * line + row][col]
+                im = draw.diverging(ax, W, interpolation="nearest")
+                _block_axis(ax, n, width, xl, yl, coords)
+                ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
+                cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+                cb.ax.tick_params(labelsize=6)
+                if col == cols - 1:
+                    cb.set_label("entry (dimensionless)", fontsize=7)
+        for k in range(len(pairs), lines * cols):
+            line, col = divmod(k, cols)
+            axes[2 * line][col].set_visible(False)
+            axes[2 * line + 1][col].set_visible(False)
+        if len(chunks) == 1:
+            key = "weights"
+        elif len(layers) == 1:
+            key = f"weights_layer{layers[0]}"
+        else:
+            key = f"weights_layers{layers[0]}-{layers[-1]}"
+        fig.suptitle(
+            f"Products per layer{' and head' if H > 1 else ''}{what}: "
+            "W_QK = W_Q W_Kᵀ above W_VP = W_V W_Pᵀ",
+            fontsize=10,
+        )
+        figs[key] = fig
+    return figs
+
+
+def caption(ex: Extraction) -> str:
+    if ex.geometry.samples:
+        return (
+            "Rows [x, y] of the prompt: X the d features, Y the labels. GD is W_QK = diag(q I, 0) "
+            "with W_VP's YY block the step η; GD++ adds a scalar XX block to W_VP (the data "
+            "transform γ); preconditioned GD has a non-scalar XX block in W_QK."
+        )
+    got = network_products(ex)
+    if got is not None and got[2] == "projected":
+        return (
+            "The products projected onto the EAGLE family (this extraction does not carry the "
+            "network's own products): compare the levels of the diagonal blocks across layers."
+        )
+    return (
+        "EAGLE's shape is a scalar times the identity in each square block and zeros across the "
+        "dashed A|C boundary: off-diagonal colour inside a block, or colour across the boundary, "
+        "is structure EAGLE does not have." + _weights_here(ex)
+    )
+
+
+def _weights_here(ex: Extraction) -> str:
+    """This model's heads whose sparsified products are not of EAGLE's plain shape."""
+    heads = ex.views["weights"].json["heads"]
+    odd = [
+        f"layer {h['layer']} head {h['head']} {name} = {h[name]}"
+        for h in heads
+        for name in ("W_QK", "W_VP")
+        if "dense" in h[name] or "off-diag" in h[name] or h[name].startswith("[[")
+    ]
+    if not odd:
+        return f" Here every head's W_QK and W_VP has that shape ({len(heads)} heads)."
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return " Here: " + "; ".join(odd[:3]) + more + "."
+
+
+@register("weights", text=report_lines, figures=figures, captions={"weights": caption})
 def weights_view(ctx: Context) -> ViewResult:
     """Structure text, block norms and the simplified model's held-out MSE."""
     n, coords = ctx.geometry.split[0], ctx.geometry.coords

@@ -107,6 +107,13 @@ def test_a_view_name_is_registered_once_in_run_order(monkeypatch):
         return base.ViewResult("first", {})
 
     base.register("second")(lambda ctx: base.ViewResult("second", {}))
-    assert list(base.VIEWS) == ["first", "second"] and base.VIEWS["first"] is first
+    assert list(base.VIEWS) == ["first", "second"] and base.VIEWS["first"].run is first
     with pytest.raises(ValueError, match="'first' is registered twice"):
         base.register("first")(first)
+
+
+def test_every_view_that_shows_text_or_figures_is_in_its_written_order():
+    from eagle_probe import fit
+
+    assert fit.shown("text") == list(fit.TEXT_ORDER)
+    assert fit.shown("figures") == list(fit.FIGURE_ORDER)

@@ -38,7 +38,7 @@ def _cd_floats(cfg: ModelConfig) -> int:
 
 def _view(model):
     ctx = make_context(model, TaskConfig(n=6, d=6, rank=3), probes=16, held_out=256)
-    return VIEWS["communication"](ctx)
+    return VIEWS["communication"].run(ctx)
 
 
 @pytest.mark.parametrize("regime", REGIMES)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from eagle_probe.extract import build_context, run_views
+from eagle_probe.fit import fidelity
 from eagle_probe.tasks import Prompt, make_generator, sample
 
 
@@ -32,3 +33,14 @@ def test_fidelity_in_prompt_units_scales_with_the_square_of_the_prompt(normalize
     assert out[0]["total"] > 1e-8
     assert out[1]["total"] == pytest.approx(100 * out[0]["total"], rel=1e-9)
     assert out[1]["relative"] == pytest.approx(out[0]["relative"], rel=1e-9)
+
+
+def test_fidelity_figure_shows_the_paper_only_where_it_has_numbers(report_planted):
+    extraction = report_planted[2]
+    fig = fidelity.figures(extraction)["fidelity"]
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "block A" in labels and "all blocks" in labels
+    # the paper's Table 1 has 4 centralized layers, so it is drawn for this 2-layer model
+    assert any("paper" in label for label in labels)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"

@@ -3,7 +3,10 @@ projected onto EAGLE read the planted steps and cost nothing; its NumPy forward 
 (A planted cross block is tested with the attribution in test_views.py.)"""
 
 import numpy as np
+import plants
 import pytest
+
+from eagle_probe.fit import projection
 
 
 def test_projection_reads_the_planted_steps_and_costs_nothing(planted_extraction):
@@ -14,3 +17,16 @@ def test_projection_reads_the_planted_steps_and_costs_nothing(planted_extraction
     assert p["projected_mse"] == pytest.approx(p["network_mse"], rel=1e-9)
     # the NumPy forward of the products is the network's forward
     assert p["network_mse"] == pytest.approx(ex.network["mse"], rel=1e-9)
+
+
+def test_projection_cost_shows_the_optimum_and_the_zero_predictor(report_planted):
+    extraction = report_planted[2]
+    fig = projection.figures(extraction)["projection_cost"]
+    (ax,) = fig.axes
+    bars = [t.get_text() for t in ax.get_yticklabels()]
+    assert bars[0] == "network" and "all layers projected" in bars
+    assert "best EAGLE, same depth (optimal)" in bars
+    assert sum("projected alone" in b for b in bars) == len(plants.REPORT_STEPS[0])
+    zero = extraction.network["zero_mse"]
+    assert any(np.allclose(line.get_xdata(), zero) for line in ax.lines)
+    assert ax.get_xscale() == "log"

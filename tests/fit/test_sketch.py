@@ -22,7 +22,8 @@ def _view(rank: int, heads: int):
         dtype="float64",
     )  # fmt: skip
     model = layouts.plant(cfg, A_STEPS, C_STEPS, sketch_seed=3)
-    return VIEWS["sketch"](make_context(model, TaskConfig(n=6, d=6, rank=3), probes=8, held_out=8))
+    ctx = make_context(model, TaskConfig(n=6, d=6, rank=3), probes=8, held_out=8)
+    return VIEWS["sketch"].run(ctx)
 
 
 @pytest.mark.parametrize("rank", [3, 5])

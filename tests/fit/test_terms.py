@@ -4,6 +4,7 @@ is tested in test_library.py, the sparse optimizers in test_sparse.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import plants
@@ -13,7 +14,8 @@ from probe_context import TRAINED, make_context
 
 from eagle_probe import checkpoint
 from eagle_probe.fit import library as lib
-from eagle_probe.fit.terms import TermsConfig, terms_view
+from eagle_probe.fit.base import ViewResult
+from eagle_probe.fit.terms import TermsConfig, figures, terms_view
 
 EAGLE = ("A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC")
 
@@ -256,3 +258,29 @@ def test_eight_heads_terms_follow_eagle_and_rerun_close_to_the_network():
             assert forms & names, (layer["layer"], block, sorted(names))
     mse, net = result.json["run_from_input_mse"], result.json["network_mse"]
     assert mse < 1.25 * net, (mse, net)
+
+
+def test_terms_figure_shows_inclusion_frequency_and_scalar_coefficients(report_planted):
+    extraction = report_planted[2]
+    layers = [
+        {"layer": 0, "terms": [{"name": "A+=AAtA", "coefficient": -0.3, "frequency": 1.0}]},
+        {
+            "layer": 1,
+            "terms": [
+                {"name": "A+=AAtA", "coefficient": -0.2, "frequency": 0.9},
+                {"name": "C+=ACtC", "coefficient": [[1.0]], "norm": 2.0, "frequency": 0.4},
+            ],
+        },
+    ]
+    view = ViewResult("terms", {"layers": layers})
+    ex = replace(extraction, views={**extraction.views, "terms": view})
+    fig = figures(ex)["terms"]
+    ax = fig.axes[0]
+    (image,) = ax.get_images()
+    freq = np.asarray(image.get_array())
+    np.testing.assert_array_equal(freq[0], [1.0, 0.9])  # A+=AAtA in both layers
+    assert np.isnan(freq[1, 0]) and freq[1, 1] == 0.4  # C+=ACtC only in layer 1
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["A+=AAtA", "C+=ACtC"]
+    assert sorted(t.get_text() for t in ax.texts) == ["-0.2", "-0.3"]  # matrices get no number
+    empty = replace(extraction, views={**extraction.views, "terms": ViewResult("terms", {})})
+    assert figures(empty) == {}

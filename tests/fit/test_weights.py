@@ -2,9 +2,12 @@
 sparsification (q I, a machine's q I[i:j], a sketch's q P_r, a copy sent to every copy), other
 blocks after it; the simplified products; block norms."""
 
+from dataclasses import replace
+
 import numpy as np
 import plants
 import pytest
+import torch
 
 from eagle_probe import layouts
 from eagle_probe.fit import weights
@@ -95,3 +98,44 @@ def test_the_weight_table_of_a_planted_model_names_its_steps_per_head():
         "diag(-0.02 I_8, -0.04 I_2)",
     ]
     assert table.simple.all()
+
+
+def test_heatmaps_centre_the_colours_and_mark_the_block_boundary(report_planted):
+    model, _, extraction = report_planted
+    qk = model.W_QK().to(torch.float64).numpy()
+    vp = model.W_VP().to(torch.float64).numpy()
+    figs = weights.figures(extraction)
+    assert list(figs) == ["weights"]  # 2 layers x 1 head fit in one figure
+    fig = figs["weights"]
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 2 * 2  # W_QK and W_VP per layer
+    shown = sorted(float(np.abs(im.get_array()).max()) for im in images)
+    np.testing.assert_allclose(shown, sorted(np.abs(np.concatenate([qk, vp])).max(axis=(1, 2, 3))))
+    n = model.cfg.n
+    for im in images:
+        lo, hi = im.get_clim()
+        assert lo == -hi and hi > 0
+        assert im.get_cmap().name == "RdBu_r"
+        lines = [ln.get_xdata()[0] for ln in im.axes.lines]
+        assert n - 0.5 in lines
+    # one colour bar per heatmap
+    assert len(fig.axes) == 2 * len(images)
+
+
+def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_them(report_planted):
+    extraction = report_planted[2]
+    rng = np.random.default_rng(0)
+    qk = extraction.views["projection"].extra["qk"] + rng.normal(size=(2, 1, 8, 8))
+    vp = extraction.views["projection"].extra["vp"] + rng.normal(size=(2, 1, 8, 8))
+    carried = replace(extraction.views["weights"], extra={"qk": qk, "vp": vp})
+    ex = replace(extraction, views={**extraction.views, "weights": carried})
+    fig = weights.figures(ex)["weights"]
+    drawn = [np.asarray(im.get_array()) for ax in fig.axes for im in ax.get_images()]
+    expected = [qk[0, 0], qk[1, 0], vp[0, 0], vp[1, 0]]  # top row W_QK, bottom row W_VP
+    for got, want in zip(drawn, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert "projected" not in fig.get_suptitle()
+    assert "projected" not in weights.figures(extraction)["weights"].get_suptitle()
+    bare = replace(extraction.views["weights"], extra={})  # without them: the projection's
+    ex = replace(extraction, views={**extraction.views, "weights": bare})
+    assert "projected" in weights.figures(ex)["weights"].get_suptitle()
