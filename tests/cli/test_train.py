@@ -219,13 +219,18 @@ def test_interrupted_training_leaves_a_complete_checkpoint(tmp_path, sig):
         text=True,
         env=os.environ | {"OMP_NUM_THREADS": "1"},
     )
-    deadline = time.time() + 90
-    while not out.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
-    time.sleep(0.5)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    try:  # the run is never left behind, whatever fails (it would train for hours)
+        deadline = time.time() + 600  # a bound for a stuck run, far above a loaded machine's time
+        while not out.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert out.exists(), proc.stderr.read() if proc.poll() is not None else "no checkpoint"
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 128 + sig, err  # as any command a signal stops
     model, _, metrics = checkpoint.load(out)
     assert metrics["interrupted"] is True and 0 < metrics["steps_done"] < 100000

@@ -319,14 +319,30 @@ def _start_long_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     pytest.fail("the sweep did not start its runs")
 
 
+def _kill_all(proc: subprocess.Popen, children: list[int]) -> None:
+    """Kill a sweep and its runs if they are still there (a failed test leaves nothing running:
+    each run would train for hours)."""
+    import signal
+
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    for child in children:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_sweep_like_an_interrupt(tmp_path):
     import signal
     import time
 
     proc, children = _start_long_sweep(tmp_path)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        _kill_all(proc, children)
     assert proc.returncode == 143, err
     lines = err.decode().strip().splitlines()
     assert lines == ["eagle-probe: terminated (SIGTERM); nothing written"], lines
@@ -341,12 +357,16 @@ def test_the_runs_of_a_killed_sweep_die_with_it(tmp_path):
     import time
 
     proc, children = _start_long_sweep(tmp_path)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while any(_alive(c) for c in children) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_alive(c) for c in children)
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        alive = [c for c in children if _alive(c)]
+    finally:
+        _kill_all(proc, children)
+    assert not alive
 
 
 # --- 6-8. one-line errors, non-finite results, outputs before printing --------------------------
