@@ -561,17 +561,25 @@ def seeds(
     (`model_fidelity`, beside the paper's Table 1 of the model's regime)."""
     import re
 
+    import torch
+
     from eagle_probe import checkpoint
-    from eagle_probe.evaluate import evaluate
+    from eagle_probe.evaluate import prompt_errors, reference_errors, summarize
     from eagle_probe.fit.fidelity import paper_table1
+    from eagle_probe.tasks import make_generator, sample
 
     tests, parts = [], []
+    drawn: dict = {}  # task -> (its `batch` prompts from `seed`, their reference errors)
     for path in sorted(folder.glob("*.pt")):
         match = re.fullmatch(SEED_NAME, path.name)
         if not match or (recipes is not None and match["recipe"] not in recipes):
             continue
         model, task, metrics = checkpoint.load(path)
-        result = evaluate(model, task, batch=batch, seed=seed)
+        if task not in drawn:  # `evaluate`'s prompts, drawn once for every model of the task
+            prompts = sample(task, batch, make_generator(seed), dtype=torch.float64)
+            drawn[task] = prompts, reference_errors(prompts)
+        prompts, reference = drawn[task]
+        result = summarize(prompt_errors(model, prompts, reference=reference))
         zero = result["zero_mse"]
         key = {"recipe": match["recipe"], "seed": int(match["seed"]), "regime": model.cfg.regime}
         tests.append(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,24 +26,52 @@ from eagle_probe.wording import (  # noqa: F401  (the words every command uses, 
 
 
 @torch.no_grad()
+def reference_errors(prompt: Prompt, *, chunk: int = 4096) -> dict[str, torch.Tensor]:
+    """The part of `prompt_errors` no model changes: per-prompt MSE over the D block (b,) of the
+    zero predictor and of B A⁺ C, and ‖A‖₂ per prompt. Models scored on the same prompts need it
+    once (`prompt_errors(..., reference=...)`)."""
+    out: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
+    for start in range(0, prompt.batch, chunk):
+        part = prompt[start : start + chunk].to(torch.float64)
+        out["zero"].append(part.D.square().mean(dim=(-1, -2)))
+        out["optimal"].append((part.optimal() - part.D).square().mean(dim=(-1, -2)))
+        out["norm_a"].append(torch.linalg.matrix_norm(part.A, ord=2))
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+@torch.no_grad()
 def prompt_errors(
-    model: LinearTransformer, prompt: Prompt, *, reference: bool = True, chunk: int = 4096
+    model: LinearTransformer,
+    prompt: Prompt,
+    *,
+    reference: bool | Mapping[str, torch.Tensor] = True,
+    chunk: int = 4096,
 ) -> dict[str, torch.Tensor]:
-    """Per-prompt MSE over the D block: (b,) for the model and, with `reference`, for the zero
-    predictor, B A⁺ C and the model read with the other readout sign (its prediction negated),
-    plus ‖A‖₂ per prompt."""
+    """Per-prompt MSE over the D block: (b,) for the model and, with `reference`, for the model
+    read with the other readout sign (its prediction negated), with `reference_errors` beside
+    (the zero predictor, B A⁺ C and ‖A‖₂ per prompt): computed here when `reference` is True, or
+    passed in as `reference_errors` returned them for the same prompts."""
+    if not isinstance(reference, bool):
+        wrong = {k: tuple(v.shape) for k, v in reference.items() if v.shape != (prompt.batch,)}
+        if wrong:
+            raise ValueError(
+                f"reference errors of shape {wrong} do not belong to these {prompt.batch} "
+                "prompts; pass reference_errors(prompt) of the same prompts"
+            )
     out: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
     device = model.readout_scale.device  # the model's device; the errors come back to the CPU
     for start in range(0, prompt.batch, chunk):
         part = prompt[start : start + chunk].to(torch.float64)
         pred = model(part.z0().to(model.cfg.torch_dtype).to(device)).to(torch.float64).cpu()
         out["model"].append((pred - part.D).square().mean(dim=(-1, -2)))
-        if reference:
-            out["zero"].append(part.D.square().mean(dim=(-1, -2)))
+        if reference is not False:
             out["flipped"].append((pred + part.D).square().mean(dim=(-1, -2)))  # −prediction
-            out["optimal"].append((part.optimal() - part.D).square().mean(dim=(-1, -2)))
-            out["norm_a"].append(torch.linalg.matrix_norm(part.A, ord=2))
-    return {k: torch.cat(v) for k, v in out.items()}
+    errors = {k: torch.cat(v) for k, v in out.items()}
+    if reference is True:
+        errors |= reference_errors(prompt, chunk=chunk)
+    elif reference is not False:
+        errors |= dict(reference)
+    return errors
 
 
 def per_prompt_errors(

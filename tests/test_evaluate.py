@@ -10,7 +10,14 @@ import pytest
 import torch
 from plants import eagle as planted_model
 
-from eagle_probe.evaluate import evaluate, model_readout_text, readout_sign, summarize
+from eagle_probe.evaluate import (
+    evaluate,
+    model_readout_text,
+    prompt_errors,
+    readout_sign,
+    reference_errors,
+    summarize,
+)
 from eagle_probe.tasks import make_generator, sample
 
 
@@ -71,3 +78,27 @@ def test_evaluate_equals_the_errors_of_the_same_prompts_computed_here():
     assert got["flipped_mse"] == pytest.approx(((pred + D) ** 2).mean(), rel=1e-12)
     assert readout_sign(model) == -1
     assert model_readout_text(model).startswith("readout -1")
+
+
+def test_reference_errors_passed_in_are_those_computed_with_the_model():
+    """Several models scored on the same prompts compute the model-free errors once: passed in,
+    they give every number that computing them beside the model gives; the errors of other
+    prompts are refused."""
+    model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral", n=6, d=6)
+    p = sample(task, 50, make_generator(3), dtype=torch.float64)
+    reference = reference_errors(p, chunk=16)
+    assert sorted(reference) == ["norm_a", "optimal", "zero"]
+    D = p.D.numpy()
+    np.testing.assert_allclose(reference["zero"].numpy(), (D**2).mean(axis=(-1, -2)), rtol=1e-12)
+    np.testing.assert_allclose(
+        reference["norm_a"].numpy(), np.linalg.svd(p.A.numpy(), compute_uv=False)[:, 0], rtol=1e-10
+    )
+    whole = prompt_errors(model, p, chunk=16)
+    passed = prompt_errors(model, p, reference=reference, chunk=16)
+    assert sorted(passed) == sorted(whole) == ["flipped", "model", "norm_a", "optimal", "zero"]
+    for key, value in whole.items():
+        assert torch.equal(passed[key], value), key
+    assert summarize(passed) == summarize(whole)
+    assert sorted(prompt_errors(model, p, reference=False)) == ["model"]
+    with pytest.raises(ValueError, match="do not belong to these 49 prompts"):
+        prompt_errors(model, p[:49], reference=reference)
