@@ -38,16 +38,48 @@ def _ablate(heads: list[int]):
     return hook
 
 
+def _kept_streams(
+    model: LinearTransformer, prompt: Prompt, hooks
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Under `hooks`: the stream entering every block [(b, T, E)] and the prompt scale, from
+    which trials that change later layers alone start (`LinearTransformer.forward_from`)."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(value, hook):
+        kept[hook.name] = value
+        return value
+
+    L = model.cfg.n_layers
+    names = ["hook_scale"] + [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
+    with torch.no_grad():
+        z0 = prompt.z0().to(model.cfg.torch_dtype)
+        model.run_with_hooks(z0, fwd_hooks=[*hooks, *((name, keep) for name in names)])
+    return [kept[f"blocks.{layer}.hook_resid_pre"] for layer in range(L)], kept["hook_scale"]
+
+
+def _mse_from(
+    model: LinearTransformer, prompt: Prompt, layer: int, z: torch.Tensor, scale, hooks
+) -> float:
+    """`_mse` of the model run from the stream z entering block `layer` (hooks on later layers
+    act; those on earlier ones are in z already)."""
+    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks)):
+        pred = model.forward_from(layer, z, scale)
+    return float((pred.to(torch.float64) - prompt.D.to(torch.float64)).square().mean())
+
+
 def head_ablation(
     model: LinearTransformer, task: TaskConfig, *, batch: int = 2048, seed: int = 3
 ) -> pd.DataFrame:
-    """Test MSE with each single head zeroed through `hook_result` (run_with_hooks)."""
+    """Test MSE with each single head zeroed through `hook_result` (run_with_hooks), each run
+    from the stream entering the head's layer."""
     prompt = sample(task, batch, make_generator(seed), dtype=torch.float64)
     base = _mse(model, prompt)
+    streams, scale = _kept_streams(model, prompt, [])
     rows = []
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.heads):
-            mse = _mse(model, prompt, [(f"blocks.{layer}.attn.hook_result", _ablate([head]))])
+            hooks = [(f"blocks.{layer}.attn.hook_result", _ablate([head]))]
+            mse = _mse_from(model, prompt, layer, streams[layer], scale, hooks)
             rows.append({"layer": layer, "head": head, "mse": mse, "mse_ratio": mse / base})
     return pd.DataFrame(rows)
 
@@ -64,7 +96,8 @@ def greedy_pruning(
     layer is left. One row per step with the test MSE (no retraining).
 
     Each step tries, in every layer, the `candidates` remaining heads whose single-head ablation
-    is cheapest (every head when candidates >= heads)."""
+    is cheapest (every head when candidates >= heads). A trial removes one more head of one
+    layer, so it runs from the stream the heads removed so far leave entering that layer."""
     order = head_ablation(model, task, batch=batch, seed=seed).sort_values("mse")
     prompt = sample(task, batch, make_generator(seed), dtype=torch.float64)
     L, H = model.cfg.n_layers, model.cfg.heads
@@ -81,6 +114,7 @@ def greedy_pruning(
     step = 0
     while any(len(v) < H - 1 for v in removed.values()):
         best = None
+        streams, scale = _kept_streams(model, prompt, hooks(removed))
         for layer in range(L):
             if len(removed[layer]) >= H - 1:
                 continue
@@ -89,7 +123,7 @@ def greedy_pruning(
             for head in ranked[:candidates]:
                 trial = {k: list(v) for k, v in removed.items()}
                 trial[layer].append(head)
-                mse = _mse(model, prompt, hooks(trial))
+                mse = _mse_from(model, prompt, layer, streams[layer], scale, hooks(trial))
                 if best is None or mse < best[0]:
                     best = (mse, layer, head)
         mse, layer, head = best

@@ -514,9 +514,15 @@ class LinearTransformer(HookedRootModule):
         z0 = z0.to(cfg.torch_dtype)
         scale = self.hook_scale(self.prompt_scale(z0))  # (b, 1, 1) or (b, 1, n + n')
         z = self.hook_embed(to_stream(cfg, z0 / scale))  # (b, T, E)
-        for block in self.blocks:
+        return self.forward_from(0, z, scale)
+
+    def forward_from(self, layer: int, z: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The prediction (b, d', n') from the stream z (b, T, E) entering block `layer` and the
+        prompt scale (`hook_scale`'s value): blocks `layer` … L − 1 and the readout, run as
+        `forward` runs them, so a change to later layers alone can start from a kept stream."""
+        for block in self.blocks[layer:]:
             z = block(z)
-        return self.hook_prediction(readout(cfg, z, scale, self.readout_scale))
+        return self.hook_prediction(readout(self.cfg, z, scale, self.readout_scale))
 
     def complete(self, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
         """Predict D from the visible blocks A (b, d, n), B (b, d', n), C (b, d, n')."""

@@ -93,6 +93,29 @@ def test_residual_stream_adds_up():
     torch.testing.assert_close(post, pre + heads)
 
 
+@pytest.mark.parametrize("regime", ["centralized", "distributed"])
+def test_forward_from_a_kept_stream_is_the_forward(regime):
+    """Blocks l … L − 1 and the readout run on the stream entering block l and the prompt scale
+    (each as the cache holds it) give the forward's prediction to the bit; hooks on the later
+    blocks act, so an ablation there needs no rerun of the earlier ones."""
+    model = _model(n_heads=3, n_layers=3, regime=regime, n=6 if regime == "centralized" else 9)
+    z0 = _prompt(model.cfg, batch=5).z0()
+
+    def ablate(value, hook):
+        value[:, :, 0] = 0.0
+        return value
+
+    with torch.no_grad():
+        plain, cache = model.run_with_cache(z0)
+        ablated = model.run_with_hooks(z0, fwd_hooks=[("blocks.2.attn.hook_result", ablate)])
+        for layer in range(3):
+            pre = cache[f"blocks.{layer}.hook_resid_pre"]
+            assert torch.equal(model.forward_from(layer, pre, cache["hook_scale"]), plain)
+        with model.hooks(fwd_hooks=[("blocks.2.attn.hook_result", ablate)]):
+            late = model.forward_from(1, cache["blocks.1.hook_resid_pre"], cache["hook_scale"])
+    assert torch.equal(late, ablated) and not torch.allclose(late, plain)
+
+
 def test_scores_never_attend_to_hidden_rows():
     model = _model()
     _, cache = model.run_with_cache(_prompt(model.cfg).z0())
