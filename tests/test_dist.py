@@ -89,6 +89,7 @@ def test_ddp_with_two_ranks_matches_one_process_with_two_shards(tmp_path):
     from pathlib import Path
 
     from eagle_probe import checkpoint
+    from eagle_probe.cli import main
 
     args = [
         "train",
@@ -127,22 +128,8 @@ def test_ddp_with_two_ranks_matches_one_process_with_two_shards(tmp_path):
         capture_output=True,
         timeout=300,
     )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eagle_probe",
-            *args,
-            "--data-shards",
-            "2",
-            "-o",
-            str(tmp_path / "one.pt"),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=300,
-    )
+    # the one process: this one, through the command's entry point
+    assert main([*args, "--data-shards", "2", "-o", str(tmp_path / "one.pt")]) == 0
     ddp, _, m_ddp = checkpoint.load(tmp_path / "ddp.pt")
     one, _, m_one = checkpoint.load(tmp_path / "one.pt")
     assert m_ddp["processes"] == 2 and m_one["processes"] == 1
