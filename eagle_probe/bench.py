@@ -552,13 +552,19 @@ SEED_NAME = r"(?P<recipe>[a-z][a-z0-9_]*?)_seed(?P<seed>\d+)\.pt"
 
 
 def seeds(
-    folder: Path, *, batch: int = 20_000, seed: int = 2026, recipes: set[str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+    folder: Path,
+    *,
+    batch: int = 20_000,
+    seed: int = 2026,
+    recipes: set[str] | None = None,
+    fidelity: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Every `{recipe}_seed{k}.pt` in `folder` (models of the paper distribution, any regime;
     only the named `recipes` when given): (tests, fidelity). tests: one row per model with its
-    regime, the mean, median and worst prompt MSE on `batch` fresh prompts and × below the zero
-    predictor for the mean and the median; fidelity: one row per model, layer and reading
-    (`model_fidelity`, beside the paper's Table 1 of the model's regime)."""
+    regime, the mean, median and worst prompt MSE on `batch` fresh prompts (`evaluate`'s, drawn
+    once for all models of a task) and × below the zero predictor for the mean and the median;
+    fidelity: one row per model, layer and reading (`model_fidelity`, beside the paper's Table 1
+    of the model's regime), or None when `fidelity` is False (the test numbers alone)."""
     import re
 
     import torch
@@ -595,11 +601,13 @@ def seeds(
                 "train_s": metrics.get("wall_seconds"),
             }
         )
-        parts.append(model_fidelity(model, task, paper_table1(model.cfg.regime)).assign(**key))
+        if fidelity:
+            table1 = model_fidelity(model, task, paper_table1(model.cfg.regime))
+            parts.append(table1.assign(**key))
     if not tests:
         which = f" of the recipes {sorted(recipes)}" if recipes is not None else ""
         raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint{which} in {folder}")
-    return pd.DataFrame(tests), pd.concat(parts, ignore_index=True)
+    return pd.DataFrame(tests), pd.concat(parts, ignore_index=True) if fidelity else None
 
 
 def seed_summary(fidelity: pd.DataFrame) -> pd.DataFrame:

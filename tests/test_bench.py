@@ -267,5 +267,7 @@ def test_seed_table_reads_every_seed_and_averages_table1(tmp_path):
     one = fid[(fid.reading == "one_step") & (fid.layer == 1)].fidelity
     got = table[(table.reading == "one_step") & (table.layer == 1)].iloc[0]
     assert got["mean"] == pytest.approx(one.mean()) and got["std"] == pytest.approx(one.std())
+    alone, none = seeds(tmp_path, batch=300, seed=5, fidelity=False)  # the test numbers alone
+    assert none is None and alone.equals(tests)
     with pytest.raises(ValueError, match="no"):
         seeds(tmp_path / "missing", batch=10)
