@@ -201,8 +201,9 @@ def run_family(geo: Geometry, z0: np.ndarray, a_steps, c_steps, extra: int = 0) 
                 P = geo.query_operator(at)
                 K = geo.gram(A, at)  # (b, n, n)
                 Kc = P @ (A.swapaxes(-1, -2) @ A) @ P  # (b, n, n): A P Aᵀ's spectrum
-                a = eta / _top(K)[:, None, None]
-                c = gamma / _top(Kc)[:, None, None]
+                top = _top(K)  # the same for Kc where it is K to the bit (no sketch)
+                a = eta / top[:, None, None]
+                c = gamma / (top if K.tobytes() == Kc.tobytes() else _top(Kc))[:, None, None]
             Z = geo.eagle_step(Z, at, a, c)
     return geo.readout_of(Z, z0)
 
