@@ -65,11 +65,16 @@ def test_simulated_distributed_eagle_matches_the_reference_at_any_scale(problem,
         np.testing.assert_allclose(D2 / (sb * sc / sa), exact, rtol=1e-6, atol=0)
 
 
+def gd_then_admm(rank: int, world: int, *args) -> tuple[dict, dict]:
+    """Distributed GD, then consensus ADMM, on the one process group of these workers."""
+    return dist.gd_worker(rank, world, *args), dist.admm_worker(rank, world, *args)
+
+
 @pytest.mark.slow
 def test_gd_and_admm_on_the_same_process_group(problem):
     A, B, C, ref = problem
-    gd = dist.run_local(2, dist.gd_worker, A, B, C, ref, 1e-4, 5000)
-    admm = dist.run_local(2, dist.admm_worker, A, B, C, ref, 1e-4, 5000)
+    runs = dist.run_local(2, gd_then_admm, A, B, C, ref, 1e-4, 5000)
+    gd, admm = ([run[k] for run in runs] for k in (0, 1))  # by rank
     assert gd[0]["error"] <= 1e-4 and admm[0]["error"] <= 1e-4
     assert gd[0]["rounds"] == gd[1]["rounds"]
     assert gd[0]["bytes_per_round"] == B.shape[0] * A.shape[0] * 8
