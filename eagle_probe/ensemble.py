@@ -4,10 +4,10 @@ Every parameter of the K models is stacked on a leading seed axis and the K batc
 batched forwards (`stacked_prediction`, all seeds at once, a slice of every seed's batch a pass),
 so the Python and autograd overhead of a step is paid once for K seeds. Each seed keeps
 everything a separate `train.train` run with that seed has: its initialisation, its training and
-validation prompts (the same seeded streams, see `train._seeds`), its own Adam state (Adam is
-elementwise, so one update of the stacked tensors is K independent optimisers; each seed counts
-its own steps, as a skipped spike step is not a step; the update is torch's, bit for bit), its
-own gradient-norm clip, spike log, validation, selection and kept weights. In float64 each
+validation prompts (the same seeded streams, see `train._seeds`), its own step (`train.clip`
+and torch's Adam on its slices of the stacked gradients and parameters, which are views of the
+stacked ones; Adam is per tensor, and a seed whose step is dropped, a skipped spike, is left out
+of it, its step count too), spike log, validation, selection and kept weights. In float64 each
 seed's result equals the separate run's to rounding (tests/test_ensemble.py).
 
 The batched forward computes the layer of `model.py`,
@@ -51,12 +51,15 @@ from eagle_probe.train import (
     TrainConfig,
     check_in_dtype,
     check_sizes,
+    clip,
     fold_gains,
     held_out,
+    optimizer,
     plain_model,
     prompt_streams,
     resumed_step,
     run_steps,
+    set_rate,
     starting_model,
     stop_record,
     torchrun_env,
@@ -64,8 +67,6 @@ from eagle_probe.train import (
     with_shards,
 )
 
-BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `train.train` uses
-EPS = 1e-8
 # prompts (over all seeds) per forward-backward pass of a training step; measured best on a
 # 2-core CPU: 512 (K = 8, batch 1024: 25.5 ms per 1024 prompts, 38.7 ms in one pass)
 PASS_PROMPTS = 512
@@ -155,61 +156,6 @@ def stacked_prediction(
     return readout(cfg, z, scale, readout_scale)
 
 
-class _Adam:
-    """torch.optim.Adam / AdamW (single-tensor update) on stacked tensors, one step count per
-    seed: seed k's slice moves bit for bit as torch's optimiser on its own tensor would
-    (`tests/test_ensemble.py` checks it in float32 and float64)."""
-
-    def __init__(self, seeds: int, weight_decay: float) -> None:
-        self.weight_decay = weight_decay
-        self.state: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self.seeds = seeds
-
-    @torch.no_grad()
-    def step(
-        self,
-        name: str,
-        param: torch.Tensor,
-        grad: torch.Tensor,
-        lr: float,
-        active: torch.Tensor,
-        decay: bool,
-    ) -> None:
-        """Update `param` (K, …) with `grad` where `active` (K,) is True."""
-        if name not in self.state:
-            steps = torch.zeros(self.seeds, dtype=torch.float64)
-            self.state[name] = (steps, torch.zeros_like(param), torch.zeros_like(param))
-        steps, exp_avg, exp_avg_sq = self.state[name]
-        beta1, beta2 = BETAS
-        shape = (-1,) + (1,) * (param.ndim - 1)
-        on = active.view(shape)
-        steps += active.to(torch.float64)
-        new_avg = exp_avg.lerp(grad, 1 - beta1)
-        new_sq = (exp_avg_sq * beta2).addcmul_(grad, grad, value=1 - beta2)
-        exp_avg.copy_(torch.where(on, new_avg, exp_avg))
-        exp_avg_sq.copy_(torch.where(on, new_sq, exp_avg_sq))
-        # torch's order of operations, its bias corrections in Python floats: bit for bit
-        counts = [max(1.0, c) for c in steps.tolist()]
-        neg_step = [-lr / (1 - beta1**c) for c in counts]
-        bias2_sqrt = [(1 - beta2**c) ** 0.5 for c in counts]
-        neg_step_size = torch.tensor(neg_step, dtype=param.dtype).view(shape)  # (K, 1, …)
-        bias2 = torch.tensor(bias2_sqrt, dtype=param.dtype).view(shape)
-        moved = param * (1 - lr * self.weight_decay) if decay and self.weight_decay else param
-        denom = (exp_avg_sq.sqrt() / bias2).add_(EPS)
-        moved = moved + (neg_step_size * exp_avg) / denom  # addcdiv_(exp_avg, denom, -step_size)
-        param.copy_(torch.where(on, moved, param))
-
-
-def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
-    """`torch.nn.utils.clip_grad_norm_` applied to each seed's slice of the stacked gradients,
-    bit for bit (`test_stacked_clip_is_torchs_clip_grad_norm_bit_for_bit`)."""
-    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1)  # (K, tensors)
-    total = norms.norm(dim=1)  # (K,)
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)  # (K,)
-    for g in grads:
-        g.mul_(coef.to(g.dtype).view((-1,) + (1,) * (g.ndim - 1)))
-
-
 def _loss_and_grads(
     cfg: ModelConfig,
     params: dict[str, torch.Tensor],
@@ -239,8 +185,9 @@ def _loss_and_grads(
 
 class _StackedStepper:
     """The `Stepper` of K seeds trained together: their parameters stacked on a seed axis, one
-    batched forward-backward for all seeds (`_loss_and_grads`), each seed's own gradient-norm
-    clips and Adam state (`_Adam`), W_V/W_P frozen from the freeze step on."""
+    batched forward-backward for all seeds (`_loss_and_grads`), then each seed's own step as
+    `train.train` takes it (`train.clip` on its slices of the gradients, torch's Adam on its
+    slices of the parameters), W_V/W_P frozen from the freeze step on."""
 
     def __init__(
         self,
@@ -253,57 +200,56 @@ class _StackedStepper:
     ) -> None:
         K = len(seeds)
         self.model_cfg, self.cfg = model_cfg, cfg
-        self.params = {name: p.requires_grad_() for name, p in stack_models(models).items()}
+        # (K, …) each; seed k's parameters are the views [k], which its optimiser moves in place
+        self.params = stack_models(models)
         self.template = {k: v for k, v in models[0].state_dict().items() if k not in self.params}
         self.log_gain = None
         if cfg.gain_lr > 0:
-            shape = (K, model_cfg.n_layers, model_cfg.heads)
-            self.log_gain = torch.zeros(shape, dtype=model_cfg.torch_dtype).requires_grad_()
-        self.adam = _Adam(K, cfg.weight_decay)
+            self.log_gain = torch.zeros((K, model_cfg.n_layers, model_cfg.heads),
+                                        dtype=model_cfg.torch_dtype)  # fmt: skip
+        self.seeds = [{name: p[k] for name, p in self.params.items()} for k in range(K)]
+        self.gains = [] if self.log_gain is None else list(self.log_gain)  # (L, h) views
+        self.optimizer = optimizer([p for own in self.seeds for p in own.values()], cfg, self.gains)
         self.qk_names = [n for n in self.params if n.endswith(("W_Q", "W_K"))]
         self.value_names = {n for n in self.params if n.endswith(("W_V", "W_P"))}
         self.streams = [prompt_streams(cfg, s, start_step) for s in seeds]
         self.val_prompts = [held_out(task, cfg, s) for s in seeds]
-        self.lr, self.gain_lr, self.frozen = cfg.lr, cfg.gain_lr, False
-        self.trained: dict[str, torch.Tensor] = {}
+        self.frozen = False
         self.grads: dict[str, torch.Tensor] = {}
 
     def begin(self, step: int, factor: float) -> None:
-        self.lr, self.gain_lr = self.cfg.lr * factor, self.cfg.gain_lr * factor
+        set_rate(self.optimizer, factor)
         self.frozen = values_frozen(self.cfg, step)
 
     def losses(self, batches: list[Batch]) -> list[float]:
         z0 = torch.stack([b.z0 for b in batches])  # (K, b, d + d', n + n')
         target = torch.stack([b.target for b in batches])  # (K, b, d', n')
         frozen = self.value_names if self.frozen else set()
-        self.trained = {n: p for n, p in self.params.items() if n not in frozen}
-        inputs = list(self.trained.values())
-        names = [*self.trained]
-        if self.log_gain is not None:
-            inputs.append(self.log_gain)
-            names.append("log_gain")
+        # aliases of the stacked parameters for autograd, the gradients of the trained ones
+        inputs = {n: p.detach().requires_grad_(n not in frozen) for n, p in self.params.items()}
+        gain = None if self.log_gain is None else self.log_gain.detach().requires_grad_()
+        trained = {n: p for n, p in inputs.items() if n not in frozen}
+        if gain is not None:
+            trained["log_gain"] = gain
         losses, grads = _loss_and_grads(
-            self.model_cfg, self.params, self.log_gain, z0, target, inputs
+            self.model_cfg, inputs, gain, z0, target, list(trained.values())
         )
-        self.grads = dict(zip(names, grads, strict=True))
+        self.grads = dict(zip(trained, grads, strict=True))
         return losses.tolist()
 
     def update(self, applied: list[bool]) -> None:
-        on = torch.tensor(applied)
-        if not on.any():
-            return
-        # a dropped seed's gradient (maybe NaN) stays in its own slices: every operation is
-        # batched over the seed axis, and the updates below leave those seeds alone
-        grads = self.grads
-        if self.cfg.clip_qk > 0:
-            _clip([grads[n] for n in self.qk_names], self.cfg.clip_qk)
-        if self.cfg.clip > 0:
-            _clip(list(grads.values()), self.cfg.clip)
-        for name, p in self.trained.items():
-            self.adam.step(name, p, grads[name], self.lr, on, decay=True)
-        if self.log_gain is not None:
-            gains = self.log_gain
-            self.adam.step("log_gain", gains, grads["log_gain"], self.gain_lr, on, decay=False)
+        """Each applied seed's own clips and Adam step on its slices; a dropped seed's gradient
+        (maybe NaN) is not read, and its parameters, moments and step count stay as they were."""
+        for k, own in enumerate(self.seeds):
+            trained = [n for n in own if n in self.grads]
+            for name, p in own.items():
+                p.grad = self.grads[name][k] if applied[k] and name in self.grads else None
+            gains = self.gains[k : k + 1]
+            for g in gains:
+                g.grad = self.grads["log_gain"][k] if applied[k] else None
+            if applied[k]:
+                clip([own[n] for n in self.qk_names], [own[n] for n in trained] + gains, self.cfg)
+        self.optimizer.step()
 
     @torch.no_grad()
     def validation_errors(self) -> list[dict[str, torch.Tensor]]:

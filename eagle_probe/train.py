@@ -543,17 +543,34 @@ def run_steps(
         bar.close()
 
 
-def _optimizer(
-    model: LinearTransformer, cfg: TrainConfig, log_gain: torch.Tensor | None
+def optimizer(
+    params: list[torch.Tensor], cfg: TrainConfig, gains: list[torch.Tensor]
 ) -> torch.optim.Optimizer:
-    """Adam (AdamW with weight decay) on the model's parameters and the head log-gains (their own
-    rate, no decay); each group keeps its peak rate as `base_lr`."""
-    groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "base_lr": cfg.lr}]
-    if log_gain is not None:
-        groups.append({"params": [log_gain], "base_lr": cfg.gain_lr, "weight_decay": 0.0})
+    """Adam (AdamW with weight decay) on the models' parameters and the head log-gains (their own
+    rate, no decay); each group keeps its peak rate as `base_lr`. Adam is per tensor: the tensors
+    of several models in one optimiser move as in one optimiser each, and a tensor whose `grad`
+    is None is left alone, its step count too."""
+    groups: list[dict[str, Any]] = [{"params": params, "base_lr": cfg.lr}]
+    if gains:
+        groups.append({"params": gains, "base_lr": cfg.gain_lr, "weight_decay": 0.0})
     if cfg.weight_decay > 0:
         return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(groups, lr=cfg.lr)
+
+
+def set_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    """Every group of `optimizer` at `factor` times its peak rate (the schedule's step)."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * factor
+
+
+def clip(qk: list[torch.Tensor], trained: list[torch.Tensor], cfg: TrainConfig) -> None:
+    """One model's gradient-norm clips, before its Adam step: the query/key weights `qk` to
+    `clip_qk`, then everything it trains (`trained`, head gains included) to `clip`."""
+    if cfg.clip_qk > 0:
+        torch.nn.utils.clip_grad_norm_(qk, cfg.clip_qk)
+    if cfg.clip > 0:
+        torch.nn.utils.clip_grad_norm_(trained, cfg.clip)
 
 
 class _ModelStepper:
@@ -573,15 +590,15 @@ class _ModelStepper:
             self.net = DistributedDataParallel(model)
         self.val_prompts = held_out(task, cfg, cfg.seed)
         self.log_gain = _attach_gains(model) if cfg.gain_lr > 0 else None
-        self.optimizer = _optimizer(model, cfg, self.log_gain)
+        gains = [self.log_gain] if self.log_gain is not None else []
+        self.optimizer = optimizer(list(model.parameters()), cfg, gains)
         named = list(model.named_parameters())
         self.qk_params = [p for n, p in named if n.endswith(("W_Q", "W_K"))]
         self.value_params = [p for n, p in named if n.endswith(("W_V", "W_P"))]
         self.loss: torch.Tensor | None = None
 
     def begin(self, step: int, factor: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = group["base_lr"] * factor
+        set_rate(self.optimizer, factor)
         if values_frozen(self.cfg, step):
             for p in self.value_params:
                 p.requires_grad_(False)
@@ -601,12 +618,9 @@ class _ModelStepper:
             return
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.cfg.clip_qk > 0:
-            torch.nn.utils.clip_grad_norm_(self.qk_params, self.cfg.clip_qk)
-        if self.cfg.clip > 0:
-            clipped = [p for p in self.model.parameters() if p.requires_grad]
-            gains = [self.log_gain] if self.log_gain is not None else []
-            torch.nn.utils.clip_grad_norm_(clipped + gains, self.cfg.clip)
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        gains = [self.log_gain] if self.log_gain is not None else []
+        clip(self.qk_params, trained + gains, self.cfg)
         optimizer.step()
 
     def validation_errors(self) -> list[dict[str, torch.Tensor]]:
