@@ -604,7 +604,7 @@ def prompt_scale(
     spectral: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The per-prompt scale a model divides its prompts z0 (…, d + d', n + n') by: the chosen norm
-    of A, (…, 1, 1); where each machine scales its own columns (`Regime.scale_groups`), per column
+    of A, (…, 1, 1); where each machine scales its own columns (`Regime.copies`), per column
     (…, 1, n + n'): ‖A^μ‖ on machine μ's A/B columns, 1 on the C/D columns. `spectral` replaces
     torch's 2-norm (the ensemble's cheaper one)."""
     if cfg.normalize == "none":

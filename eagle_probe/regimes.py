@@ -185,15 +185,6 @@ class Regime:
             sel[mu, self.machine_columns(cfg, mu), np.arange(w)] = 1.0
         return sel
 
-    def scale_groups(self, cfg: Any) -> np.ndarray:
-        """Per plain prompt column, the group whose ‖A_group‖ divides it, or −1 (unscaled): one
-        group for the whole prompt, or each machine its own A^μ, B^μ with C/D in prompt units."""
-        if not self.copies:
-            return np.zeros(cfg.n + cfg.n_prime, dtype=int)
-        return np.concatenate(
-            [np.arange(cfg.n) // self.block(cfg), -np.ones(cfg.n_prime, dtype=int)]
-        )
-
     def describe(self, cfg: Any) -> str:
         """The architecture in one line, saying where it departs from the paper's."""
         if self.multi_head_label and cfg.heads > 1:

@@ -87,10 +87,6 @@ class Term:
         return "scalar" if self.free == "none" else "matrix"
 
     @property
-    def combo(self) -> tuple[str, str, str, str]:
-        return (self.target, self.P, self.Q, self.R)
-
-    @property
     def w1_square(self) -> bool:
         return KIND[self.P] == KIND[self.Q]
 
