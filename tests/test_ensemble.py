@@ -165,32 +165,42 @@ def test_clipping_is_per_seed():
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 def test_a_dropped_seed_keeps_its_weights_and_adam_state_while_the_others_step(weight_decay):
     """A seed whose step is dropped (a skipped spike) neither moves nor counts the step, even
-    with a NaN gradient; the seeds that step move as their own torch Adam (AdamW) would."""
+    with a NaN gradient; a seed that steps moves as its own torch Adam (AdamW) with its own
+    gradient-norm clips (query/key, then everything with the head gains) would."""
     cfg = ModelConfig(**(BASE | {"dtype": "float32"}))
-    run = with_shards(replace(RUN, clip=0.0, weight_decay=weight_decay, gain_lr=0.05), 1)
+    run = replace(RUN, clip=0.5, clip_qk=0.2, weight_decay=weight_decay, gain_lr=0.05)
+    run = with_shards(run, 1)
     models = [LinearTransformer(cfg, generator=make_generator(s)) for s in (0, 1, 2)]
     stepper = ensemble._StackedStepper(cfg, TASK, run, [0, 1, 2], models, 0)
     gen = torch.Generator().manual_seed(3)
     kind = torch.optim.AdamW if weight_decay else torch.optim.Adam
     extra = {"weight_decay": weight_decay} if weight_decay else {}
     alone = {n: p[0].clone() for n, p in stepper.params.items()}
-    own = kind(list(alone.values()), lr=run.lr, **extra)
+    gain = stepper.log_gain[0].clone()
+    groups = [{"params": list(alone.values())}, {"params": [gain], "lr": 0.05, "weight_decay": 0}]
+    own = kind(groups, lr=run.lr, **extra)
+    qk = [p for n, p in alone.items() if n.endswith(("W_Q", "W_K"))]
     for step, applied in enumerate(([True, True, False], [True, False, True])):
         before = {n: p.clone() for n, p in stepper.params.items()}
-        stepper.grads = {n: torch.randn(p.shape, generator=gen) for n, p in stepper.params.items()}
-        stepper.grads["log_gain"] = torch.randn(stepper.log_gain.shape, generator=gen)
-        for g in stepper.grads.values():
+        grads = {n: torch.randn(p.shape, generator=gen) for n, p in stepper.params.items()}
+        grads["log_gain"] = torch.randn(stepper.log_gain.shape, generator=gen)
+        for g in grads.values():
             g[applied.index(False)] = float("nan")
+        stepper.grads = {n: g.clone() for n, g in grads.items()}
         stepper.begin(step, 1.0)
         stepper.update(applied)
         for n, p in stepper.params.items():
             for k, stepped in enumerate(applied):
                 assert torch.equal(p[k], before[n][k]) is not stepped, (step, n, k)
         for n, p in alone.items():
-            p.grad = stepper.grads[n][0].clone()
+            p.grad = grads[n][0].clone()
+        gain.grad = grads["log_gain"][0].clone()
+        assert torch.nn.utils.clip_grad_norm_(qk, 0.2) > 0.2  # both clips bite
+        assert torch.nn.utils.clip_grad_norm_([*alone.values(), gain], 0.5) > 0.5
         own.step()
         for n, p in alone.items():
             assert torch.equal(stepper.params[n][0], p), (step, n)
+        assert torch.equal(stepper.log_gain[0], gain), step
     counts = [
         [int(stepper.optimizer.state[p]["step"]) for p in seed.values()] for seed in stepper.seeds
     ]
