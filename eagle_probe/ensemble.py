@@ -205,8 +205,8 @@ class _StackedStepper:
         self.template = {k: v for k, v in models[0].state_dict().items() if k not in self.params}
         self.log_gain = None
         if cfg.gain_lr > 0:
-            self.log_gain = torch.zeros((K, model_cfg.n_layers, model_cfg.heads),
-                                        dtype=model_cfg.torch_dtype)  # fmt: skip
+            shape = (K, model_cfg.n_layers, model_cfg.heads)
+            self.log_gain = torch.zeros(shape, dtype=model_cfg.torch_dtype)
         self.seeds = [{name: p[k] for name, p in self.params.items()} for k in range(K)]
         self.gains = [] if self.log_gain is None else list(self.log_gain)  # (L, h) views
         self.optimizer = optimizer([p for own in self.seeds for p in own.values()], cfg, self.gains)
@@ -241,14 +241,12 @@ class _StackedStepper:
         """Each applied seed's own clips and Adam step on its slices; a dropped seed's gradient
         (maybe NaN) is not read, and its parameters, moments and step count stay as they were."""
         for k, own in enumerate(self.seeds):
-            trained = [n for n in own if n in self.grads]
-            for name, p in own.items():
-                p.grad = self.grads[name][k] if applied[k] and name in self.grads else None
             gains = self.gains[k : k + 1]
-            for g in gains:
-                g.grad = self.grads["log_gain"][k] if applied[k] else None
+            for name, p in [*own.items(), *(("log_gain", g) for g in gains)]:
+                p.grad = self.grads[name][k] if applied[k] and name in self.grads else None
             if applied[k]:
-                clip([own[n] for n in self.qk_names], [own[n] for n in trained] + gains, self.cfg)
+                trained = [p for p in [*own.values(), *gains] if p.grad is not None]
+                clip([own[n] for n in self.qk_names], trained, self.cfg)
         self.optimizer.step()
 
     @torch.no_grad()
