@@ -299,7 +299,9 @@ with tempfile.TemporaryDirectory() as tmp:
     again, _ = seeds(Path(tmp), batch=stored["batch"], seed=stored["seed"], fidelity=False)
 for row in again.itertuples():
     want = seed_tests[(seed_tests.recipe == row.recipe) & (seed_tests.seed == row.seed)].iloc[0]
-    assert abs(row.mse / want.mse - 1) < 1e-9, (row.recipe, row.mse, want.mse)
+    # stored by another machine's float32 forward: round-off is ~1e-7 relative, a real change
+    # (other weights, other prompts) percents
+    assert abs(row.mse / want.mse - 1) < 1e-4, (row.recipe, row.mse, want.mse)
 print("recomputed:", ", ".join(f"{r.recipe} seed {r.seed}: {r.mse:.4g}" for r in again.itertuples()))
 display(seed_table1.round(8))
 regimes = ["centralized", "distributed", "constrained"]
