@@ -23,6 +23,25 @@ else:
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+# --- tolerances (docs/testing.md, "Tolerances that hold on any CPU") ----------------------------
+# BLAS kernels differ between CPUs (Intel, AMD, ARM) and thread counts: the same float64 product
+# differs in its last bits, a float32 forward in its last digits. A comparison of such results,
+# with another route computed here or with a number stored on another machine, uses these; an
+# exact one (the same operations on the same inputs in this process) says so: `# exact: why`.
+RTOL = 1e-7  # float64 work through BLAS: round-off 1e-16 × conditioning, far below this
+RTOL_FLOAT32 = 1e-4  # results of a float32 forward (eps 6e-8, grown through the layers)
+
+
+def assert_close(got, want, rtol: float = RTOL) -> None:
+    """`got` equals `want` to `rtol` relative, entries near zero held to `rtol` × the largest
+    |want| (their own relative error is round-off divided by a cancellation)."""
+    import numpy as np
+
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
+
+
 # --- planted models ------------------------------------------------------------------------------
 # Built in plants.py (on the package's `layouts.plant`): every extraction, fidelity and export test
 # runs on the three prompt-normalisation paths.

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import numpy_eagle, prompt_norm
+from conftest import RTOL, assert_close, numpy_eagle, prompt_norm
 from plants import NORMALIZE_PATHS, PLANTED_STEPS
 from plants import eagle as planted_model
 from transformer_lens import FactoredMatrix
@@ -43,8 +43,8 @@ def test_planted_eagle_weights_run_algorithm_1_with_negated_readout(heads):
         pred = model(p.z0()).numpy()
         slot = model.run_with_cache(p.z0())[1]["blocks.2.hook_resid_post"][:, cfg.d :, cfg.n :]
     expected = numpy_eagle(p.A.numpy(), p.B.numpy(), p.C.numpy(), a, c)[-1][3]
-    np.testing.assert_allclose(pred, expected, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(slot.numpy(), -expected, rtol=1e-12, atol=1e-14)
+    assert_close(pred, expected)
+    assert_close(slot.numpy(), -expected)
 
 
 def test_cache_has_every_hook_with_documented_shapes():
@@ -110,15 +110,17 @@ def test_forward_from_a_kept_stream_is_the_forward(regime):
         ablated = model.run_with_hooks(z0, fwd_hooks=[("blocks.2.attn.hook_result", ablate)])
         for layer in range(3):
             pre = cache[f"blocks.{layer}.hook_resid_pre"]
+            # exact: the forward's own blocks and readout on its own cached stream
             assert torch.equal(model.forward_from(layer, pre, cache["hook_scale"]), plain)
         with model.hooks(fwd_hooks=[("blocks.2.attn.hook_result", ablate)]):
             late = model.forward_from(1, cache["blocks.1.hook_resid_pre"], cache["hook_scale"])
-    assert torch.equal(late, ablated) and not torch.allclose(late, plain)
+    assert torch.equal(late, ablated) and not torch.allclose(late, plain)  # exact: same ops
 
 
 def test_scores_never_attend_to_hidden_rows():
     model = _model()
     _, cache = model.run_with_cache(_prompt(model.cfg).z0())
+    # exact: the mask multiplies the hidden rows' scores by 0
     assert torch.all(cache["blocks.0.attn.hook_attn_scores"][..., model.cfg.d :] == 0)
 
 
@@ -163,6 +165,7 @@ def test_qk_and_ov_are_factored_matrices_of_the_products():
 def test_distributed_open_qk_carries_the_locality_mask():
     model = _model(regime="distributed-open", machines=3)
     qk = model.QK.AB  # (L, h, E, E)
+    # exact: products of the rows the locality mask zeroes
     assert torch.all(qk[:, 0, 2:, :] == 0) and torch.all(qk[:, 0, :, 2:] == 0)
     torch.testing.assert_close(qk, model.W_QK())
 
@@ -181,7 +184,7 @@ def test_distributed_open_heads_attend_only_to_their_own_block():
     torch.testing.assert_close(s0[:, [0, 2]], s1[:, [0, 2]])
     assert not torch.allclose(s0[:, 1], s1[:, 1])
     qk = model.W_QK(0)
-    assert torch.all(qk[0][2:, :] == 0) and torch.all(qk[0][:, 2:] == 0)
+    assert torch.all(qk[0][2:, :] == 0) and torch.all(qk[0][:, 2:] == 0)  # exact: as above
 
 
 def test_constrained_widths_limit_the_rank():
@@ -194,7 +197,7 @@ def test_constrained_widths_limit_the_rank():
 def test_seed_text_masks():
     cfg = ModelConfig(**(SMALL | {"d": 6, "token_mask": "block_diagonal", "shards": 2}))
     m = token_mask(cfg)
-    assert m[0, 3] == 0 and m[0, 1] == 1 and torch.all(m[:, cfg.d :] == 0)
+    assert m[0, 3] == 0 and m[0, 1] == 1 and torch.all(m[:, cfg.d :] == 0)  # exact: 0/1 mask
     sparse = token_mask(ModelConfig(**(SMALL | {"token_mask": "sparse", "mask_density": 0.3})))
     assert 0 < float(sparse[:, :5].mean()) < 0.7 and torch.all(sparse[:, 5:] == 0)
 
@@ -205,7 +208,7 @@ def test_prompt_scale_is_the_configured_norm_of_a(normalize):
     p = _prompt(model.cfg, batch=16)
     scale = model.prompt_scale(p.z0())
     assert scale.shape == (16, 1, 1)
-    np.testing.assert_allclose(scale[:, 0, 0].numpy(), prompt_norm(p.A, normalize), rtol=1e-12)
+    np.testing.assert_allclose(scale[:, 0, 0].numpy(), prompt_norm(p.A, normalize), rtol=RTOL)
     if normalize != "none":  # the two norms differ on these prompts (rank 3)
         other = {"spectral": "frobenius", "frobenius": "spectral"}[normalize]
         assert np.all(np.abs(scale[:, 0, 0].numpy() / prompt_norm(p.A, other) - 1) > 1e-3)
@@ -229,7 +232,7 @@ def test_numpy_prompt_scale_is_the_models(normalize, regime):
         geo.scales(z0.numpy()),
     ):
         assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=0)  # scales 1e-30 … 1e30, none 0
 
 
 @pytest.mark.parametrize("normalize", NORMALIZE_PATHS)
@@ -244,7 +247,7 @@ def test_normalised_planted_model_runs_eagle_on_the_scaled_prompt(normalize):
         want = numpy_eagle(A / s, B / s, C / s, a, c)[-1][3] * s
         with torch.no_grad():
             got = model(k * p.z0()).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13 * np.abs(want).max())
+        assert_close(got, want)
     if normalize != "none":  # and the prediction is scale-equivariant
         with torch.no_grad():
             torch.testing.assert_close(model(1e3 * p.z0()), 1e3 * model(p.z0()))

@@ -50,7 +50,7 @@ def test_same_seed_same_model_and_training_moves_it():
     run = TrainConfig(steps=40, batch=64, lr=1e-2, eval_every=10, eval_batch=256, seed=4)
     a, metrics = train(_cfg(), TASK, run, progress=False)
     b, _ = train(_cfg(), TASK, run, progress=False)
-    for key, value in a.state_dict().items():
+    for key, value in a.state_dict().items():  # exact: one process, the same ops twice
         assert (value == b.state_dict()[key]).all()
     # ... and it is not the initialisation: training changed the weights and lowered the error
     init = LinearTransformer(_cfg(), generator=make_generator(_seeds(run.seed)[0]))
@@ -115,6 +115,7 @@ def test_trimmed_mean_drops_the_worst_prompt_in_a_hundred():
     assert _trimmed_mean(errors) == 1.0
     errors = torch.tensor([2.0] * 98 + [math.inf, math.nan])
     assert _trimmed_mean(errors) == math.inf  # two bad prompts in a hundred are not trimmed away
+    # exact: integers below 2^24 sum exactly in float32, and 19503 / 198 = 98.5
     assert _trimmed_mean(torch.arange(200.0)) == sum(range(198)) / 198
 
 
@@ -145,7 +146,7 @@ def test_value_freezing_keeps_w_v_and_w_p_from_the_freeze_on():
     )
     free, _ = train(_cfg(), TASK, TrainConfig(steps=40, **base), progress=False)
     for x, y in zip(_values(frozen), _values(half), strict=True):
-        assert torch.equal(x, y)
+        assert torch.equal(x, y)  # exact: the same 20 steps in one process, then no update
     for x, y in zip(_queries(frozen), _queries(half), strict=True):
         assert not torch.equal(x, y)
     for x, y in zip(_values(free), _values(half), strict=True):
@@ -159,7 +160,7 @@ def test_a_run_resumed_past_the_freeze_step_keeps_w_v_and_w_p_frozen():
     longer = TrainConfig(steps=16, freeze_values_last=0.75, **base)
     resumed, _ = train(_cfg(), TASK, longer, progress=False, resume=(first.state_dict(), metrics))
     for x, y in zip(_values(resumed), _values(first), strict=True):
-        assert torch.equal(x, y)
+        assert torch.equal(x, y)  # exact: frozen from the resume on, the checkpoint's tensors
     for x, y in zip(_queries(resumed), _queries(first), strict=True):
         assert not torch.equal(x, y)
 
@@ -239,7 +240,7 @@ def test_a_run_grown_from_a_checkpoint_starts_from_its_heads(tmp_path, capsys):
     grow(grown, source)
     for name, value in source.state_dict().items():
         got = grown.state_dict()[name]
-        if got.shape == value.shape:
+        if got.shape == value.shape:  # exact: copies
             assert torch.equal(got, value), name
         else:  # per head: the source's head first, the other two as initialised
             assert torch.equal(got[:1], value) and torch.equal(got[1:], fresh[name][1:]), name
