@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import RTOL
 
 from eagle_probe.analysis import _mse, greedy_pruning, head_ablation
 from eagle_probe.model import LinearTransformer, ModelConfig
@@ -19,7 +20,7 @@ def test_head_ablation_equals_zeroing_that_heads_projection():
         zeroed.load_state_dict(model.state_dict())
         with torch.no_grad():
             zeroed.blocks[layer].attn.W_P[head] = 0.0
-        assert table.loc[(layer, head), "mse"] == pytest.approx(_mse(zeroed, prompt), rel=1e-12)
+        assert table.loc[(layer, head), "mse"] == pytest.approx(_mse(zeroed, prompt), rel=RTOL)
     assert table.mse_ratio.nunique() == len(table)  # every head matters differently
 
 
@@ -41,7 +42,7 @@ def test_greedy_pruning_removes_the_head_whose_removal_hurts_least_at_every_step
                 pruned.blocks[layer].attn.W_P[head] = 0.0
         return _mse(pruned, prompt)
 
-    assert table.mse.iloc[0] == pytest.approx(zeroed([]), rel=1e-12)
+    assert table.mse.iloc[0] == pytest.approx(zeroed([]), rel=RTOL)
     removed = []
     for row in table.iloc[1:].itertuples():
         left = [(lay, h) for lay in range(3) for h in range(3) if (lay, h) not in removed]
@@ -52,6 +53,6 @@ def test_greedy_pruning_removes_the_head_whose_removal_hurts_least_at_every_step
         }
         cheapest = min(trials, key=trials.get)
         assert row.removed == f"L{cheapest[0]}H{cheapest[1]}"
-        assert row.mse == pytest.approx(trials[cheapest], rel=1e-10)
+        assert row.mse == pytest.approx(trials[cheapest], rel=RTOL)
         removed.append(cheapest)
     assert sorted(lay for lay, _ in removed) == [0, 0, 1, 1, 2, 2]

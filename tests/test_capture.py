@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TRAINED
+from conftest import RTOL, TRAINED
 from plants import add_products, product_term
 from plants import eagle as planted_model
 
@@ -59,7 +59,7 @@ def agree(model, task, batch=24, **kwargs):
     for name, ref in (("Z", Z), ("x", x), ("dx_heads", dx_heads), ("scale", scale)):
         got = getattr(cap, name)
         assert got.shape == ref.shape, name
-        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * max(1.0, np.abs(ref).max()))
+        np.testing.assert_allclose(got, ref, rtol=0, atol=RTOL * max(1.0, np.abs(ref).max()))
     assert (cap.linearity_deviation >= 0).all()
     return cap
 
@@ -69,7 +69,7 @@ def test_planted_model_separable_path_equals_one_shot(chunk):
     model, task = planted_model([0.05, 0.04, 0.03], [0.09, 0.08, 0.07], heads=2, d=5)
     assert query_separable(float64_copy(model))
     cap = agree(model, task, chunk=chunk)
-    assert (cap.linearity_deviation < 1e-12).all()
+    assert (cap.linearity_deviation < RTOL).all()
 
 
 def test_affine_query_path_equals_one_shot():
