@@ -4,6 +4,7 @@ their coefficients back and the first rule that holds names the layer."""
 
 import numpy as np
 import pytest
+from conftest import RTOL, assert_close
 
 from eagle_probe.fit import algorithm
 
@@ -33,7 +34,7 @@ def fits(G, r, dx):
 def test_a_gradient_step_is_gd_with_its_step():
     G, r = problem()
     scalar, poly, matrix = fits(G, r, 0.3 * r)  # Δx = η r, η = 0.3: α_0 = −0.3
-    assert scalar["alpha_0"] == pytest.approx(-0.3, rel=1e-12) and scalar["r2"] == pytest.approx(1)
+    assert scalar["alpha_0"] == pytest.approx(-0.3, rel=RTOL) and scalar["r2"] == pytest.approx(1)
     assert algorithm.name_layer(scalar, poly, matrix) == "GD"
 
 
@@ -44,7 +45,7 @@ def test_a_step_through_a_preconditioning_of_the_data_is_gd_plus_plus():
     scalar, poly, matrix = fits(G, r, dx)
     assert algorithm.name_layer(scalar, poly, matrix) == "GD++"
     assert poly["orders"] == [0, 1]
-    np.testing.assert_allclose(poly["alpha"], [-eta, eta * gamma], rtol=1e-9)
+    np.testing.assert_allclose(poly["alpha"], [-eta, eta * gamma], rtol=RTOL)
     assert algorithm.label_alpha0({"label": "GD++", "polynomial": poly}) == pytest.approx(-eta)
 
 
@@ -53,7 +54,7 @@ def test_a_free_preconditioner_is_preconditioned_gd_with_its_matrix():
     Gamma = np.diag([0.1, 0.5, 1.0, 2.0]) + 0.05
     scalar, poly, matrix = fits(G, r, Gamma @ r)
     assert algorithm.name_layer(scalar, poly, matrix) == "preconditioned GD"
-    np.testing.assert_allclose(matrix["gamma"], Gamma, atol=1e-10)
+    assert_close(matrix["gamma"], Gamma)
     assert matrix["departure_from_scalar"] > algorithm.SCALAR_TOL
     assert algorithm.label_alpha0({"label": "preconditioned GD", "matrix": matrix}) == (
         pytest.approx(-np.trace(Gamma) / D)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pandas as pd
 import plants
 import pytest
+from conftest import RTOL
 
 from eagle_probe.extract import build_context
 from eagle_probe.fit import attribution, optimum
@@ -26,7 +27,7 @@ def test_attribution_equals_eagle_without_the_ablated_step(planted_extraction):
         cut[layer] = 0.0
         expected = optimum.eagle_mse(ctx.geometry, ctx.held_out, a, cut)
         row = t[(t.layer == layer) & (t["product"] == "W_VP") & (t.block == "CC")]
-        assert row.mse.sum() / len(row) == pytest.approx(expected, rel=1e-9) or len(row) > 1
+        assert row.mse.sum() / len(row) == pytest.approx(expected, rel=RTOL) or len(row) > 1
 
 
 def test_attribution_bars_run_from_one_to_the_ratio_and_cut_blow_ups(report_planted):

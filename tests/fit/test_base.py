@@ -4,6 +4,7 @@ budget a view scores within; one generator per view; the registry refuses a name
 
 import numpy as np
 import pytest
+from conftest import RTOL
 
 from eagle_probe.captured import Capture
 from eagle_probe.fit import base
@@ -39,7 +40,7 @@ def test_table1_is_the_mean_squared_gap_times_the_squared_prompt_scale():
     cap = capture([1.0, 2.0, 10.0])
     gap2 = np.random.default_rng(1).random((3, D + DP, N + NP))
     expected = np.mean([gap2[i] * s**2 for i, s in enumerate([1.0, 2.0, 10.0])])
-    assert base.table1(gap2, cap) == pytest.approx(expected, rel=1e-14)
+    assert base.table1(gap2, cap) == pytest.approx(expected, rel=RTOL)
     assert base.prompt_units(cap).shape == (3, 1, 1)
 
 
@@ -49,13 +50,13 @@ def test_table1_blocks_split_the_stream_and_sum_to_the_total():
     gap2 = np.random.default_rng(2).random((3, D + DP, N + NP))
     out = base.table1_blocks(gap2, cap, geometry())
     w = s[:, None, None] ** 2
-    assert out["A"] == pytest.approx(np.mean(gap2[:, :D, :N] * w), rel=1e-14)
-    assert out["B"] == pytest.approx(np.mean(gap2[:, D:, :N] * w), rel=1e-14)
-    assert out["C"] == pytest.approx(np.mean(gap2[:, :D, N:] * w), rel=1e-14)
-    assert out["D"] == pytest.approx(np.mean(gap2[:, D:, N:] * w), rel=1e-14)
+    assert out["A"] == pytest.approx(np.mean(gap2[:, :D, :N] * w), rel=RTOL)
+    assert out["B"] == pytest.approx(np.mean(gap2[:, D:, :N] * w), rel=RTOL)
+    assert out["C"] == pytest.approx(np.mean(gap2[:, :D, N:] * w), rel=RTOL)
+    assert out["D"] == pytest.approx(np.mean(gap2[:, D:, N:] * w), rel=RTOL)
     sizes = {"A": D * N, "B": DP * N, "C": D * NP, "D": DP * NP}
     total = sum(out[k] * sizes[k] for k in "ABCD") / ((D + DP) * (N + NP))
-    assert out["total"] == pytest.approx(total, rel=1e-13)
+    assert out["total"] == pytest.approx(total, rel=RTOL)
 
 
 def test_per_column_units_scale_each_column_by_its_own_machine():
@@ -94,7 +95,7 @@ def test_each_view_gets_its_own_reproducible_generator():
     ctx = base.Context(*[None] * 5, tuning=None, network_pred=None, seed=7)
     a, b = ctx.rng(1).random(4), ctx.rng(2).random(4)
     assert not np.allclose(a, b)
-    np.testing.assert_array_equal(a, ctx.rng(1).random(4))
+    np.testing.assert_array_equal(a, ctx.rng(1).random(4))  # exact: one seed, one generator
     other = base.Context(*[None] * 5, tuning=None, network_pred=None, seed=8)
     assert not np.allclose(a, other.rng(1).random(4))
 

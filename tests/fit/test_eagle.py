@@ -6,7 +6,7 @@ residual; a departure in one block shows in that block's reading only."""
 import numpy as np
 import plants
 import pytest
-from conftest import numpy_eagle
+from conftest import RTOL, numpy_eagle
 
 from eagle_probe import layouts
 from eagle_probe.captured import Capture
@@ -52,20 +52,20 @@ def capture(Z) -> Capture:
 def test_the_steps_of_algorithm_1_are_read_back_jointly_and_per_block():
     Z = stream()
     table = eagle.fit_steps(capture(Z), geometry())
-    np.testing.assert_allclose(table.a_step, A_STEPS, rtol=1e-10)
-    np.testing.assert_allclose(table.c_step, C_STEPS, rtol=1e-10)
+    np.testing.assert_allclose(table.a_step, A_STEPS, rtol=RTOL)
+    np.testing.assert_allclose(table.c_step, C_STEPS, rtol=RTOL)
     for col, want in (
         ("a_from_A", A_STEPS),
         ("a_from_B", A_STEPS),
         ("c_from_C", C_STEPS),
         ("c_from_D", C_STEPS),
     ):
-        np.testing.assert_allclose(table[col], want, rtol=1e-10)
-    assert (table.one_step_residual < 1e-12).all()
+        np.testing.assert_allclose(table[col], want, rtol=RTOL)
+    assert (table.one_step_residual < RTOL).all()
     for layer in range(len(A_STEPS)):
         norm2 = max(np.linalg.svd(a, compute_uv=False)[0] ** 2 for a in Z[layer, :, :D, :N])
-        assert table.eta[layer] == pytest.approx(A_STEPS[layer] * norm2, rel=1e-10)
-        assert table.gamma[layer] == pytest.approx(C_STEPS[layer] * norm2, rel=1e-10)
+        assert table.eta[layer] == pytest.approx(A_STEPS[layer] * norm2, rel=RTOL)
+        assert table.gamma[layer] == pytest.approx(C_STEPS[layer] * norm2, rel=RTOL)
 
 
 def test_a_departure_in_the_c_block_shows_there_only():
@@ -73,16 +73,16 @@ def test_a_departure_in_the_c_block_shows_there_only():
     Z[2, :, :D, N:] += 1e-3 * np.random.default_rng(1).standard_normal((B, D, NP))  # layer 1's C
     table = eagle.fit_steps(capture(Z), geometry())
     assert table.one_step_residual[1] > 1e-6
-    assert table.c_from_D[1] == pytest.approx(C_STEPS[1], rel=1e-10)
+    assert table.c_from_D[1] == pytest.approx(C_STEPS[1], rel=RTOL)
     assert table.c_from_C[1] != pytest.approx(C_STEPS[1], rel=1e-6)
-    assert table.a_from_A[1] == pytest.approx(A_STEPS[1], rel=1e-10)
+    assert table.a_from_A[1] == pytest.approx(A_STEPS[1], rel=RTOL)
 
 
 def test_each_call_returns_its_own_copy_of_the_kept_fit():
     cap, geo = capture(stream()), geometry()
     first = eagle.fit_steps(cap, geo)
     first.loc[0, "a_step"] = 99.0
-    assert eagle.fit_steps(cap, geo).a_step[0] == pytest.approx(A_STEPS[0], rel=1e-10)
+    assert eagle.fit_steps(cap, geo).a_step[0] == pytest.approx(A_STEPS[0], rel=RTOL)
 
 
 def test_the_family_choice_compares_the_prediction_gap_where_there_is_one():

@@ -9,6 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from conftest import RTOL, assert_close
 
 from eagle_probe.export import write_solver
 from eagle_probe.extract import extract
@@ -83,7 +84,7 @@ def test_plant_runs_its_family_exactly(regime, kw, family):
     for i in range(8):
         A, B, C = (x[i].numpy() / scale for x in (p.A, p.B, p.C))
         ref = reference(A, B, C, family, A_STEPS, C_STEPS, cfg.machines, projectors)
-        np.testing.assert_allclose(pred[i], ref, rtol=1e-12, atol=1e-14)
+        assert_close(pred[i], ref)
 
 
 @pytest.fixture(scope="module", params=CASES, ids=IDS)
@@ -102,11 +103,11 @@ def test_extraction_recovers_steps_family_and_labels(extracted):
     eagle = result.views["eagle"].json
     assert eagle["family_name"] == family
     steps = [(lay["a_step"], lay["c_step"]) for lay in eagle["layers"]]
-    np.testing.assert_allclose(np.array(steps), np.array([A_STEPS, C_STEPS]).T, rtol=1e-10)
+    np.testing.assert_allclose(np.array(steps), np.array([A_STEPS, C_STEPS]).T, rtol=RTOL)
     proj = result.views["projection"].json
-    np.testing.assert_allclose([lay["a_step"] for lay in proj["layers"]], A_STEPS, rtol=1e-10)
-    np.testing.assert_allclose([lay["c_step"] for lay in proj["layers"]], C_STEPS, rtol=1e-10)
-    assert proj["prediction_gap"] <= 1e-10
+    np.testing.assert_allclose([lay["a_step"] for lay in proj["layers"]], A_STEPS, rtol=RTOL)
+    np.testing.assert_allclose([lay["c_step"] for lay in proj["layers"]], C_STEPS, rtol=RTOL)
+    assert proj["prediction_gap"] <= RTOL
     shapes = result.weights
     assert not (shapes.W_QK.str.contains("dense") | shapes.W_VP.str.contains("dense")).any()
     own = {"eagle": " I_", "eagle-distributed": " I[", "eagle-sketched": " P_"}[family]
@@ -128,9 +129,7 @@ def test_faithful_export_equals_the_planted_network(extracted):
         net = model(p.z0() * 1e3).numpy()  # far from the training scale: the normalisation
     for i in range(10):
         A, B, C = (x[i].numpy() * 1e3 for x in (p.A, p.B, p.C))
-        np.testing.assert_allclose(
-            solver.complete(A, B, C, mode="faithful"), net[i], rtol=1e-10, atol=1e-12
-        )
+        assert_close(solver.complete(A, B, C, mode="faithful"), net[i])
 
 
 def test_float32_plant_gives_its_steps_to_single_precision():

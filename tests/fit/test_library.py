@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import assert_close
 
 from eagle_probe.fit import library as lib
 from eagle_probe.fit.geometry import Geometry
@@ -90,7 +91,7 @@ def test_terms_with_the_weights_reproduce_the_layer():
             v = va if lib.KIND[X] == "a" else vc
             W = v * qk[0][cols[lib.KIND[term.P]], cols[lib.KIND[term.Q]]]
             total += lib.apply(term, W, f)
-        np.testing.assert_allclose(total, block, rtol=1e-12, atol=1e-12)
+        assert_close(total, block)
 
 
 @pytest.mark.parametrize("X", lib.TARGETS)
@@ -103,15 +104,13 @@ def test_normal_equation_blocks_match_the_explicit_design(X):
     terms = lib.library((X,))
     designs = {t: lib.design(t, f, g) for t in terms}
     for t1, t2 in itertools.product(terms, repeat=2):
-        np.testing.assert_allclose(
-            lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2], rtol=1e-10, atol=1e-10
-        )
+        assert_close(lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2])
     for t in terms:
-        np.testing.assert_allclose(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1), rtol=1e-10)
+        assert_close(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1))
         if t.free in ("W2", "both"):
             kx = t.size(g) // t.shared_features(g)
             H = np.kron(lib.shared_gram(t, f), np.eye(kx))
-            np.testing.assert_allclose(H, designs[t].T @ designs[t], rtol=1e-10, atol=1e-10)
+            assert_close(H, designs[t].T @ designs[t])
 
 
 def structures_of(g: Geometry, seed: int = 3) -> dict[str, list]:
@@ -156,7 +155,7 @@ def test_regime_terms_compute_their_definitions():
         "A+=CCtA@sketch": C @ C.swapaxes(1, 2) @ A @ P,
     }
     for name, value in want.items():
-        np.testing.assert_allclose(lib.apply(lib.parse(name), 0.5, f), 0.5 * value, rtol=1e-12)
+        assert_close(lib.apply(lib.parse(name), 0.5, f), 0.5 * value)
 
 
 @pytest.mark.parametrize("X", lib.TARGETS)
@@ -171,17 +170,13 @@ def test_regime_terms_normal_equations_match_the_explicit_design(X):
     designs = {t: lib.design(t, f, g) for t in terms}
     for t1, t2 in itertools.product(terms, repeat=2):
         if t1.structure or t2.structure:
-            np.testing.assert_allclose(
-                lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2], rtol=1e-10, atol=1e-10
-            )
+            assert_close(lib.gram(t1, t2, f, g), designs[t1].T @ designs[t2])
     for t in terms:
-        np.testing.assert_allclose(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1), rtol=1e-10)
+        assert_close(lib.rhs(t, f, y), designs[t].T @ y.reshape(-1))
     sub = f.subset(np.array([1, 4]))
     for t in terms:
         if t.structure:
-            np.testing.assert_allclose(
-                lib.apply(t, 1.0, sub), lib.apply(t, 1.0, f)[[1, 4]], rtol=1e-12
-            )
+            assert_close(lib.apply(t, 1.0, sub), lib.apply(t, 1.0, f)[[1, 4]])
 
 
 def test_visible_row_mask_is_required():

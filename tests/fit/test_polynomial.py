@@ -4,6 +4,7 @@ orders a fit needs, the Chebyshev features against the matrix polynomials, the d
 
 import numpy as np
 import pytest
+from conftest import RTOL, assert_close
 from numpy.polynomial import chebyshev
 
 from eagle_probe.fit.polynomial import (
@@ -41,7 +42,7 @@ def test_polynomial_fit_recovers_a_known_filter_and_picks_its_degree():
     dx = beta[0] * r + beta[1] * G @ r + beta[2] * G @ G @ r
     fit = fit_polynomial(G, r, dx)
     assert fit.degree == 2 and fit.r2 > 1 - 1e-12
-    np.testing.assert_allclose(fit.beta, beta, rtol=1e-8)
+    np.testing.assert_allclose(fit.beta, beta, rtol=RTOL)
 
 
 def test_the_expansion_of_two_layers_is_c_times_the_square_of_one_minus_a_lambda():
@@ -49,7 +50,7 @@ def test_the_expansion_of_two_layers_is_c_times_the_square_of_one_minus_a_lambda
     a, c = [0.3, 0.2], [0.7, 0.5]
     out = eagle_expansion(a, c)
     np.testing.assert_allclose(out[0], [0.7])
-    np.testing.assert_allclose(out[1], [0.5, -2 * 0.5 * 0.3, 0.5 * 0.3**2], rtol=1e-14)
+    np.testing.assert_allclose(out[1], [0.5, -2 * 0.5 * 0.3, 0.5 * 0.3**2], rtol=RTOL)
 
 
 def test_a_sparse_filter_keeps_only_its_orders():
@@ -58,15 +59,15 @@ def test_a_sparse_filter_keeps_only_its_orders():
     assert fit.degree == 2
     assert essential_orders(G, r, dx, fit) == [0, 2]
     assert fit.orders() == [0, 2]
-    np.testing.assert_allclose(fit.alpha, [0.5, 0.0, 0.03], atol=1e-9)
+    assert_close(fit.alpha, [0.5, 0.0, 0.03])
 
 
 def test_a_constant_filter_has_degree_zero():
     G, r, dx = problem([0.25])
     fit = fit_polynomial(G, r, dx)
-    assert fit.degree == 0 and fit.beta == pytest.approx([0.25], rel=1e-10)
+    assert fit.degree == 0 and fit.beta == pytest.approx([0.25], rel=RTOL)
     assert essential_orders(G, r, dx, fit) == [0]
-    np.testing.assert_allclose(fit.filter(np.array([0.0, 3.0])), [0.25, 0.25], rtol=1e-10)
+    np.testing.assert_allclose(fit.filter(np.array([0.0, 3.0])), [0.25, 0.25], rtol=RTOL)
 
 
 def test_chebyshev_features_are_the_chebyshev_polynomials_of_the_shifted_matrix():
@@ -77,7 +78,7 @@ def test_chebyshev_features_are_the_chebyshev_polynomials_of_the_shifted_matrix(
     for k in range(4):
         T = chebyshev.Chebyshev.basis(k)(2 * w / lam - 1)  # (b, d)
         want = V @ (T[..., None] * (V.transpose(0, 2, 1) @ r))
-        np.testing.assert_allclose(feats[k], want, atol=1e-12)
+        assert_close(feats[k], want)
 
 
 def test_no_update_and_no_spectrum_give_an_empty_fit():

@@ -5,6 +5,7 @@ projected onto EAGLE read the planted steps and cost nothing; its NumPy forward 
 import numpy as np
 import plants
 import pytest
+from conftest import RTOL
 
 from eagle_probe.fit import projection
 
@@ -12,11 +13,11 @@ from eagle_probe.fit import projection
 def test_projection_reads_the_planted_steps_and_costs_nothing(planted_extraction):
     ex, a, c = planted_extraction
     p = ex.views["projection"].json
-    np.testing.assert_allclose([lay["a_step"] for lay in p["layers"]], a, rtol=1e-10)
-    np.testing.assert_allclose([lay["c_step"] for lay in p["layers"]], c, rtol=1e-10)
-    assert p["projected_mse"] == pytest.approx(p["network_mse"], rel=1e-9)
+    np.testing.assert_allclose([lay["a_step"] for lay in p["layers"]], a, rtol=RTOL)
+    np.testing.assert_allclose([lay["c_step"] for lay in p["layers"]], c, rtol=RTOL)
+    assert p["projected_mse"] == pytest.approx(p["network_mse"], rel=RTOL)
     # the NumPy forward of the products is the network's forward
-    assert p["network_mse"] == pytest.approx(ex.network["mse"], rel=1e-9)
+    assert p["network_mse"] == pytest.approx(ex.network["mse"], rel=RTOL)
 
 
 def test_projection_cost_shows_the_optimum_and_the_zero_predictor(report_planted):

@@ -4,6 +4,7 @@ the kept singular values, and the capture's spectral norms computed once."""
 
 import numpy as np
 import pytest
+from conftest import RTOL
 from plants import eagle as planted_model
 
 from eagle_probe.capture import capture, probe_batch
@@ -47,7 +48,7 @@ def test_the_layer_through_the_key_gram_is_the_layer_through_the_scores(samples)
     want = through_scores(g, Z, qk, vp)
     got = g.layer(Z, qk, vp)
     assert got.shape == Z.shape
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=RTOL * np.abs(want).max())
 
 
 def test_a_mask_that_differs_between_tokens_keeps_the_scores():
@@ -59,7 +60,7 @@ def test_a_mask_that_differs_between_tokens_keeps_the_scores():
     Z = rng.standard_normal((20, 8, 10))
     qk, vp = rng.standard_normal((2, 3, 10, 10))
     want = through_scores(g, Z, qk, vp)
-    np.testing.assert_allclose(g.layer(Z, qk, vp), want, rtol=0, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(g.layer(Z, qk, vp), want, rtol=0, atol=RTOL * np.abs(want).max())
 
 
 def test_heads_with_equal_w_qk_merge_into_one_with_the_summed_w_vp():
@@ -68,8 +69,8 @@ def test_heads_with_equal_w_qk_merge_into_one_with_the_summed_w_vp():
     qk[1], qk[3] = qk[0], qk[2]
     mqk, mvp = merge_heads(qk, vp)
     assert mqk.shape[0] == 2
-    np.testing.assert_array_equal(mqk, qk[[0, 2]])
-    np.testing.assert_allclose(mvp, np.stack([vp[0] + vp[1], vp[2] + vp[3]]), rtol=1e-15)
+    np.testing.assert_array_equal(mqk, qk[[0, 2]])  # exact: copies
+    np.testing.assert_allclose(mvp, np.stack([vp[0] + vp[1], vp[2] + vp[3]]), rtol=RTOL)
     q, v = rng.standard_normal((2, 3, 5, 5))
     assert merge_heads(q, v)[0] is q  # nothing to merge: the same arrays
 
@@ -84,7 +85,7 @@ def test_a_stream_that_is_nan_everywhere_stays_nan_with_its_shape():
     partly = Z.copy()
     partly[0, 0, 0] = 1.0  # one finite entry: computed as usual
     qk, vp = np.zeros((2, 3, 10, 10))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # exact: zero products add exact zeros, or NaN
         np.testing.assert_array_equal(g.layer(partly, qk, vp), through_scores(g, partly, qk, vp))
 
 
@@ -110,8 +111,9 @@ def test_normalised_starts_from_singular_values_match_an_svd_of_every_layer(norm
     eta, gamma = [1.3, 0.4, 2.0], [1.9, 0.7, 1.1]
     got = optimum.normalised_steps(geo, z0, eta, gamma)
     want = svd_normalised_steps(geo, z0, eta, gamma)
-    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
     # the capture's batch-max spectral norms: computed once, the SVD's numbers
     A = cap.blocks(1)[0]
+    # exact: the same NumPy calls on the same arrays
     assert cap.a_norm2(1) == float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
     np.testing.assert_array_equal(cap.normal_eigenvalues(), np.linalg.eigvalsh(cap.normal_matrix()))

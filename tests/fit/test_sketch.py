@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, RTOL
 from probe_context import make_context
 
 from eagle_probe import layouts
@@ -34,16 +34,16 @@ def test_sketched_plant_is_a_scaled_projector_on_one_sketch(rank, heads):
         assert lay["span"] == rank  # the plant's heads share the layer's sketch
         for head in lay["heads"]:
             assert head["rank"] == rank
-            assert head["alpha"] == pytest.approx(1.0, rel=1e-10)
-            assert head["projector_gap"] <= 1e-8
-            assert head["vp_rescaled_difference"] <= 1e-8
-            assert head["vp_in_sketch_share"] == pytest.approx(1.0, abs=1e-10)
+            assert head["alpha"] == pytest.approx(1.0, rel=RTOL)
+            assert head["projector_gap"] <= RTOL
+            assert head["vp_rescaled_difference"] <= RTOL
+            assert head["vp_in_sketch_share"] == pytest.approx(1.0, abs=RTOL)
     assert not view.json["span_full"]
     assert f"span {rank} of 6 dimensions in every layer" in view.json["sentence"]
     spectra = view.tables["spectra"]
     assert len(spectra) == 2 * heads * 6
     # the plant's normalised spectrum is the random sketch's: r ones, then zeros
-    np.testing.assert_allclose(spectra.network, spectra.random_sketch, atol=1e-10)
+    np.testing.assert_allclose(spectra.network, spectra.random_sketch, atol=RTOL)
 
 
 def test_a_full_rank_sketch_says_the_family_is_the_centralized_one():

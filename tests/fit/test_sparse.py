@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import RTOL, assert_close
 
 from eagle_probe.fit import sparse
 
@@ -30,22 +31,22 @@ def test_solve_normal_is_the_minimum_norm_solution_of_the_scaled_columns():
     theta = sparse.solve_normal(X.T @ X, X.T @ y)
     norms = np.linalg.norm(X, axis=0)
     want = np.linalg.pinv(X / norms) @ y / norms
-    np.testing.assert_allclose(theta, want, rtol=1e-7, atol=1e-9)
+    assert_close(theta, want)
     full = rng.standard_normal((50, 5))
     coef = rng.standard_normal(5)
     got = sparse.solve_normal(full.T @ full, full.T @ (full @ coef))
-    np.testing.assert_allclose(got, coef, rtol=1e-10)
+    np.testing.assert_allclose(got, coef, rtol=RTOL)
 
 
 def test_refit_qr_is_exact_and_honours_priority():
     rng = np.random.default_rng(4)
     X = rng.standard_normal((300, 4)) * np.array([1e-3, 1.0, 1e3, 1.0])
     coef = np.array([2.0, -1.0, 3e-3, 0.5])
-    np.testing.assert_allclose(sparse.refit_qr(X, X @ coef), coef, rtol=1e-12)
+    np.testing.assert_allclose(sparse.refit_qr(X, X @ coef), coef, rtol=RTOL)
     # a second level that repeats the first column: the first level keeps the shared direction
     Y = np.concatenate([X[:, :1], X[:, :1] + X[:, 1:2]], axis=1)
     y = 2.0 * X[:, 0]
-    np.testing.assert_allclose(sparse.refit_qr(Y, y, [1, 1]), [2.0, 0.0], atol=1e-12)
+    assert_close(sparse.refit_qr(Y, y, [1, 1]), [2.0, 0.0])
 
 
 def test_fit_levels_keep_the_shared_direction_first():
@@ -60,8 +61,8 @@ def test_fit_levels_keep_the_shared_direction_first():
         yy=float(y @ y),
     )
     coefs, res = problem.fit([0, 1], [1, 1], exact=True)
-    np.testing.assert_allclose(coefs[0], [3.0], rtol=1e-10)
-    np.testing.assert_allclose(coefs[1], [0.0, 0.0], atol=1e-10)
+    np.testing.assert_allclose(coefs[0], [3.0], rtol=RTOL)
+    np.testing.assert_allclose(coefs[1], [0.0, 0.0], atol=RTOL)
     assert res < 1e-7
 
 
@@ -75,21 +76,21 @@ def test_gain_is_the_drop_of_the_residual():
         r1 = y - A @ np.linalg.lstsq(A, y, rcond=None)[0]
         r2 = y - B @ np.linalg.lstsq(B, y, rcond=None)[0]
         want = (r1 @ r1 - r2 @ r2) / (y @ y)
-        assert problem.gain(support, coefs, g) == pytest.approx(want, rel=1e-8, abs=1e-12)
+        assert problem.gain(support, coefs, g) == pytest.approx(want, rel=RTOL, abs=RTOL)
 
 
 def test_stlsq_and_forward_path_find_the_planted_groups():
     problem, _, coef, _ = grouped_problem(sizes=(1, 1, 1, 3, 5, 4), true=(0, 4))
     support, coefs = sparse.stlsq(problem, list(range(6)), threshold=1e-3)
     assert support == [0, 4]
-    np.testing.assert_allclose(coefs[1], coef[4], rtol=1e-8)
+    np.testing.assert_allclose(coefs[1], coef[4], rtol=RTOL)
     path, residuals = sparse.forward_groups(
         problem, [0], [1, 2, 3, 4, 5], tol=1e-10, min_gain=0.1, max_groups=3
     )
     assert path == [0, 4]
-    assert residuals[-1] < 1e-10
+    assert residuals[-1] < 1e-10  # the tol the path was asked to stop at
     fitted, _ = problem.fit(path, exact=True)
-    np.testing.assert_allclose(fitted[1], coef[4], rtol=1e-8)
+    np.testing.assert_allclose(fitted[1], coef[4], rtol=RTOL)
 
 
 def test_bags_and_frequencies():

@@ -8,6 +8,7 @@ import numpy as np
 import plants
 import pytest
 import torch
+from conftest import RTOL
 
 from eagle_probe import layouts
 from eagle_probe.fit import weights
@@ -63,7 +64,7 @@ def test_simplified_products_keep_levels_or_the_sparsified_product():
     qk = np.diag([1.0] * N + [0.0] * 2)[None, None]
     vp = np.diag([-0.3] * N + [-0.7] * 2)[None, None]
     sq, sv = weights.simplified_products(qk, vp, N)
-    np.testing.assert_array_equal(sq, qk)
+    np.testing.assert_array_equal(sq, qk)  # exact: kept as they are
     np.testing.assert_array_equal(sv, vp)
     # small noise: sparsified to a diagonal, each block replaced by the mean of its diagonal
     rng = np.random.default_rng(2)
@@ -71,7 +72,7 @@ def test_simplified_products_keep_levels_or_the_sparsified_product():
     _, sv = weights.simplified_products(qk, near, N)
     diag = np.diag(near[0, 0])
     levels = [diag[:N].mean()] * N + [diag[N:].mean()] * 2
-    np.testing.assert_allclose(sv[0, 0], np.diag(levels), rtol=1e-14)
+    np.testing.assert_allclose(sv[0, 0], np.diag(levels), rtol=RTOL)
     # large noise: no simple structure, the sparsified product itself
     far = vp + 0.3 * rng.standard_normal(vp.shape)
     _, sv = weights.simplified_products(qk, far, N)
@@ -133,7 +134,7 @@ def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_t
     drawn = [np.asarray(im.get_array()) for ax in fig.axes for im in ax.get_images()]
     expected = [qk[0, 0], qk[1, 0], vp[0, 0], vp[1, 0]]  # top row W_QK, bottom row W_VP
     for got, want in zip(drawn, expected, strict=True):
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want)  # exact: the image holds the array given
     assert "projected" not in fig.get_suptitle()
     assert "projected" not in weights.figures(extraction)["weights"].get_suptitle()
     bare = replace(extraction.views["weights"], extra={})  # without them: the projection's
