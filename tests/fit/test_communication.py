@@ -56,7 +56,7 @@ def test_paper_plant_sends_only_the_cd_results(machines, regime):
             assert head["off_family_share"] <= 1e-12
             total = sum(head[k] for k in ("cross_a_share", "cross_cd_share", "own_share"))
             assert total + head["own_cd_share"] == pytest.approx(1.0, abs=1e-12)
-            assert head["cross_a_fraction"] == 0.0
+            assert head["cross_a_fraction"] == 0.0  # exact: 0 / x, no cross A block at all
     assert not view["a_columns_sent"]
     floats = view["floats_per_machine_round"]
     assert floats["network"] == floats["eagle-distributed"] == _cd_floats(cfg)

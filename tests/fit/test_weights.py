@@ -18,6 +18,7 @@ N, E = 4, 6  # n sample columns, n' = 2 query columns
 
 def test_sparsify_keeps_entries_at_one_and_a_half_times_the_mean_magnitude():
     W = np.array([[4.0, -1.5], [0.1, 0.4]])  # mean |W| = 1.5, τ = 2.25
+    # exact: sparsify keeps entries or zeroes them
     np.testing.assert_array_equal(weights.sparsify(W), [[4.0, 0.0], [0.0, 0.0]])
     W = np.array([[3.0, 0.1], [0.2, -2.0]])  # mean |W| = 1.325, τ = 1.9875
     np.testing.assert_array_equal(weights.sparsify(W), [[3.0, 0.0], [0.0, -2.0]])
@@ -76,7 +77,7 @@ def test_simplified_products_keep_levels_or_the_sparsified_product():
     # large noise: no simple structure, the sparsified product itself
     far = vp + 0.3 * rng.standard_normal(vp.shape)
     _, sv = weights.simplified_products(qk, far, N)
-    np.testing.assert_array_equal(sv[0, 0], weights.sparsify(far[0, 0]))
+    np.testing.assert_array_equal(sv[0, 0], weights.sparsify(far[0, 0]))  # exact: same call
 
 
 def test_block_norms_name_the_blocks_by_their_coordinates():
@@ -86,7 +87,7 @@ def test_block_norms_name_the_blocks_by_their_coordinates():
     assert out["XY"] == pytest.approx(np.linalg.norm(W[:N, N:]))
     assert out["YX"] == pytest.approx(np.linalg.norm(W[N:, :N]))
     assert out["YY"] == pytest.approx(np.linalg.norm(W[N:, N:]))
-    assert weights.block_norms(np.eye(E), N)["offdiag_ratio"] == 0.0
+    assert weights.block_norms(np.eye(E), N)["offdiag_ratio"] == 0.0  # exact: zeros
 
 
 def test_the_weight_table_of_a_planted_model_names_its_steps_per_head():
