@@ -27,7 +27,8 @@ else:
 # BLAS kernels differ between CPUs (Intel, AMD, ARM) and thread counts: the same float64 product
 # differs in its last bits, a float32 forward in its last digits. A comparison of such results,
 # with another route computed here or with a number stored on another machine, uses these; an
-# exact one (the same operations on the same inputs in this process) says so: `# exact: why`.
+# exact one (the same operations on the same inputs in this process) says so and why in a
+# comment that starts `# exact` (docs/testing.md lists them).
 RTOL = 1e-7  # float64 work through BLAS: round-off 1e-16 × conditioning, far below this
 RTOL_FLOAT32 = 1e-4  # results of a float32 forward (eps 6e-8, grown through the layers)
 

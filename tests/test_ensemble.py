@@ -207,7 +207,7 @@ def test_a_dropped_seed_keeps_its_weights_and_adam_state_while_the_others_step(w
         own.step()
         for n, p in alone.items():  # exact: the same clip_grad_norm_ and Adam step, same values
             assert torch.equal(stepper.params[n][0], p), (step, n)
-        assert torch.equal(stepper.log_gain[0], gain), step  # exact: as above
+        assert torch.equal(stepper.log_gain[0], gain), step  # exact: the gain's same step
     counts = [
         [int(stepper.optimizer.state[p]["step"]) for p in seed.values()] for seed in stepper.seeds
     ]

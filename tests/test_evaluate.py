@@ -35,7 +35,8 @@ def _errors(model: list[float]) -> dict[str, torch.Tensor]:
 
 def test_the_summary_reads_the_worst_prompt_by_its_error():
     got = summarize(_errors([1.0, 4.0, 2.0, 3.0]))
-    assert got == {  # exact: means and ratios of small integers, all of them dyadic but 0.8 = 2 / 2.5
+    # exact: means and ratios of small integers, dyadic but 0.8 = 2 / 2.5 (the same rounding)
+    assert got == {
         "prompts": 4,
         "mse": 2.5,
         "zero_mse": 2.0,
@@ -99,7 +100,7 @@ def test_reference_errors_passed_in_are_those_computed_with_the_model():
     assert sorted(passed) == sorted(whole) == ["flipped", "model", "norm_a", "optimal", "zero"]
     for key, value in whole.items():  # exact: the same chunks through the same ops
         assert torch.equal(passed[key], value), key
-    assert summarize(passed) == summarize(whole)  # exact: as above
+    assert summarize(passed) == summarize(whole)  # exact: equal tensors summarised
     assert sorted(prompt_errors(model, p, reference=False)) == ["model"]
     with pytest.raises(ValueError, match="do not belong to these 49 prompts"):
         prompt_errors(model, p[:49], reference=reference)

@@ -114,7 +114,8 @@ def test_forward_from_a_kept_stream_is_the_forward(regime):
             assert torch.equal(model.forward_from(layer, pre, cache["hook_scale"]), plain)
         with model.hooks(fwd_hooks=[("blocks.2.attn.hook_result", ablate)]):
             late = model.forward_from(1, cache["blocks.1.hook_resid_pre"], cache["hook_scale"])
-    assert torch.equal(late, ablated) and not torch.allclose(late, plain)  # exact: same ops
+    # exact: the same hooked blocks on the same stream
+    assert torch.equal(late, ablated) and not torch.allclose(late, plain)
 
 
 def test_scores_never_attend_to_hidden_rows():
@@ -184,7 +185,8 @@ def test_distributed_open_heads_attend_only_to_their_own_block():
     torch.testing.assert_close(s0[:, [0, 2]], s1[:, [0, 2]])
     assert not torch.allclose(s0[:, 1], s1[:, 1])
     qk = model.W_QK(0)
-    assert torch.all(qk[0][2:, :] == 0) and torch.all(qk[0][:, 2:] == 0)  # exact: as above
+    # exact: products of the rows the locality mask zeroes
+    assert torch.all(qk[0][2:, :] == 0) and torch.all(qk[0][:, 2:] == 0)
 
 
 def test_constrained_widths_limit_the_rank():
