@@ -50,6 +50,12 @@ SOLVER_TESTS = (
     "tests/test_export.py",
     "tests/robustness/test_hostile.py",
 )
+# the exported solver.py of every shipped model, and its contract
+EXPORTED_TESTS = (
+    "tests/test_exported_solvers.py",
+    "tests/test_export.py",
+    "tests/test_solver_template.py",
+)
 # the normalised paths: exports and views on planted models of every normalisation, at any scale
 # the view tests on the planted extraction, each view's in the file that mirrors its module
 VIEW_FILES = (
@@ -60,7 +66,12 @@ VIEW_FILES = (
     "tests/fit/test_verdict.py",
     "tests/fit/test_optimum.py",
 )
-SCALE_TESTS = ("tests/test_export.py", "tests/test_extract.py", *VIEW_FILES)
+SCALE_TESTS = (
+    "tests/test_export.py",
+    "tests/test_exported_solvers.py",
+    "tests/test_extract.py",
+    *VIEW_FILES,
+)
 VIEW_TESTS = ("tests/test_extract.py", *VIEW_FILES)
 SUITE = ("tests",)  # --suite: the whole suite, `pytest -x`, notebooks excluded
 
@@ -181,7 +192,7 @@ FAULTS = [
     ),
     Fault(
         "the certified EAGLE iteration without its non-finite check",
-        "eagle_probe/eagle.py",
+        "eagle_probe/solver_template.py",
         "        A, B, C, dD = _eagle_update(A, B, C, K, e, g)\n        D = D + dD\n"
         "        if not np.all(np.isfinite(D)) or (watch_a and not np.all(np.isfinite(A))):\n"
         '            return D, NONFINITE, "non-finite", it\n',
@@ -190,10 +201,40 @@ FAULTS = [
     ),
     Fault(
         "lstsq ignores x0",
-        "eagle_probe/eagle.py",
-        "x, info, it = _lstsq(A, b, x0, rtol,",
-        "x, info, it = _lstsq(A, b, 0 * x0, rtol,",
+        "eagle_probe/solver_template.py",
+        "x, info, it = _lstsq(A, b, x0, options,",
+        "x, info, it = _lstsq(A, b, 0 * x0, options,",
         SOLVER_TESTS,
+    ),
+    Fault(
+        "complete's certificate accepts any estimate",
+        "eagle_probe/solver_template.py",
+        '        if estimate * CERT_MARGIN <= bound:\n            best.status = "certified"\n'
+        "            return best, C\n",
+        '        if True:\n            best.status = "certified"\n            return best, C\n',
+        EXPORTED_TESTS,
+    ),
+    Fault(
+        "lstsq's certificate accepts any estimate",
+        "eagle_probe/solver_template.py",
+        '        if estimate * CERT_MARGIN <= bound:\n            best.status = "certified"\n'
+        "            return best\n",
+        '        if True:\n            best.status = "certified"\n            return best\n',
+        EXPORTED_TESTS,
+    ),
+    Fault(
+        "the exported solver's certificate off by default",
+        "eagle_probe/solver_template.py",
+        "gamma, counter, checker if check else None)",
+        "gamma, counter, None)",
+        EXPORTED_TESTS,
+    ),
+    Fault(
+        "a network's overshooting η taken unclipped",
+        "eagle_probe/solver_template.py",
+        '    return min(float(e), ETA_MAX), min(float(g), GAMMA_MAX), "clipped"',
+        '    return float(e), min(float(g), GAMMA_MAX), "clipped"',
+        EXPORTED_TESTS,
     ),
     Fault(
         "least squares: queries C drawn at twice the scale of A",

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from eagle_probe import eagle, solvers
+from eagle_probe import solver_template as kernel
 
 # The eight SuiteSparse (HB group) matrices ship as package data; see that folder's README.md for
 # their provenance and LICENSE.md for their licence (CC BY 4.0).
@@ -161,7 +162,7 @@ def condition_number(A: np.ndarray) -> float:
     κ̂ of EAGLE's certificate); 1 for a zero A."""
     if not np.any(A):
         return 1.0
-    s, rank, _ = eagle._singular_values(A)
+    s, rank, _ = kernel._singular_values(A)
     return float(s[0] / s[rank - 1])
 
 

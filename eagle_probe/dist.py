@@ -21,6 +21,7 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 from eagle_probe import eagle, solvers
+from eagle_probe import solver_template as kernel
 
 FLOAT_BYTES = 8  # float64
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -140,10 +141,10 @@ def eagle_worker(
     """Distributed EAGLE on this rank's column block; the same arithmetic as
     `eagle.complete_distributed` (power-of-two scaling, stopping rule, info) with the
     machine sum done by all_reduce."""
-    rtol, _, maxiter = eagle._check_options(rtol, 0.0, maxiter, eta, gamma)
+    rtol, _, maxiter = kernel._check_options(rtol, 0.0, maxiter, eta, gamma)
     D = np.zeros((B.shape[0], C.shape[1]))
     stats = {"bytes_sent": 0, "messages": 0}
-    counter = eagle._Counter()
+    counter = kernel._Counter()
     info, rounds = maxiter, 0
     start = time.perf_counter()
     if not (np.any(A) and np.any(B) and np.any(C)):  # the same on every rank: no messages
@@ -172,7 +173,7 @@ def eagle_worker(
             e=e_out,
         )
         if info >= 0:
-            D, ok = eagle._finish(D, e_out)
+            D, ok = kernel._finish(D, e_out)
             info = info if ok else eagle.UNREPRESENTABLE
     return {
         "D": D,

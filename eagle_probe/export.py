@@ -20,7 +20,7 @@ from typing import Any
 from eagle_probe import __version__
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.files import atomic_write_text
-from eagle_probe.solver_template import _usable as usable_step_sizes
+from eagle_probe.solver_template import ETA_MAX, GAMMA_MAX, step_rule
 
 TEMPLATE = Path(__file__).with_name("solver_template.py")
 BEGIN, END = "# --- BEGIN RECOVERED CONSTANTS ---", "# --- END RECOVERED CONSTANTS ---"
@@ -44,7 +44,6 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         }
         for lay in extraction["layers"]
     ]
-    usable = [i for i, lay in enumerate(layers) if usable_step_sizes(lay["eta"], lay["gamma"])]
     # the solver runs the family the views read (a distributed network that sends A columns
     # between machines runs the centralized update across them: REGIME "centralized")
     family = model.get("family")
@@ -53,6 +52,8 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         from eagle_probe.fit.families import get
 
         regime = get(family).export
+    usable = [i for i, lay in enumerate(layers) if step_rule(lay, regime)[2] == "recovered"]
+    verdict = (extraction.get("views", {}).get("verdict") or {}).get("model") or {}
     provenance = {
         "source": "eagle-probe extract",
         "eagle_probe": __version__,
@@ -60,6 +61,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "checkpoint_sha256": model.get("sha256"),
         "regime": model["regime"],
         "family": family,
+        "verdict": verdict.get("label"),
         "sizes": {k: model[k] for k in ("n", "d", "n_prime", "d_prime")},
         "fidelity_per_layer": [lay["fidelity"] for lay in layers],
         "layers": len(layers),
@@ -82,7 +84,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     )
     source = TEMPLATE.read_text()
     start, stop = source.index(BEGIN), source.index(END) + len(END)
-    header = _header(provenance)
+    header = _header(provenance, layers, regime, verdict)
     body = source[:start] + constants + source[stop:]
     return header + body
 
@@ -96,32 +98,70 @@ def write_solver(
     return path
 
 
-def _header(provenance: dict[str, Any]) -> str:
+def _header(provenance: dict[str, Any], layers: list[dict], regime: str, verdict: dict) -> str:
+    """The comment lines above the module: what the file is, whose steps it takes and why.
+    Values from the extraction are written as JSON; numbers by format specifications."""
+
     def data(value: Any) -> str:
         return json.dumps(value, ensure_ascii=True)
 
     fid = [None if f is None else float(f"{f:.3g}") for f in provenance["fidelity_per_layer"]]
-    usable, layers = provenance["recovered_layers"], provenance["layers"]
-    others = [i for i in range(layers) if i not in usable]
-
-    def names(indices: list[int]) -> str:
-        return ", ".join(str(i + 1) for i in indices) or "none"
-
-    lines = [
-        "# Exported by eagle-probe " + data(provenance["eagle_probe"]),
+    depth = len(layers)
+    lines = []
+    label = verdict.get("label")
+    if label == "not EAGLE":  # said first
+        lines += [
+            f"# NOT EAGLE: the verdict on this network is {data(label)} (confidence "
+            f"{data(verdict.get('confidence'))}); mode='faithful'",
+            "#   reproduces its layers as fitted, not an algorithm it was found to run.",
+        ]
+    lines.append("# Exported by eagle-probe " + data(provenance["eagle_probe"]))
+    lines += [
         "# checkpoint: " + data(provenance["checkpoint"]),
         "# checkpoint sha256: " + data(provenance["checkpoint_sha256"]),
         f"# regime: {data(provenance['regime'])}; family: {data(provenance['family'])}; "
-        f"sizes: {data(provenance['sizes'])}",
+        f"verdict: {data(label)}; sizes: {data(provenance['sizes'])}",
         f"# per-layer fidelity ‖Z_net − Z_EAGLE‖²_F / #entries: {data(fid)}",
-        f"# mode='faithful': the {layers} recovered layers, their constants as fitted.",
-        f"# mode='normalized': recovered η_l, γ_l used at step(s) {names(usable)} of the first "
-        f"{layers} ({len(usable)} of {layers} layers have 0 < η < 1, 0 < γ < 2);",
-        f"#   the theory's η = 1/3, γ = 1 at step(s) {names(others)} and every step after "
-        f"{layers}.",
-        "",
+        f"# mode='faithful' reproduces the network: its {depth} layers with their fitted a_l, c_l "
+        "(at other sizes it warns).",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + _schedule_lines(layers, regime) + [""])
+
+
+def _schedule_lines(layers: list[dict], regime: str) -> list[str]:
+    """The header's account of mode='normalized': per step its (η, γ) and their source
+    (`solver_template.step_rule`, the rule the file itself runs)."""
+    theory = "the theory's η = 1/3, γ = 1"
+    if regime != "centralized":
+        return [
+            "# mode='normalized' is centralized EAGLE (ρ_l = ‖A_l‖₂⁻² every step, certified stop)",
+            f"#   with {theory} at every step: the network's steps belong to its {regime}",
+            "#   iteration, which this mode does not run.",
+        ]
+    rules = [step_rule(lay, regime) for lay in layers]
+    if not any(source != "theory" for _, _, source in rules):
+        return [
+            "# mode='normalized' is plain EAGLE (ρ_l = ‖A_l‖₂⁻² every step, certified stop) with",
+            f"#   {theory} at every step: no layer of the network steps with positive η and γ.",
+        ]
+    lines = [
+        "# mode='normalized' is EAGLE seeded by the network (ρ_l = ‖A_l‖₂⁻² every step, certified "
+        "stop):"
+    ]
+    for i, (lay, (e, g, source)) in enumerate(zip(layers, rules, strict=True)):
+        own = f"η = {_plain(lay['eta'])}, γ = {_plain(lay['gamma'])}"
+        why = {
+            "recovered": f"the network's layer {i}",
+            "clipped": f"layer {i}'s {own} clipped to η ≤ {ETA_MAX:g}, γ ≤ {GAMMA_MAX:g}",
+            "theory": f"the theory's (layer {i} steps uphill or not at all: {own})",
+        }[source]
+        lines.append(f"#   step {i + 1}: η = {e:.4g}, γ = {g:.4g}, {why}")
+    lines.append(f"#   step {len(layers) + 1} and after: {theory}")
+    return lines
+
+
+def _plain(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4g}"
 
 
 def _num(value):

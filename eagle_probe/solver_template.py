@@ -1,26 +1,34 @@
-"""EAGLE: the least-squares algorithm a linear-attention transformer was found to run (NumPy only).
+"""EAGLE in NumPy alone: Algorithm 1 of "Linear Transformers Implicitly Discover Unified
+Numerical Algorithms" (NeurIPS 2025), with a certificate behind every info 0.
 
-`eagle-probe extract --out DIR` writes this file to DIR/solver.py with the network's numbers in
-the data block (as shipped it holds no layers); `python solver.py` solves and certifies a random
-problem. With X = [[A, C], [B, D]], rank X = rank A, D = B A⁺ C; one EAGLE step (ρ = ‖A‖₂⁻²):
+`eagle-probe extract --out DIR` writes this file to DIR/solver.py with a network's recovered
+layers in its data block and a header that says whose (η, γ) each step takes; as shipped it holds
+no layers. `python solver.py` solves a random problem and prints its stats. With
+X = [[A, C], [B, D]], rank X = rank A, D = B A⁺ C; one EAGLE step, ρ = ‖A‖₂⁻² recomputed each step:
 
     A ← A − ηρ A AᵀA      B ← B − ηρ B AᵀA      C ← C − γρ A Aᵀ C      D ← D + γρ B Aᵀ C
 
-complete(A, B, C, mode="faithful"): the network: its prompt scaling (NORMALIZE), then one step
-    per layer with the recovered a_l = ηρ, c_l = γρ (LAYERS, the network's units).
-complete(A, B, C): any size and scale: blocks scaled by powers of two (exact), ρ_l = ‖A_l‖₂⁻²,
-    the recovered η_l, γ_l for the trained depth, then η = 1/3, γ = 1, until a step changes D by
-    at most rtol·‖D‖_F. lstsq(A, b) is complete(A, I, b) = A⁺b.
-certify(A, B, C, D) (opt-in): D against an SVD of A, with the bound max(rtol, 100·κ̂·eps).
-info: 0 converged ("exact" for a zero input); > 0 the iterations run without converging
-("resolution limit": only singular values below numpy's lstsq cutoff were left; "maxiter";
-"fixed depth" in faithful mode); < 0: -1 A lost its scale, -2 non-finite numbers, -3 the answer
-is not representable in float64. Inputs are never modified.
+complete(A, B, C): any size and scale (blocks scaled by powers of two, exactly); step l takes
+    `step_rule(LAYERS[l])`: the network's (η_l, γ_l) where a step contracts, clipped to
+    η ≤ ETA_MAX, γ ≤ GAMMA_MAX where it overshoots, the theory's η = 1/3, γ = 1 otherwise and
+    after the trained depth; it stops with the certificate below.
+complete(A, B, C, mode="faithful"): the network's layers as fitted (its prompt scale NORMALIZE,
+    then a_l, c_l per layer): what the network computes, not a solved system; info is the depth.
+lstsq(A, b, x0=None): min ‖A x − b‖₂, x = x0 + A⁺(b − A x0), by the same iteration and certificate.
+certify(A, B, C, D): an independent check of any D against an SVD of A.
+
+info (scipy style): 0 certified: the relative error is at most stats["bound"] =
+max(rtol, 100·κ̂·eps), κ̂ = σ_1/σ_r on A's numerical range (or "exact" for a zero input, "atol" for
+lstsq's residual test); > 0 stopped without the certificate after that many iterations, and
+stats["reason"] says why (REASONS); check=False skips the certificate: info is then the iterations,
+reason "unchecked". < 0: -1 A lost its scale, -2 non-finite numbers, -3 the answer is not
+representable in float64. Inputs are never modified.
 """
 
 import math
 import warnings
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,9 +38,41 @@ Stats = dict[str, Any]
 Num = float | None
 
 THEORY_ETA, THEORY_GAMMA = 1.0 / 3.0, 1.0
+# A network's η_l, γ_l drive a step as they are up to these, and are clipped to them above: a step
+# contracts for η < 1, γ < 2 (A's top singular value maps to (1 − η)σ, C's part along it to
+# (1 − γ)c), but above η = 1/3 it reorders A's singular values, and the larger η the more the
+# rounding in A's numerical null space grows against its range: with centralized.pt's steps
+# (η up to 1.41) clipped at 0.95, 106 of 200 of its own rank-10 prompts ended "unresolved"; at
+# 0.8, 3; at 0.6 and below, none (0.6: 16 iterations, the theory's 1/3: 19).
+ETA_MAX, GAMMA_MAX = 0.6, 1.95
 DEFAULT_MAXITER = 500
 BREAKDOWN, NONFINITE, UNREPRESENTABLE = -1, -2, -3
 EPS = float(np.finfo(np.float64).eps)
+TINY = float(np.finfo(np.float64).tiny)
+# The certificate: the bound is max(rtol, CERT_FLOOR · κ̂ · eps) (float64 cannot do better than
+# κ̂ · eps); an estimate certifies at bound / CERT_MARGIN (it is rounded too); the range eigenvalues
+# of K = A_lᵀA_l / λ_max must be ≥ 1 − CLUSTER; REFINE rounds of refinement per check; a step
+# ≤ STALL_STEP (relative) that did not halve is a candidate stop besides a step ≤ rtol.
+CERT_FLOOR, CERT_MARGIN, CLUSTER, REFINE, STALL_STEP = 100.0, 4.0, 0.5, 3, 1e-4
+
+# stats["reason"]: info 0 only with "certified", "exact" or "atol"
+REASONS = {
+    "certified": "converged: the error estimate is within the bound (info 0)",
+    "exact": "the answer is exact (A, B, C or the residual is zero; info 0)",
+    "atol": "‖b − A x‖ ≤ atol, the residual test asked for (info 0)",
+    "unchecked": "check=False: the step test was met and the certificate not run",
+    "stagnated": "the spectrum converged but the error estimate stays above the bound",
+    "resolution limit": "only singular values at the cutoff max(m, n)·eps·‖A‖ were left to "
+    "resolve, without a certificate",
+    "unresolved": "A's numerical null space could not be separated from its range",
+    "ill-conditioned": "κ̂ · eps is too large for any bound below 1",
+    "maxiter": "maxiter reached without a certificate",
+    "fixed depth": "the network's layers, run as they are: no certificate",
+    "not certified": "the centralized check did not confirm the answer",
+    "breakdown": "A lost its scale (info -1)",
+    "non-finite": "non-finite numbers appeared (info -2)",
+    "unrepresentable": "the answer is not representable in float64 (info -3)",
+}
 
 
 def complete(
@@ -45,51 +85,172 @@ def complete(
     maxiter: int | None = None,
     eta: Num = None,
     gamma: Num = None,
+    check: bool = True,
     return_info: bool = False,
     return_stats: bool = False,
 ) -> Any:
-    """D = B A⁺ C from A (d, n), B (d', n), C (d, n'): D; (D, info, iterations) with return_info;
-    (D, stats) with return_stats: info, iterations, reason and how many steps took the recovered
-    (η, γ), the theory's or eta=/gamma= (recovered_steps, theory_steps, given_steps)."""
+    """D ≈ B A⁺ C from A (d, n), B (d', n), C (d, n'): D; (D, info, iterations) with return_info;
+    (D, stats) with return_stats: info, iterations, reason, kappa (κ̂), error_estimate, bound,
+    checks and the steps by the source of their (η, γ) (recovered_steps, clipped_steps,
+    theory_steps, given_steps; eta=, gamma= replace the schedule).
+
+    Stopping rule (normalized): candidate stops are a step that changes D by at most rtol·‖D‖_F,
+    a small step (≤ STALL_STEP) that no longer shrinks, the resolution limit and maxiter. At each,
+    K = A_lᵀA_l must have its rank(A) largest eigenvalues (numpy's lstsq cutoff
+    max(d, n)·eps·‖A‖₂) in [(1 − CLUSTER)λ_max, λ_max] and its other eigenvectors null for A by
+    that cutoff; the correction B_l K⁺ A_lᵀ C_l (‖B A⁺ C_l‖ in exact arithmetic: the error of D,
+    C_l the C block) is applied up to REFINE times, and its size plus twice the current increment
+    from A's null space must be at most bound / CERT_MARGIN of ‖D‖. info 0 then states
+    ‖D − B A⁺ C‖ ≲ bound · ‖D‖ for prompts with rank X = rank A."""
     A, B, C = _check_blocks(A, B, C)
-    options = _check_options(rtol, maxiter, eta, gamma)
+    rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma)
+    counter = _Counter()
+
+    def result(D: Array, info: int, iterations: int) -> Any:
+        if return_stats:
+            return D, counter.stats(info, iterations)
+        return (D, info, iterations) if return_info else D
+
     if mode == "faithful":
-        D, info, iterations, reason = _faithful(A, B, C)
-    elif mode == "normalized":
-        D, info, iterations, reason = _normalized(A, B, C, options)
-    else:
+        D, info, iterations, counter.extra["reason"] = _faithful(A, B, C)
+        return result(D, info, iterations)
+    if mode != "normalized":
         raise ValueError(f"unknown mode {mode!r}; choose from faithful, normalized")
-    if return_stats:
-        steps = iterations if mode == "normalized" else 0  # the faithful layers have no schedule
-        return D, options.stats(info, iterations, reason, steps)
-    return (D, info, iterations) if return_info else D
+    D = np.zeros((B.shape[0], C.shape[1]))
+    if not (np.any(A) and np.any(B) and np.any(C)):
+        counter.extra["reason"] = "exact"
+        return result(D, 0, 0)
+    # A = 2^ea Â, B = 2^eb B̂, C = 2^ec Ĉ, so D = 2^(eb+ec-ea) B̂ Â⁺ Ĉ
+    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
+
+    def checker(Al: Array, Bl: Array, Cl: Array, D: Array, e: float, sv: tuple) -> tuple:
+        return _complete_check(A, Al, Bl, Cl, D, sv, rtol, e)
+
+    loop = _certified(A, B, C, rtol, maxiter, eta, gamma, counter, checker if check else None)
+    D, info, counter.extra["reason"], it = loop
+    if info >= 0:
+        D, ok = _finished(D, eb + ec - ea, counter)
+        info = info if ok else UNREPRESENTABLE
+    return result(D, info, it)
 
 
 def lstsq(
     A: Any,
     b: Any,
+    x0: Any = None,
     *,
     rtol: float = 1e-10,
+    atol: float = 0.0,
     maxiter: int | None = None,
+    callback: Callable | None = None,
     eta: Num = None,
     gamma: Num = None,
+    check: bool = True,
     stats: Stats | None = None,
 ) -> tuple[Array, int]:
-    """min ‖A x − b‖₂ by EAGLE: (x, info), x = A⁺b, A (m, n), b (m,) or (m, k): `complete` on the
-    blocks (A, I_n, b). A dict passed as stats receives what `complete` reports."""
-    A, vector = _check_matrix("A", A), np.ndim(b) == 1
-    b = _check_matrix("b", np.reshape(b, (-1, 1)) if vector else b)
+    """min ‖A x − b‖₂ by EAGLE: (x, info), x = x0 + A⁺(b − A x0) (x0's null-space part is kept;
+    A⁺ with numpy's cutoff max(m, n)·eps·σ_1). A (m, n), b (m,) or (m, k).
+
+    The prompt is [[A, r0], [I_n, 0]], r0 = b − A x0: the D block is A⁺ r0 and the B block
+    M_l = m_l(ÃᵀÃ) with A_l = Ã M_l. info 0 certifies ‖x − x*‖₂ ≤ bound · ‖x‖₂,
+    bound = max(rtol, 100·κ̂·eps), checked at the candidate stops of `complete`:
+      1. G = Ã M_l recomputed; K = GᵀG must have its r largest eigenvalues clustered as in
+         `complete` (a smaller one is a singular value still to resolve: the checks skip the
+         steps it needs);
+      2. the numerical null space Q = orth(M_l W_0) (W_0 K's other eigenvectors) must be null
+         for Ã by twice the cutoff, and x is projected off it; the rounding of M_l and G,
+         eps ‖Ã‖ ‖M_l‖ over G's smallest cluster singular value, must be within the bound;
+      3. with r = b − A x recomputed, d = P M_l G⁺ r is exactly the range error A⁺r of x:
+         x ← x + d up to REFINE times, and ‖d‖ + leak + the rounding of r0 must be at most
+         bound / CERT_MARGIN of ‖x‖.
+    atol > 0: ‖b − A x_k‖ ≤ atol also stops with info 0 (a residual test only). callback(x_k)
+    once per iteration. A dict passed as stats receives what `complete` reports."""
+    A = _check_matrix("A", A)
+    b_in = np.asarray(b)
+    vector = b_in.ndim == 1
+    b = _check_matrix("b", b_in.reshape(-1, 1) if vector else b_in)
     if b.shape[0] != A.shape[0]:
         raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
-    options = _check_options(rtol, maxiter, eta, gamma)
-    x, info, iterations, reason = _normalized(A, np.eye(A.shape[1]), b, options)
+    rtol, atol, maxiter = _check_options(rtol, atol, maxiter, eta, gamma, callback)
+    n = A.shape[1]
+    if x0 is not None and vector and np.shape(x0) != (n,):
+        raise ValueError(f"x0 has shape {np.shape(x0)}; a vector b needs an x0 of shape {(n,)}")
+    if x0 is None:
+        x0 = np.zeros((n, b.shape[1]))
+    else:
+        x0 = _check_matrix("x0", np.asarray(x0).reshape(-1, 1) if vector else x0)
+    if x0.shape != (n, b.shape[1]):
+        raise ValueError(f"x0 has shape {x0.shape}, expected {(n, b.shape[1])}")
+
+    def shape(v: Array) -> Array:
+        return v[:, 0] if vector else v
+
+    counter = _Counter()
+    options = (rtol, atol, maxiter, callback, eta, gamma, check)
+    x, info, it = _lstsq(A, b, x0, options, counter, shape)
     if stats is not None:
-        stats.update(options.stats(info, iterations, reason, iterations))
-    return (x[:, 0] if vector else x), info
+        stats.update(counter.stats(info, it))
+    return shape(x), info
 
 
+def _lstsq(A: Array, b: Array, x0: Array, options: tuple, counter: "_Counter", shape: Callable):
+    """`lstsq` on checked arrays: (x, info, iterations)."""
+    rtol, atol, maxiter, callback, eta, gamma, check = options
+    ea = _exponent(A)
+    if ea == 0 and not np.any(A):
+        counter.extra["reason"] = "exact"
+        return x0.copy(), 0, 0
+    At = np.ldexp(A, -ea)  # Ã = 2^-ea A, max|Ã| in [0.5, 1)
+    # the residual in units of 2^k: r̃0 = 2^-k (b − A x0), computed without overflow
+    k = max(_exponent(b), ea + _exponent(x0)) if np.any(x0) else _exponent(b)
+    with np.errstate(under="ignore"):
+        r = np.ldexp(b, -k) - At @ np.ldexp(x0, ea - k)
+    kr = _exponent(r)
+    if not np.any(r):
+        counter.extra["reason"] = "exact"
+        return x0.copy(), 0, 0
+    r, k = np.ldexp(r, -kr), k + kr
+    e_out = k - ea  # x = x0 + 2^e_out ỹ with ỹ ≈ Ã⁺ r̃0
+    with np.errstate(under="ignore"):
+        bt, xs = np.ldexp(b, -k), np.ldexp(x0, ea - k)  # b and x0 in the units of ỹ
+    tol_abs = math.ldexp(atol, -k) if atol > 0 else 0.0
+
+    def iterate(y: Array) -> Array:
+        with np.errstate(over="ignore", under="ignore"):
+            return x0 + np.ldexp(y, e_out)
+
+    def checker(Al: Array, M: Array, C: Array, y: Array, e: float, sv: tuple) -> tuple:
+        s, rank = sv[0], sv[1]
+        r0_err = EPS * (_norm(bt) + float(s[0]) * _norm(xs)) / float(s[rank - 1])
+        return _lstsq_check(At, M, y, r, xs, sv, rtol, e, r0_err if np.any(x0) else 0.0), C
+
+    def after(y: Array) -> bool:
+        if callback is not None:
+            callback(shape(iterate(y)))
+        return tol_abs > 0 and _norm(r - At @ y) <= tol_abs
+
+    # A_l = Ã m_l(ÃᵀÃ), B_l = M_l = m_l(ÃᵀÃ) from B = I; the D block is ỹ
+    loop = _certified(
+        At.copy(), np.eye(A.shape[1]), r.copy(), rtol, maxiter, eta, gamma, counter,
+        checker if check else None, after=after, watch_a=True,
+    )  # fmt: skip
+    y, info, counter.extra["reason"], it = loop
+    x = iterate(y)
+    if info < 0:
+        return x, info, it
+    if not np.all(np.isfinite(x)) or (np.any(y) and np.max(np.abs(x)) < TINY):
+        _warn("the least-squares solution is not representable in float64 at this scale")
+        counter.extra["reason"] = "unrepresentable"
+        return x, UNREPRESENTABLE, it
+    return x, info, it
+
+
+# --- the network's layers, as they are ------------------------------------------------------
 def _faithful(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
-    """The network's layers as they are: (D, info, layers, reason); info NONFINITE on overflow."""
+    """The network's layers as fitted: (D, info, layers, reason); info NONFINITE on overflow.
+    On a size other than the training one, one RuntimeWarning says that D is the network's
+    output there, not a solved system."""
     if not LAYERS:
         raise ValueError("this solver carries no recovered layers; use mode='normalized'")
     n = A.shape[1]
@@ -97,6 +258,15 @@ def _faithful(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
         REGIME == "constrained" and PROJECTORS is not None and len(PROJECTORS[0]) != n
     ):
         raise ValueError(f"the faithful {REGIME} solver takes the training size, not n = {n}")
+    sizes = PROVENANCE.get("sizes") or {}
+    trained = tuple(sizes.get(k) for k in ("d", "n", "d_prime", "n_prime"))
+    given = (A.shape[0], n, B.shape[0], C.shape[1])
+    if None not in trained and trained != given:
+        _warn(
+            f"faithful mode runs the network's {len(LAYERS)} layers on a {given[0]}×{n} A; it was "
+            f"trained on {trained[0]}×{trained[1]}: D is the network's output at this size, not "
+            "a solved system (mode='normalized' certifies its answer)"
+        )
     spectral = NORMALIZE == "spectral"  # the prompt scale: ‖A‖₂, else ‖A‖_F, or 1 for "none"
     if NORMALIZE == "none":
         cols = s = 1.0
@@ -135,52 +305,145 @@ def _layer_products(A: Array, C: Array, layer: int) -> tuple[Array, Array]:
     return K, Q.T @ C
 
 
-def _normalized(A: Array, B: Array, C: Array, options: "_Options") -> tuple[Array, int, int, str]:
-    """EAGLE with ρ_l = ‖A_l‖₂⁻² on the blocks scaled by powers of two: (D, info, steps, reason).
+# --- whose steps: the schedule ----------------------------------------------------------------
+def step_rule(layer: dict | None, regime: str = "centralized") -> tuple[float, float, str]:
+    """(η, γ, source) of a step from a recovered layer's η, γ (None: past the trained depth).
 
-    A tiny singular value grows by 1/(1 − η) a step relative to the top one; once that growth
-    passes 1/rcond (numpy's lstsq cutoff) only round-off is left to resolve, and the iteration
-    stops there rather than promote it to signal."""
+    "recovered": the network's own, 0 < η ≤ ETA_MAX and 0 < γ ≤ GAMMA_MAX;
+    "clipped": both positive but one overshoots: η → min(η, ETA_MAX), γ → min(γ, GAMMA_MAX);
+    "theory": η = 1/3, γ = 1 — past the trained depth, where the network's η or γ is not a
+    positive number (a step uphill or none), or where its steps belong to another iteration than
+    this one (regime other than "centralized": per machine, or on a sketch)."""
+    e, g = (layer or {}).get("eta"), (layer or {}).get("gamma")
+    real = all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in (e, g))
+    if regime != "centralized" or not real:
+        return THEORY_ETA, THEORY_GAMMA, "theory"
+    if e <= ETA_MAX and g <= GAMMA_MAX:
+        return float(e), float(g), "recovered"
+    return min(float(e), ETA_MAX), min(float(g), GAMMA_MAX), "clipped"
+
+
+def _schedule(step: int, eta: Num, gamma: Num) -> tuple[float, float, str]:
+    """(η, γ, source) of `step`: `step_rule` of LAYERS[step]; eta=, gamma= given to the solver
+    replace them ("given" when both are)."""
+    e, g, source = step_rule(LAYERS[step] if step < len(LAYERS) else None, REGIME)
+    if eta is not None and gamma is not None:
+        return float(eta), float(gamma), "given"
+    return (e if eta is None else eta), (g if gamma is None else gamma), source
+
+
+def recovered_layers() -> list[int]:
+    """The layers (0-based) whose own (η, γ) drive the step of that index, unclipped."""
+    return [i for i, lay in enumerate(LAYERS) if step_rule(lay, REGIME)[2] == "recovered"]
+
+
+class _Counter:
+    """A call's steps by the source of their (η, γ), and what else it reports."""
+
+    def __init__(self) -> None:
+        self.counts = {"recovered": 0, "clipped": 0, "theory": 0, "given": 0}
+        self.extra: Stats = {}
+        self.last = "theory"
+
+    def step(self, step: int, eta: Num, gamma: Num) -> tuple[float, float]:
+        e, g, self.last = _schedule(step, eta, gamma)
+        self.counts[self.last] += 1
+        return e, g
+
+    def untake(self) -> None:
+        """The last step was not taken after all."""
+        self.counts[self.last] -= 1
+
+    def stats(self, info: int, iterations: int) -> Stats:
+        counts = {f"{source}_steps": count for source, count in self.counts.items()}
+        return {"info": info, "iterations": iterations} | counts | self.extra
+
+
+# --- the iteration and its certificate ------------------------------------------------------
+def _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check, *, after=None, watch_a=False):
+    """The normalized EAGLE iteration on scaled blocks with its certificate, the one loop of
+    `complete` (the D block) and `lstsq` (A = Ã, B = I, C = r̃0: the D block is ỹ ≈ Ã⁺r̃0):
+    (value, info, reason, iterations).
+
+    check(A_l, B_l, C_l, D, η, sv) -> (_Check, C_l) is the certificate at a candidate stop (sv:
+    `_singular_values` of the starting A, computed at the first check); None: stop at the first
+    step ≤ rtol without it ("unchecked"). after(D) -> True, run after every finite step, stops
+    with info 0 ("atol"); watch_a: a non-finite A_l stops too."""
+    A0 = A
     D = np.zeros((B.shape[0], C.shape[1]))
-    if not (np.any(A) and np.any(B) and np.any(C)):
-        return D, 0, 0, "exact"
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
-    A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
-    v, growth, limit = None, 0.0, _resolution_limit(A.shape)
-    info, steps, reason = options.maxiter, options.maxiter, "maxiter"
-    for step in range(options.maxiter):
+    v, it, e = None, 0, THEORY_ETA
+    growth, limit = 0.0, _resolution_limit(A.shape)
+    sv, next_check, checks, prev_step = None, 0, 0, math.inf
+    checked = -1  # the iteration of the last check
+    last = _Check("unconverged", D)
+
+    def look(C):
+        nonlocal sv, checks
+        sv = _singular_values(A0) if sv is None else sv
+        checks += 1
+        return check(A, B, C, D, e, sv)
+
+    reason, bound = "maxiter", 0.0
+    for it in range(1, maxiter + 1):
         normalized = _normalized_gram(A, B, v)
         if normalized is None:
-            return D, BREAKDOWN, step, "breakdown"
-        A, B, K, v = normalized
-        e, g, _ = _schedule(step, options.eta, options.gamma)
-        growth += _growth(e)
-        if growth > limit:
-            info, steps, reason = max(step, 1), step, "resolution limit"
+            return D, BREAKDOWN, "breakdown", it
+        A, B, K, v, top = normalized
+        if e > THEORY_ETA:
+            # Above η = 1/3 the step σ ↦ σ(1 − ησ²) is not monotone on [0, 1]: the top lands
+            # above 1 − η, and a tiny singular value grew by the measured 1/top (with the power
+            # iteration's 2% headroom taken off), not by the bound 1/(1 − η) counted before it.
+            growth += min(0.0, math.log(1.02 / top) - bound) if it > 1 else 0.0
+        e, g = counter.step(it - 1, eta, gamma)
+        bound = _growth(e)
+        growth += bound
+        if growth > limit:  # only noise below the cutoff is left to resolve
+            it -= 1
+            counter.untake()
+            reason = "resolution limit"
             break
         A, B, C, dD = _eagle_update(A, B, C, K, e, g)
         D = D + dD
-        if not (np.all(np.isfinite(D)) and np.all(np.isfinite(A))):
-            return D, NONFINITE, step + 1, "non-finite"
-        if _norm(dD) <= options.rtol * max(_norm(D), np.finfo(float).tiny):
-            info, steps, reason = 0, step + 1, "converged"
-            break
-    D, representable = _finish(D, eb + ec - ea)
-    if not representable:
-        _warn("D = B A⁺ C is not representable in float64 at this scale")
-        return D, UNREPRESENTABLE, steps, "unrepresentable"
-    return D, info, steps, reason
+        if not np.all(np.isfinite(D)) or (watch_a and not np.all(np.isfinite(A))):
+            return D, NONFINITE, "non-finite", it
+        if after is not None and after(D):
+            return D, 0, "atol", it
+        rel_step = _norm(dD) / max(_norm(D), TINY)
+        if check is None:
+            if rel_step <= rtol:
+                return D, it, "unchecked", it
+            continue
+        stop = _candidate(rel_step, prev_step, rtol)
+        prev_step = rel_step
+        if stop and it >= next_check:
+            last, C = look(C)
+            if last.status == "certified":
+                _outcome(counter, last, checks)
+                return last.value, 0, "certified", it
+            if last.status != "unconverged":
+                _outcome(counter, last, checks)
+                return last.value, it, _CHECK_REASON[last.status], it
+            next_check, checked = it + last.skip, it
+    if check is None:
+        return D, max(it, 1), reason, it
+    if it > 0 and checked != it:
+        last, C = look(C)  # the iteration ends here: a last look for the certificate
+    _outcome(counter, last, checks)
+    if last.status == "certified":
+        return last.value, 0, "certified", it
+    value = last.value if last.status != "unconverged" else D
+    return value, max(it, 1), _CHECK_REASON.get(last.status) or reason, it
 
 
-def _normalized_gram(A: Array, B: Array, v: Array | None) -> Blocks | None:
-    """(A/‖A‖₂, B/‖A‖₂, their AᵀA, v) (ρ = 1; v warm-starts the power iteration), or None
-    when ‖A‖₂ is zero or not finite."""
+def _normalized_gram(A: Array, B: Array, v: Array | None) -> tuple | None:
+    """(A/‖A‖₂, B/‖A‖₂, their AᵀA, v, ‖A‖₂): ρ = 1 (v warm-starts the power iteration; ‖A‖₂ with
+    its 2% headroom), or None when ‖A‖₂ is zero or not finite."""
     K = A.T @ A
     lam, v = _top_eig(K, v)
     if not math.isfinite(lam) or lam <= 0.0:
         return None
     s = math.sqrt(lam)
-    return A / s, B / s, K / lam, v
+    return A / s, B / s, K / lam, v, s
 
 
 def _eagle_update(A: Array, B: Array, C: Array, K: Array, e: float, g: float) -> Blocks:
@@ -189,40 +452,195 @@ def _eagle_update(A: Array, B: Array, C: Array, K: Array, e: float, g: float) ->
     return A - e * (A @ K), B - e * (B @ K), C - g * (A @ AtC), g * (B @ AtC)
 
 
-def _schedule(step: int, eta: Num, gamma: Num) -> tuple[float, float, str]:
-    """(η, γ, source) of `step`: the recovered layer's ("recovered"), then the theory's 1/3 and 1
-    ("theory"); eta=, gamma= passed to the solver replace them ("given")."""
-    if eta is not None and gamma is not None:
-        return float(eta), float(gamma), "given"
-    layer = LAYERS[step] if step < len(LAYERS) else {}
-    e, g, source = layer.get("eta"), layer.get("gamma"), "recovered"
-    if not _usable(e, g):
-        e, g, source = THEORY_ETA, THEORY_GAMMA, "theory"
-    return (e if eta is None else eta), (g if gamma is None else gamma), source
+def _candidate(rel_step, prev_step, rtol):
+    """A candidate stop: a step of at most rtol, or a small step that did not halve (the
+    iteration has reached its rounding floor, or a singular value is still far from resolved).
+    Floats or tensors of them (a torch batch): | and &, not `or`, so both work."""
+    return (rel_step <= rtol) | ((rel_step <= STALL_STEP) & (rel_step > 0.5 * prev_step))
 
 
-def _usable(e: Num, g: Num) -> bool:
-    """A layer's (η, γ) drive the normalized iteration only where a step contracts: η ∈ (0, 1),
-    γ ∈ (0, 2) (the top singular value of A maps to (1 − η)σ, C's part along it to (1 − γ)c)."""
-    return e is not None and g is not None and 0.0 < e < 1.0 and 0.0 < g < 2.0
+def _outcome(counter: _Counter, check: "_Check", checks: int) -> None:
+    counter.extra.update(
+        kappa=check.kappa, error_estimate=check.estimate, bound=check.bound, checks=checks
+    )
 
 
-def recovered_layers() -> list[int]:
-    """The layers (0-based) whose (η, γ) the normalized mode uses at the step of that index."""
-    return [i for i, layer in enumerate(LAYERS) if _usable(layer.get("eta"), layer.get("gamma"))]
+class _Check:
+    """What a certificate check found: status ("certified", "unconverged", "inaccurate",
+    "unresolved", "ill-conditioned"), the (refined) iterate, the relative error estimate,
+    κ̂, the bound and the steps to skip before the next check."""
+
+    def __init__(self, status, value=None, estimate=math.inf, kappa=math.nan, bound=math.nan):
+        self.status, self.value, self.estimate = status, value, estimate
+        self.kappa, self.bound, self.skip = kappa, bound, 0
 
 
-class _Options(NamedTuple):
-    rtol: float
-    maxiter: int
-    eta: Num
-    gamma: Num
+_CHECK_REASON = {
+    "inaccurate": "stagnated",
+    "unresolved": "unresolved",
+    "ill-conditioned": "ill-conditioned",
+    "unconverged": None,
+}
 
-    def stats(self, info: int, iterations: int, reason: str, steps: int) -> Stats:
-        """What return_stats reports, with the source of each of the first `steps` steps' (η, γ)."""
-        sources = [_schedule(step, self.eta, self.gamma)[2] for step in range(steps)]
-        counts = {f"{s}_steps": sources.count(s) for s in ("recovered", "theory", "given")}
-        return {"info": info, "iterations": iterations} | counts | {"reason": reason}
+
+def _singular_values(A: Array) -> tuple[Array, int, float]:
+    """(σ, rank, cutoff): A's singular values, the numerical rank with numpy.linalg.lstsq's
+    cutoff max(shape) · eps · σ_1, and the cutoff."""
+    s = np.linalg.svd(A, compute_uv=False)
+    cutoff = max(A.shape) * EPS * float(s[0])
+    return s, int(np.sum(s > cutoff)), cutoff
+
+
+def _steps_needed(tau2: float, eta: float) -> int:
+    """Steps before a singular value of A_l at τ (relative to the top, τ² = tau2) joins the
+    cluster: while small it grows by 1/(1 − η) a step relative to the top."""
+    tau = math.sqrt(min(max(tau2, EPS * EPS), 1.0))
+    return max(1, int(math.log(1.0 / tau) / -math.log(1.0 - eta)) - 1)
+
+
+def _range_inverse(K: Array, rank: int, n: int, eta: float) -> tuple:
+    """Spectral test of K (n × n, symmetric PSD) at numerical rank `rank`.
+
+    ("unconverged", steps) when K's `rank` largest eigenvalues are not clustered
+    (≥ (1 − CLUSTER) λ_max), else ("ok", solve, W_null, delta, low) with solve(F) = K⁺F on the
+    cluster's span, W_null an orthonormal basis of the rest (None when rank = n) and low a lower
+    bound of the cluster's eigenvalues. Full rank avoids an eigen-decomposition: ‖I − K/μ‖_F ≤ δ
+    (μ = trace/n) puts every eigenvalue of K/μ in [1 − δ, 1 + δ], and K⁻¹ is then a Neumann
+    series in I − K/μ."""
+    if rank == n:
+        mu = float(np.trace(K)) / n
+        if mu > 0.0:
+            E = np.eye(n) - K / mu
+            delta = float(np.linalg.norm(E))
+            if delta <= CLUSTER:
+                terms = max(
+                    1, min(200, math.ceil(math.log(EPS / 8) / math.log(max(delta, 1e-300))))
+                )
+
+                def solve(F):
+                    out = term = F / mu
+                    for _ in range(terms):
+                        term = E @ term
+                        out = out + term
+                    return out
+
+                return "ok", solve, None, delta, (1.0 - delta) * mu
+        lam = np.linalg.eigvalsh(K)
+        return "unconverged", _steps_needed(lam[0] / max(lam[-1], 1e-300), eta)
+    lam, W = np.linalg.eigh(K)
+    top = float(lam[-1])
+    edge = float(lam[n - rank]) / top if top > 0.0 else 0.0
+    if edge < 1.0 - CLUSTER:
+        return "unconverged", _steps_needed(edge, eta)
+    Wc, lc = W[:, n - rank :], lam[n - rank :]
+
+    def solve(F):
+        return Wc @ ((Wc.T @ F) / lc[:, None])
+
+    return "ok", solve, W[:, : n - rank], 1.0 - edge, float(lc[0])
+
+
+def _null_leak(At: Array, Q: Array, s: Array, rank: int) -> tuple[float, float]:
+    """How far the orthonormal basis Q of the numerical null space leans into A's range,
+    relative to 1/σ_r: ‖Ã Q‖₂ beyond σ_{r+1} (what the cut-off singular values give) over σ_r;
+    and ‖Ã Q‖₂. (The Gram matrix of Ã Q is accurate relative to its own, tiny, norm.)"""
+    if not Q.shape[1]:
+        return 0.0, 0.0
+    Z = At @ Q
+    zeta = math.sqrt(max(float(np.linalg.eigvalsh(Z.T @ Z)[-1]), 0.0))
+    nxt = float(s[rank]) if rank < len(s) else 0.0
+    return math.sqrt(max(zeta * zeta - nxt * nxt, 0.0)) / float(s[rank - 1]), zeta
+
+
+def _lstsq_check(At, M, y, r0, xs, sv, rtol, eta, r0_err):
+    """The certificate of `lstsq` at a candidate stop (scaled units: Ã, r̃0, x̃0 = xs)."""
+    s, rank, cutoff = sv
+    n = At.shape[1]
+    kappa = float(s[0]) / float(s[rank - 1])
+    bound = max(rtol, CERT_FLOOR * kappa * EPS)
+    if bound >= 1.0:  # a relative error bound of 1 certifies nothing
+        return _Check("ill-conditioned", y, kappa=kappa, bound=bound)
+    G = At @ M  # fresh, not the recursive A_l: the estimate below is exact for any invertible M
+    found = _range_inverse(G.T @ G, rank, n, eta)
+    if found[0] == "unconverged":
+        check = _Check("unconverged", y, kappa=kappa, bound=bound)
+        check.skip = found[1]
+        return check
+    _, solve, W0, _, low = found
+    # M and G = fl(Ã M) carry rounding of about eps ‖Ã‖‖M‖; against G's smallest singular value
+    # on the cluster it must be within the bound, or the estimate is rounding. On the range ‖M‖
+    # is about 1/σ_r (κ̂ · eps, far inside the bound), but a numerical null space makes M grow
+    # there by 1/(1 − η) a step: a rank-2 3 × 3 problem at κ̂ = 6.5e9, scaled by 1e-100, reached
+    # a rounding of 0.13, and its estimate said 1.2e-6 of an error of 2.3e-2.
+    top_m = _top_eig(M)[0]  # ‖M‖₂: M = m_l(ÃᵀÃ) is symmetric positive definite
+    rounding = EPS * float(s[0]) * top_m / math.sqrt(max(low, TINY))
+    leak, Q = 0.0, None
+    if W0 is not None:
+        # x-space null directions are M W0 (Ã M W0 ≈ 0); they must be null by lstsq's cutoff
+        Q = np.linalg.qr(M @ W0)[0]
+        leak, zeta = _null_leak(At, Q, s, rank)
+        if zeta > 2.0 * cutoff:
+            return _Check("unresolved", y, kappa=kappa, bound=bound)
+
+    def project(v):
+        return v if Q is None else v - Q @ (Q.T @ v)
+
+    y = project(y)
+    if rounding > bound:  # the estimate below would be rounding
+        return _Check("inaccurate", y, rounding, kappa, bound)
+    best = _Check("inaccurate", y, kappa=kappa, bound=bound)
+    for _ in range(REFINE):
+        # d = P M (ÃM)⁺ r is exactly the range error Ã⁺r of y (any invertible M): the
+        # correction to y and, by its norm, the error estimate
+        d = project(M @ solve(G.T @ (r0 - At @ y)))
+        size = max(_norm(xs + y), TINY)
+        estimate = (_norm(d) + leak * _norm(y) + r0_err) / size
+        if estimate < best.estimate:
+            best = _Check("inaccurate", y, estimate, kappa, bound)
+        if estimate * CERT_MARGIN <= bound:
+            best.status = "certified"
+            return best
+        y = y + d
+    return best
+
+
+def _complete_check(A0, Al, Bl, C, D, sv, rtol, eta):
+    """The certificate of `complete` at a candidate stop: the spectral test on K = A_lᵀA_l, the
+    error estimate ‖B_l K⁺ A_lᵀ C_l‖ (= ‖B Ã⁺ C_l‖ in exact arithmetic) plus an estimate of what
+    A's numerical null space has put into D. Returns (check, C)."""
+    s, rank, cutoff = sv
+    n = A0.shape[1]
+    kappa = float(s[0]) / float(s[rank - 1])
+    bound = max(rtol, CERT_FLOOR * kappa * EPS)
+    if bound >= 1.0:
+        return _Check("ill-conditioned", D, kappa=kappa, bound=bound), C
+    found = _range_inverse(Al.T @ Al, rank, n, eta)
+    if found[0] == "unconverged":
+        check = _Check("unconverged", D, kappa=kappa, bound=bound)
+        check.skip = found[1]
+        return check, C
+    _, solve, W0, _, _ = found
+    leak, null_part = 0.0, 0.0
+    if W0 is not None:
+        leak, zeta = _null_leak(A0, W0, s, rank)
+        if zeta > 2.0 * cutoff:
+            return _Check("unresolved", D, kappa=kappa, bound=bound), C
+        # the null-space increments grow geometrically (by 1/(1 − η)² a step), so what D holds
+        # from A's null space is about twice the current one
+        null_part = 2.0 * _norm((Bl @ W0) @ (W0.T @ (Al.T @ C)))
+    best = _Check("inaccurate", D, kappa=kappa, bound=bound)
+    for _ in range(REFINE):
+        X = solve(Al.T @ C)
+        dD = Bl @ X
+        size = max(_norm(D), TINY)
+        estimate = (_norm(dD) + null_part) / size + leak
+        if estimate < best.estimate:
+            best = _Check("inaccurate", D, estimate, kappa, bound)
+        if estimate * CERT_MARGIN <= bound:
+            best.status = "certified"
+            return best, C
+        D, C = D + dD, C - Al @ X
+    return best, C
 
 
 # --- numbers at any scale ------------------------------------------------------------------
@@ -272,6 +690,16 @@ def _finish(D: Array, e: int) -> tuple[Array, bool]:
     return out, np.finfo(np.float64).minexp + 1 <= top <= np.finfo(np.float64).maxexp
 
 
+def _finished(D: Array, e: int, counter: _Counter) -> tuple[Array, bool]:
+    """(D · 2ᵉ, representable), with a RuntimeWarning (at the solver's caller) and reason
+    "unrepresentable" when float64 cannot hold it."""
+    D, ok = _finish(D, e)
+    if not ok:
+        _warn("D = B A⁺ C is not representable in float64 at this scale")
+        counter.extra["reason"] = "unrepresentable"
+    return D, ok
+
+
 def _resolution_limit(shape: tuple[int, ...]) -> float:
     """log of 1 / rcond with rcond = max(shape) · eps (numpy.linalg.lstsq's default cutoff)."""
     return -math.log(max(shape) * EPS)
@@ -283,40 +711,58 @@ def _growth(eta: float) -> float:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def _check_matrix(name: str, M: Any) -> Array:
-    """A float64 copy of M: a 2-d, non-empty, finite, real array (not masked)."""
-    kind = np.asarray(M).dtype.kind
-    if isinstance(M, np.ma.MaskedArray) or np.ndim(M) != 2 or not np.size(M) or kind not in "biuf":
-        raise ValueError(f"{name} must be a non-empty 2-d real array, got {np.shape(M)} {kind}")
-    M = np.array(M, dtype=np.float64)
+# --- input checks ---------------------------------------------------------------------------
+def _check_matrix(name: str, M: Any, ndim: int = 2) -> Array:
+    """A float64 copy of M: an `ndim`-d, non-empty, finite, real array (not masked)."""
+    if isinstance(M, np.ma.MaskedArray):
+        raise ValueError(
+            f"{name} is a masked array; its mask would be ignored: pass np.ma.filled({name}, v) "
+            "or the rows and columns you mean"
+        )
+    M = np.asarray(M)
+    if M.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, got shape {M.shape}")
+    if M.size == 0:
+        raise ValueError(f"{name} has an empty dimension: shape {M.shape}")
+    if M.dtype.kind not in "biuf":  # timedelta64 counts as an integer to numpy; not here
+        raise ValueError(f"{name} must hold real numbers, got dtype {M.dtype}")
     if not np.all(np.isfinite(M)):
-        raise ValueError(f"{name} contains NaN or Inf, or does not fit in float64")
+        raise ValueError(f"{name} contains NaN or Inf")
+    M = M.astype(np.float64, copy=True)
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{name} does not fit in float64 (it overflows)")
     return M
 
 
 def _check_blocks(A: Any, B: Any, C: Any) -> tuple[Array, Array, Array]:
     A, B, C = _check_matrix("A", A), _check_matrix("B", B), _check_matrix("C", C)
-    if B.shape[1] != A.shape[1] or C.shape[0] != A.shape[0]:
-        raise ValueError(f"B {B.shape} must have A's columns, C {C.shape} A's rows {A.shape}")
+    if B.shape[1] != A.shape[1]:
+        raise ValueError(f"B has {B.shape[1]} columns but A has {A.shape[1]}")
+    if C.shape[0] != A.shape[0]:
+        raise ValueError(f"C has {C.shape[0]} rows but A has {A.shape[0]}")
     return A, B, C
 
 
 def _check_number(name: str, value: Any, low: float, high: float, closed: bool = False) -> float:
     """A real number in (low, high), or [low, high) when closed."""
-    real = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    x = float(value) if real else math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    x = float(value)
     if not (math.isfinite(x) and (low <= x if closed else low < x) and x < high):
-        interval = f"{'[' if closed else '('}{low:g}, {high:g})"
-        raise ValueError(f"{name} must lie in {interval}, got {value!r}")
+        raise ValueError(
+            f"{name} must lie in {'[' if closed else '('}{low:g}, {high:g}), got {value!r}"
+        )
     return x
 
 
-def _check_options(rtol: Any, maxiter: Any, eta: Any, gamma: Any) -> _Options:
-    """The options, validated: rtol in [0, 1), maxiter ≥ 1, eta in (0, 1), gamma in (0, 2)."""
+def _check_options(rtol, atol=0.0, maxiter=None, eta=None, gamma=None, callback=None):
+    """The shared keyword arguments, validated: (rtol, atol, maxiter). rtol in [0, 1), atol ≥ 0,
+    maxiter ≥ 1, η in (0, 1) and γ in (0, 2) (the ranges where one step contracts)."""
     rtol = _check_number("rtol", rtol, 0.0, 1.0, closed=True)
+    atol = _check_number("atol", atol, 0.0, math.inf, closed=True)
     if maxiter is None:
         maxiter = DEFAULT_MAXITER
     elif isinstance(maxiter, bool) or not isinstance(maxiter, int | np.integer) or maxiter < 1:
@@ -324,7 +770,9 @@ def _check_options(rtol: Any, maxiter: Any, eta: Any, gamma: Any) -> _Options:
     for name, value, high in (("eta", eta, 1.0), ("gamma", gamma, 2.0)):
         if value is not None:
             _check_number(name, value, 0.0, high)
-    return _Options(rtol, int(maxiter), eta, gamma)
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback must be callable, got {callback!r}")
+    return rtol, atol, int(maxiter)
 
 
 # --- BEGIN RECOVERED CONSTANTS ---
@@ -344,9 +792,9 @@ LOCAL_SCALE = False
 # --- END RECOVERED CONSTANTS ---
 
 
-# --- the certificate (opt-in) --------------------------------------------------------------
+# --- an independent check -------------------------------------------------------------------
 def certify(A: Any, B: Any, C: Any, D: Any, *, rtol: float = 1e-10) -> Stats:
-    """Check an answer D against B A⁺ C computed from an SVD of A.
+    """Check any answer D against B A⁺ C computed from an SVD of A.
 
     Returns certified, error_estimate (‖D − B A⁺ C‖_F / ‖B A⁺ C‖_F), bound = max(rtol, 100·κ̂·eps),
     kappa (κ̂ = σ_1/σ_r, r the numerical rank with numpy's lstsq cutoff max(d, n)·eps·σ_1) and
@@ -368,8 +816,8 @@ def certify(A: Any, B: Any, C: Any, D: Any, *, rtol: float = 1e-10) -> Stats:
         got = np.ldexp(D, -(eb + ec - ea) - e)
     gap, size = _norm(got - np.ldexp(want, -e)), _norm(np.ldexp(want, -e))
     estimate = gap / size if size > 0 else (0.0 if gap == 0 else math.inf)
-    bound = max(rtol, 100.0 * kappa * EPS)
-    certified = bool(bound < 1.0 and 4.0 * estimate <= bound)
+    bound = max(rtol, CERT_FLOOR * kappa * EPS)
+    certified = bool(bound < 1.0 and CERT_MARGIN * estimate <= bound)
     return dict(certified=certified, error_estimate=estimate, bound=bound, kappa=kappa, rank=rank)
 
 

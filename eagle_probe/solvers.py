@@ -31,6 +31,7 @@ import scipy.optimize
 import scipy.sparse.linalg as spla
 
 from eagle_probe import eagle
+from eagle_probe import solver_template as kernel
 
 Solver = Callable[..., tuple[np.ndarray, int]]
 
@@ -45,13 +46,13 @@ def _scale_free(method: Solver) -> Solver:
 
     def solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
         A, b, x = _prepare(A, b, x0)
-        rtol, atol, _ = eagle._check_options(rtol, atol, None, None, None, callback)
+        rtol, atol, _ = kernel._check_options(rtol, atol, None, None, None, callback)
         if maxiter is not None:
-            eagle._check_options(rtol, atol, maxiter)
-        ea = eagle._exponent(A)
-        k = eagle._exponent(b)
+            kernel._check_options(rtol, atol, maxiter)
+        ea = kernel._exponent(A)
+        k = kernel._exponent(b)
         if np.any(x):
-            k = max(k, ea + eagle._exponent(x))
+            k = max(k, ea + kernel._exponent(x))
         with np.errstate(under="ignore"):
             At, bt, xt = np.ldexp(A, -ea), np.ldexp(b, -k), np.ldexp(x, ea - k)
 
@@ -92,11 +93,11 @@ def _scale_free(method: Solver) -> Solver:
 
 
 def _prepare(A, b, x0):
-    A = eagle._check_matrix("A", A)
-    b = eagle._check_matrix("b", np.asarray(b), ndim=1)
+    A = kernel._check_matrix("A", A)
+    b = kernel._check_matrix("b", np.asarray(b), ndim=1)
     if b.shape[0] != A.shape[0]:
         raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
-    x = np.zeros(A.shape[1]) if x0 is None else eagle._check_matrix("x0", x0, ndim=1)
+    x = np.zeros(A.shape[1]) if x0 is None else kernel._check_matrix("x0", x0, ndim=1)
     if x.shape != (A.shape[1],):
         raise ValueError(f"x0 has shape {x.shape}, expected ({A.shape[1]},)")
     return A, b, x.copy()

@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from eagle_probe import eagle as template
+from eagle_probe import solver_template as template
 
 ETA, GAMMA = template.THEORY_ETA, template.THEORY_GAMMA
 SQUARINGS = 4  # `_top_bound`: λ_max from trace K^16, at most n^(1/16) above it
@@ -364,9 +364,9 @@ def _certify_batch(sc: _Scaling, Vt, sel, g, r0_err, s1, rtol, eps):
 
 
 class _Scaling:
-    """The exact power-of-two scaling of every problem (`eagle._lstsq`): Ã = A 2^(−ea), the
-    residual of x0 scaled to r = (b − A x0) 2^(−k) with k chosen so that r's largest entry is
-    near 1, and x = x0 + 2^e_out y for the iterate y of the scaled problem."""
+    """The exact power-of-two scaling of every problem (`solver_template._lstsq`):
+    Ã = A 2^(−ea), the residual of x0 scaled to r = (b − A x0) 2^(−k) with k chosen so that r's
+    largest entry is near 1, and x = x0 + 2^e_out y for the iterate y of the scaled problem."""
 
     def __init__(self, A: torch.Tensor, b: torch.Tensor, x0: torch.Tensor) -> None:
         p = A.shape[0]

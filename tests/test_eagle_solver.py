@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from problems import problem
 
-from eagle_probe import eagle
+from eagle_probe import eagle, solver_template
 
 
 def test_eagle_stops_and_stays_on_rank_deficient_problems():
@@ -188,7 +188,7 @@ def test_rank_deficient_ill_conditioned_problems_do_not_drift(kappa):
 def test_a_non_finite_update_is_reported_not_returned_as_converged(monkeypatch):
     """The guard behind `info == -2`: force one update to overflow and check every solver
     reports it (parameters are validated, so this cannot be provoked from outside)."""
-    real_update, real_round = eagle._eagle_update, eagle._local_round
+    real_update, real_round = solver_template._eagle_update, eagle._local_round
 
     def update(*args):
         A, B, C, dD = real_update(*args)
@@ -198,7 +198,7 @@ def test_a_non_finite_update_is_reported_not_returned_as_converged(monkeypatch):
         dC, dD, Am, Bm = real_round(*args)
         return dC, dD * np.inf, Am, Bm
 
-    monkeypatch.setattr(eagle, "_eagle_update", update)
+    monkeypatch.setattr(solver_template, "_eagle_update", update)
     monkeypatch.setattr(eagle, "_local_round", local_round)
     rng = np.random.default_rng(0)
     A, B, C = rng.standard_normal((6, 5)), rng.standard_normal((2, 5)), rng.standard_normal((6, 2))

@@ -159,10 +159,12 @@ def test_provenance_header(planted):
     assert 'checkpoint sha256: "' + "0" * 64 + '"' in text
     assert "per-layer fidelity" in text
     assert "\nimport numpy as np\n" in text and "import torch" not in text
-    # the planted layers' η, γ are usable: 3 recovered steps, then the theory's
-    assert "recovered η_l, γ_l used at step(s) 1, 2, 3 of the first 3" in text
-    assert "η = 1/3, γ = 1 at step(s) none and every step after 3" in text
+    # the planted layers' η, γ contract: 3 of the network's steps, then the theory's
     module = _load(path)
+    for i, lay in enumerate(module.LAYERS):
+        step = f"#   step {i + 1}: η = {lay['eta']:.4g}, γ = {lay['gamma']:.4g}"
+        assert f"{step}, the network's layer {i}" in text
+    assert "#   step 4 and after: the theory's η = 1/3, γ = 1" in text
     assert module.PROVENANCE["recovered_layers"] == [0, 1, 2]
     assert module.recovered_layers() == [0, 1, 2]
 
@@ -188,25 +190,75 @@ def test_return_info_counts_recovered_and_theory_steps(planted):
     assert given["given_steps"] == given["iterations"] and given["recovered_steps"] == 0
 
 
-def test_unusable_recovered_layers_hand_over_to_the_theory():
+def _layers_solver(etas, gammas, regime="centralized", verdict=None):
+    """The source of a solver whose layers have the given η, γ (a_l = c_l = 0.1)."""
     data = {
-        "model": {"regime": "centralized", "n": 4, "d": 4, "n_prime": 1, "d_prime": 1},
+        "model": {"regime": regime, "n": 4, "d": 4, "n_prime": 1, "d_prime": 1},
         "layers": [
-            {"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": 0.0},
-            {"a_step": 0.1, "c_step": 0.1, "eta": 1.7, "gamma": 1.0, "fidelity": None},
-            {"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": float("nan")},
+            {"a_step": 0.1, "c_step": 0.1, "eta": e, "gamma": g, "fidelity": 0.0}
+            for e, g in zip(etas, gammas, strict=True)
         ],
     }
-    data["model"] |= {"normalize": "none", "machines": 1}
+    data["model"] |= {"normalize": "none", "machines": 2 if regime == "distributed" else 1}
+    if verdict is not None:
+        data["views"] = {"verdict": {"model": {"label": verdict, "confidence": "high"}}}
     source = solver_source(data)
-    assert "used at step(s) 1, 3 of the first 3 (2 of 3 layers" in source
-    assert "η = 1/3, γ = 1 at step(s) 2 and every step after 3" in source
     ns: dict = {}
     exec(compile(source, "solver", "exec"), ns)
+    return source, ns
+
+
+def test_each_step_takes_the_networks_a_clipped_or_the_theorys_steps_and_says_which():
+    # layer 0 contracts; layer 1 overshoots (η > 1); layer 2 steps uphill; layer 3 has no η
+    source, ns = _layers_solver([0.3, 1.7, -0.2, None], [1.0, 2.5, 1.0, 1.0])
+    header = source[: source.index('"""')]
+    assert "#   step 1: η = 0.3, γ = 1, the network's layer 0" in header
+    assert (
+        "#   step 2: η = 0.6, γ = 1.95, layer 1's η = 1.7, γ = 2.5 clipped to η ≤ 0.6, γ ≤ 1.95"
+        in header
+    )
+    assert "#   step 3: η = 0.3333, γ = 1, the theory's (layer 2 steps uphill" in header
+    assert (
+        "#   step 4: η = 0.3333, γ = 1, the theory's (layer 3 steps uphill or not at all: η = none"
+        in header
+    )
+    assert "#   step 5 and after: the theory's η = 1/3, γ = 1" in header
+    rule = ns["step_rule"]
+    assert rule({"eta": 0.3, "gamma": 1.0}) == (0.3, 1.0, "recovered")
+    assert rule({"eta": 1.7, "gamma": 2.5}) == (0.6, 1.95, "clipped")
+    assert rule({"eta": 0.3, "gamma": 2.5}) == (0.3, 1.95, "clipped")
+    assert rule({"eta": -0.2, "gamma": 1.0})[2] == rule(None)[2] == "theory"
     A = np.random.default_rng(0).standard_normal((4, 4))
     _, stats = ns["complete"](A, np.ones((1, 4)), np.ones((4, 1)), return_stats=True)
-    # step 2 falls back to the theory; step 3 is a recovered layer again
-    assert stats["recovered_steps"] == 2 and stats["theory_steps"] == stats["iterations"] - 2
+    # the steps the header names, in the order it names them
+    assert stats["info"] == 0 and stats["iterations"] > 4
+    assert (stats["recovered_steps"], stats["clipped_steps"]) == (1, 1)
+    assert stats["theory_steps"] == stats["iterations"] - 2 and stats["given_steps"] == 0
+    assert [ns["_schedule"](i, None, None) for i in range(5)] == [
+        (0.3, 1.0, "recovered"),
+        (0.6, 1.95, "clipped"),
+        (1 / 3, 1.0, "theory"),
+        (1 / 3, 1.0, "theory"),
+        (1 / 3, 1.0, "theory"),
+    ]
+
+
+def test_steps_of_another_iteration_are_not_taken_for_centralized_ones():
+    source, ns = _layers_solver([0.3, 0.4], [1.0, 1.0], regime="distributed")
+    header = source[: source.index('"""')]
+    assert "mode='normalized' is centralized EAGLE" in header
+    assert "the network's steps belong to its distributed" in header
+    A = np.random.default_rng(0).standard_normal((4, 4))
+    _, stats = ns["complete"](A, np.ones((1, 4)), np.ones((4, 1)), return_stats=True)
+    assert stats["info"] == 0 and stats["theory_steps"] == stats["iterations"]
+
+
+def test_a_not_eagle_verdict_is_the_files_first_line():
+    source, _ = _layers_solver([0.3], [1.0], verdict="not EAGLE")
+    first = source.splitlines()[0]
+    assert first.startswith('# NOT EAGLE: the verdict on this network is "not EAGLE"')
+    source, _ = _layers_solver([0.3], [1.0], verdict="EAGLE")
+    assert source.startswith("# Exported by eagle-probe") and "NOT EAGLE" not in source
 
 
 NASTY_NAMES = [
@@ -289,7 +341,7 @@ def _run_demo(path, cwd):
 
 def test_the_template_runs_as_a_script_and_solves_its_demo(tmp_path):
     stats, check = _run_demo(solver_template.__file__, tmp_path)
-    assert stats["info"] == 0 and stats["reason"] == "converged"
+    assert stats["info"] == 0 and stats["reason"] == "certified"
     assert stats["theory_steps"] == stats["iterations"] > 0 and stats["recovered_steps"] == 0
     assert check["certified"] and check["rank"] == 6
     assert check["error_estimate"] <= check["bound"] / 4
@@ -298,7 +350,7 @@ def test_the_template_runs_as_a_script_and_solves_its_demo(tmp_path):
 def test_a_written_solver_runs_as_a_script_and_solves_its_demo(planted, tmp_path):
     _, _, path, _, _ = planted
     stats, check = _run_demo(path, tmp_path)
-    assert stats["info"] == 0 and stats["reason"] == "converged"
+    assert stats["info"] == 0 and stats["reason"] == "certified"
     assert stats["recovered_steps"] == 3  # the planted layers' η, γ drive the first steps
     assert stats["recovered_steps"] + stats["theory_steps"] == stats["iterations"]
     assert check["certified"] and check["rank"] == 6

@@ -27,7 +27,7 @@ def _low_rank_blocks(seed: int):
 def test_the_shipped_template_runs_the_theory_steps_to_the_answer():
     A, B, C, D = _low_rank_blocks(0)
     got, stats = solver_template.complete(A, B, C, return_stats=True)
-    assert stats["info"] == 0 and stats["reason"] == "converged"
+    assert stats["info"] == 0 and stats["reason"] == "certified"
     assert stats["theory_steps"] == stats["iterations"] > 0 and stats["recovered_steps"] == 0
     np.testing.assert_allclose(got, D, rtol=0, atol=1e-9 * np.abs(D).max())
     assert solver_template.recovered_layers() == []
@@ -53,7 +53,7 @@ def test_certify_tells_the_answer_from_one_off_by_a_millionth():
 @pytest.mark.parametrize(
     "call, words",
     [
-        (lambda A, B, C: solver_template.complete(A, B[:, :3], C), "must have A's columns"),
+        (lambda A, B, C: solver_template.complete(A, B[:, :3], C), "B has 3 columns but A has 8"),
         (lambda A, B, C: solver_template.complete(A, B, C, eta=1.0), "eta must lie in (0, 1)"),
         (lambda A, B, C: solver_template.complete(A, B, C, gamma=2.0), "gamma must lie in (0, 2)"),
         (lambda A, B, C: solver_template.complete(A, B, C, mode="exact"), "unknown mode 'exact'"),
