@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TRAINED
+from conftest import RTOL, TRAINED
 
 from eagle_probe import checkpoint
 from eagle_probe.evaluate import evaluate
@@ -183,7 +183,7 @@ def test_curriculum_moves_the_training_task_from_isotropic_to_the_target(monkeyp
     train(_cfg(), TASK, run, progress=False)
     # α_t = 1 + min(1, (t / 20) / 0.5) · (0.7 − 1): isotropic at the start, the target from t = 10
     expected = [1.0 + min(1.0, t / 10) * (TASK.alpha - 1.0) for t in range(20)]
-    assert seen == pytest.approx(expected, abs=1e-12)
+    assert seen == pytest.approx(expected, abs=RTOL)
     assert TASK.alpha == 0.7
 
 
