@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close
 
 from eagle_probe import conventions, layouts
 from eagle_probe.cli import main
@@ -34,7 +35,7 @@ def test_heads_side_by_side_are_split():
     want = -(H + out)[:, -1, -1]
     with torch.no_grad():
         got = model(H.transpose(1, 2))[:, 0, 0]
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert_close(got, want)  # the model's forward against this written-out one
 
 
 def _tl_dict(bias: float) -> dict[str, np.ndarray]:
@@ -65,7 +66,7 @@ def test_transformer_lens_w_o_is_transposed_and_zero_biases_left_out():
     want = -(H + z @ t["blocks.0.attn.W_O"])[:, -1, -1]  # result = z W_O
     with torch.no_grad():
         got = model(H.transpose(1, 2))[:, 0, 0]
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert_close(got, want)  # the model's forward against this written-out one
 
 
 def test_nonzero_biases_embeddings_and_mlps_are_refused_in_one_line(tmp_path, capsys):

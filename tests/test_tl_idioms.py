@@ -44,7 +44,9 @@ def test_attn_scores_by_tuple_key(run):
         scores = cache["attn_scores", layer]
         assert scores is cache[f"blocks.{layer}.attn.hook_attn_scores"]
         assert scores.shape == (8, cfg.heads, cfg.n_tokens, cfg.n_tokens)
-        assert torch.all(scores[..., cfg.keys :] == 0)  # no token attends to the hidden rows
+        # no token attends to the hidden rows
+        # exact: the mask multiplies their scores by 0
+        assert torch.all(scores[..., cfg.keys :] == 0)
     assert cache["attn_scores", -1] is cache["attn_scores", cfg.n_layers - 1]
 
 
@@ -63,6 +65,7 @@ def test_stack_activation_resid_post(run):
     stack = cache.stack_activation("resid_post")
     assert stack.shape == (cfg.n_layers, 8, cfg.n_tokens, cfg.width)
     for layer in range(cfg.n_layers):
+        # exact: stack_activation copies the cached tensors
         assert torch.equal(stack[layer], cache[f"blocks.{layer}.hook_resid_post"])
     parts = cache.decompose_resid()  # embed, then each layer's attn_out
     assert parts.shape[0] == cfg.n_layers + 1
@@ -164,6 +167,7 @@ def test_per_layer_w_o_qk_and_ov(run):
     model, _, _, _ = run
     for layer, block in enumerate(model.blocks):
         attn = block.attn
+        # exact: W_O is W_P transposed, nothing computed
         assert torch.equal(attn.W_O, attn.W_P.transpose(-1, -2))
         assert isinstance(attn.QK, FactoredMatrix) and isinstance(attn.OV, FactoredMatrix)
         torch.testing.assert_close(attn.QK.AB, model.W_QK(layer))
@@ -172,6 +176,8 @@ def test_per_layer_w_o_qk_and_ov(run):
 
 def test_model_called_on_a_prompt(run):
     model, prediction, _, prompt = run
+    # exact: model(prompt) runs the same forward on prompt.z0() as the fixture's run_with_cache
+    # (hooks are identities), in this process
     with torch.no_grad():
         assert torch.equal(model(prompt), prediction)
         out, cache = model.run_with_cache(prompt)
