@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import assert_close
 
 from eagle_probe import dist, eagle
 from eagle_probe.bench import block_problem
@@ -42,7 +43,7 @@ def test_multiprocess_eagle_matches_an_independent_reference(problem, world):
     ref = reference_rounds(A, B, C, world, rounds)
     for r in results:
         assert r["info"] == 0 and r["rounds"] == rounds < 500
-        assert np.abs(r["D"] - ref).max() <= 1e-9 * np.abs(ref).max()
+        assert_close(r["D"], ref)  # the same rounds, summed in another order
         assert r["bytes_per_round"] == (A.shape[0] + B.shape[0]) * C.shape[1] * 8
         assert r["theory_steps"] == rounds and r["recovered_steps"] == 0
     # and the answer it converged to is D = B A⁺ C
@@ -50,7 +51,7 @@ def test_multiprocess_eagle_matches_an_independent_reference(problem, world):
     # the in-process simulation agrees with the processes
     D_sim, stats = eagle.complete_distributed(A, B, C, world)
     assert stats["rounds"] == rounds
-    assert np.abs(results[0]["D"] - D_sim).max() <= 1e-12 * np.abs(D_sim).max()
+    assert_close(results[0]["D"], D_sim)  # gloo's all-reduce sums in its own order
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -58,7 +59,7 @@ def test_simulated_distributed_eagle_matches_the_reference_at_any_scale(problem,
     A, B, C, exact = problem
     D, stats = eagle.complete_distributed(A, B, C, world, rtol=0.0, maxiter=25)
     ref = reference_rounds(A, B, C, world, 25)
-    assert np.abs(D - ref).max() <= 1e-10 * np.abs(ref).max()
+    assert_close(D, ref)
     for sa, sb, sc in [(1e-150, 1.0, 1.0), (1e150, 1e-100, 1e100), (1.0, 1e-300, 1e300)]:
         D2, st = eagle.complete_distributed(A * sa, B * sb, C * sc, world)
         assert st["info"] == 0

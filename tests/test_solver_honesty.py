@@ -83,7 +83,8 @@ def test_info_0_is_never_a_wrong_answer(case):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         x, info = eagle.lstsq(A_in, b_in, None if x0 is None else x0 / scale, stats=stats)
-    assert np.array_equal(A_in, A * scale) and np.array_equal(b_in, b)  # inputs untouched
+    # exact: inputs untouched (A * scale: the same product again)
+    assert np.array_equal(A_in, A * scale) and np.array_equal(b_in, b)
     if info == 0:
         assert rel(x * scale, ref) <= allowed(kappa), stats
         assert stats["reason"] in ("certified", "exact")

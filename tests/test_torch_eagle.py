@@ -37,6 +37,7 @@ def test_a_batch_is_certified_and_right_in_float64(m, n, kappa):
     A0, b0 = At.clone(), bt.clone()
     x, info = solve_eagle_torch(At, bt, rtol=1e-10)
     assert info.dtype == torch.int64 and info.shape == (64,)
+    # exact: inputs not written to
     assert torch.equal(At, A0) and torch.equal(bt, b0), "inputs must not change"
     assert bool((info == 0).all())
     err = rel(x.numpy(), pinv_solution(A, b))
@@ -54,7 +55,8 @@ def test_random_gaussian_problems_reach_1e_10():
     assert bool((info == 0).all())
     # each certified to max(rtol, 100 κ eps) at most
     assert np.all(err <= np.maximum(1e-10, 100 * kappa * 2.2e-16) * 4)
-    assert np.median(err) < 1e-13
+    # and typically at the round-off of the problem (a few tenths of κ eps here), far below rtol
+    assert np.median(err / (kappa * 2.2e-16)) < 10
 
 
 def test_float32_is_certified_to_its_own_precision():
@@ -71,6 +73,7 @@ def test_one_problem_returns_a_vector_and_an_int_like_numpy():
     xn, infon = solve_eagle(A[0], b[0])
     assert isinstance(info, int) and info == infon == 0
     assert x.shape == (10,)
+    # both certify their error estimate below bound / 4, bound = max(rtol, 100 κ̂ eps) = 1e-10
     assert np.linalg.norm(x.numpy() - xn) <= 1e-10 * np.linalg.norm(xn)
 
 
@@ -105,7 +108,7 @@ def test_zero_right_hand_sides_and_zero_matrices_are_exact():
     A[2] = 0.0
     x, info = solve_eagle_torch(torch.from_numpy(A), torch.from_numpy(b))
     assert bool((info == 0).all())
-    assert not bool(x[1].any()) and not bool(x[2].any())
+    assert not bool(x[1].any()) and not bool(x[2].any())  # exact: nothing to solve, x = 0
 
 
 def test_every_scale_float64_holds_works():
@@ -143,6 +146,7 @@ def test_torch_lstsq_names_its_driver_and_matches_numpy():
     ref = pinv_solution(A, b)
     for driver in ("gelsd", "gelsy", "gels"):
         x, used = lstsq_torch(torch.from_numpy(A), torch.from_numpy(b), driver=driver)
+        # LAPACK against pinv, κ = 1e3 with a residual: 1e-9 > 1e3 κ eps, a bound of κ, not a CPU
         assert used == driver and rel(x.numpy(), ref).max() <= 1e-9
     assert lstsq_torch(torch.from_numpy(A), torch.from_numpy(b))[1] == "gelsd"
     with pytest.raises(ValueError, match="unknown driver"):
