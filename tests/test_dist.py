@@ -60,6 +60,11 @@ def test_simulated_distributed_eagle_matches_the_reference_at_any_scale(problem,
     D, stats = eagle.complete_distributed(A, B, C, world, rtol=0.0, maxiter=25)
     ref = reference_rounds(A, B, C, world, 25)
     assert_close(D, ref)
+    # and before it converges, where every round's step sizes still show in D
+    D3, _ = eagle.complete_distributed(A, B, C, world, rtol=0.0, maxiter=3)
+    ref3 = reference_rounds(A, B, C, world, 3)
+    assert np.linalg.norm(ref3 - exact) > 1e-3 * np.linalg.norm(exact)
+    assert_close(D3, ref3)
     for sa, sb, sc in [(1e-150, 1.0, 1.0), (1e150, 1e-100, 1e100), (1.0, 1e-300, 1e300)]:
         D2, st = eagle.complete_distributed(A * sa, B * sb, C * sc, world)
         assert st["info"] == 0
