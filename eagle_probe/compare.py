@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from eagle_probe import names
+from eagle_probe import names, wording
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
@@ -867,11 +867,13 @@ def _summary(sweeps: dict[str, Any], interp: pd.DataFrame) -> dict[str, Any]:
         "the network follows its extracted algorithm (gap within "
         f"{FOLLOW_FACTOR:g}× the training point's) over: "
         + "; ".join(parts)
-        + f". Largest gap {worst:.3g}; along the interpolation the MSE varies by "
-        f"{_spread(interp.mse.to_numpy()):.3g} of its mean."
+        + f". Largest gap {_fmt(worst)}; along the interpolation the MSE varies by "
+        f"{_fmt(_spread(interp.mse.to_numpy()))} of its mean."
     )
     return {"text": text, "max_gap": worst}
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+    """A number of the text: 3 significant digits, "not finite" for inf or NaN
+    (`wording.value`)."""
+    return wording.value(x)

@@ -9,6 +9,7 @@ schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,14 @@ CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained cont
 # prompt, since an untrained model is not query-separable; above this many flops it is skipped
 # and the control runs `eagle` and `fidelity` only (all the verdict reads).
 CONTROL_PROBE_FLOPS = 1e11
+# The control keeps its fresh weights but for a layer whose update on the probe prompts is larger
+# than CONTROL_GROWTH × the stream entering it: that layer's W_P is scaled down to it
+# (`control_gains`). Linear attention is cubic in the stream, so fresh weights of a large model
+# grow it like x → c x³ and overflow float64 within a few layers (n = 128: from the seventh); a
+# layer's relative one-step gap does not depend on the scale of its W_P, so a scaled layer reads
+# the same on its input and the layers after it see a finite stream. Fresh weights at the paper's
+# sizes move the stream by far less, and no layer of theirs is scaled.
+CONTROL_GROWTH = 1.0
 
 # Views that apply to each token layout (ModelConfig.tokens): every view reads both (in the sample
 # layout the step family is GD++, `fit.geometry`, and the verdict names GD / GD++ /
@@ -458,9 +467,31 @@ def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Control:
-    """The untrained control's view results: what the model's views read of it (`verdict`)."""
+    """The untrained control's view results: what the model's views read of it (`verdict`), and
+    the factor on each layer's W_P that kept its stream finite (`control_gains`)."""
 
     results: dict[str, ViewResult]
+    gains: tuple[float, ...] = ()
+
+
+@torch.no_grad()
+def control_gains(model: LinearTransformer, prompts: Prompt) -> list[float]:
+    """Per layer of the untrained `model`, the factor ≤ 1 on its W_P that keeps the layer's update
+    on `prompts` within CONTROL_GROWTH × the Frobenius norm of the stream entering it (that of
+    the layers before it, each already scaled; float64); 1.0 where it already is."""
+    m64 = float64_copy(model)
+    _, cache = m64.run_with_cache(prompts.z0().to(torch.float64), names_filter="hook_embed")
+    z = cache["hook_embed"]  # (b, T, E)  the stream entering layer 0
+    gains = []
+    for block in m64.blocks:
+        update = block.attn(z)  # (b, T, E)  the layer's update, scaled by a factor on W_P
+        size, grown = float(torch.linalg.norm(z)), float(torch.linalg.norm(update))
+        gain = 1.0
+        if not grown <= CONTROL_GROWTH * size:
+            gain = CONTROL_GROWTH * size / grown if math.isfinite(grown) else 0.0
+        gains.append(gain)
+        z = z + gain * update
+    return gains
 
 
 def _control(
@@ -473,13 +504,20 @@ def _control(
     control_probes: int,
     chunk: int | None,
     device,
-) -> dict[str, ViewResult]:
+) -> Control:
     """The untrained control's views (`CONTROL_VIEWS`): a model of the same configuration with
-    fresh weights, probed on the first `control_probes` probe prompts, scored on the model's
+    fresh weights (a layer that would grow the stream beyond CONTROL_GROWTH scaled down:
+    `control_gains`), probed on the first `control_probes` probe prompts, scored on the model's
     held-out and tuning prompts (those of its context `ctx`) and read in the model's `family`
     (None: the sample layout)."""
     seed = ctx.seed
     untrained = LinearTransformer(model.cfg, generator=make_generator(seed + 1))
+    probes = probe_batch(task, probe_batch_size, seed)[:control_probes]
+    gains = control_gains(untrained, probes)
+    with torch.no_grad():
+        for block, gain in zip(untrained.blocks, gains, strict=True):
+            if gain < 1.0:
+                block.attn.W_P.mul_(gain)
     # the control's one-step gaps are ratios: the first probe prompts its budget affords
     iterate = probe_flops(model.cfg, control_probes) <= CONTROL_PROBE_FLOPS
     control_views = [v for v in CONTROL_VIEWS if v in names]
@@ -488,7 +526,7 @@ def _control(
     cctx = build_context(
         untrained,
         task,
-        probes=probe_batch(task, probe_batch_size, seed)[:control_probes],
+        probes=probes,
         seed=seed,
         held_out=ctx.held_out,
         tuning=ctx.tuning,
@@ -500,7 +538,7 @@ def _control(
         family=family,
     )
     run_views(cctx, control_views)
-    return cctx.results
+    return Control(cctx.results, tuple(gains))
 
 
 def view_names(cfg, views: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -542,20 +580,21 @@ def extract(
                         device=device, progress=progress)  # fmt: skip
     timings["capture"] = time.perf_counter() - t0
     run_views(ctx, [v for v in names if v != "verdict"], timings, progress)
-    control_results = None
+    control_results, gains = None, None
     if control:
         t0 = time.perf_counter()
         family = None if ctx.geometry.samples else families.of_geometry(ctx.geometry).name
         control_probes = control_probe_batch(geometry_of(model, None), probe_batch_size)
-        control_results = _control(
+        ran = _control(
             model, task, ctx, family, names, probe_batch_size, control_probes, chunk, device
         )
+        control_results, gains = ran.results, list(ran.gains)
         timings["control"] = time.perf_counter() - t0
-        ctx = replace(ctx, control=Control(control_results))
+        ctx = replace(ctx, control=ran)
     if "verdict" in names:
         run_views(ctx, ["verdict"], timings)
     return Extraction(
-        info=model_info(model, task, ctx, probe_batch_size, control_results, seed),
+        info=model_info(model, task, ctx, probe_batch_size, control_results, seed, gains),
         views=dict(ctx.results),
         control=control_results,
         network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
@@ -573,6 +612,7 @@ def model_info(
     probe_batch_size: int,
     control_results: dict[str, ViewResult] | None,
     seed: int,
+    control_gains: list[float] | None = None,
 ) -> dict[str, Any]:
     """The `model` entry of extraction.json: the model, its task and the probes read."""
     cfg = model.cfg
@@ -609,6 +649,8 @@ def model_info(
         "control_probe_batch": control_probe_batch(geometry_of(model, None), probe_batch_size)
         if control
         else 0,
+        # the factor on each control layer's W_P that kept its stream finite (1: its own weights)
+        "control_gains": control_gains if control else None,
         "seed": seed,
         "layer_index": "0-based: layer 0 is the first attention layer",
         "units": _units(cfg),

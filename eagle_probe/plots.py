@@ -256,7 +256,9 @@ def compare_sensitivity(result: dict) -> Figure:
     for ax, (name, sweep) in zip(axes, sweeps.items(), strict=False):
         x = _sweep_axis(ax, name, sweep)
         for block, colour in (("C", "C2"), ("A", "C0")):
-            y = [1.0 - p["sensitivity_cosine"][block] for p in sweep["points"]]
+            # no cosine (null) where a gradient is exactly 0, as for a network predicting 0
+            cos = [p["sensitivity_cosine"][block] for p in sweep["points"]]
+            y = [np.nan if c is None else 1.0 - c for c in cos]
             ax.plot(x, draw.positive(y, GAP_FLOOR), color=colour, marker=".", label=f"∂D̂/∂{block}")
         _decades(ax)
         ax.set_ylabel("1 − cosine", fontsize=7)

@@ -84,7 +84,7 @@ def render_text(ex: Extraction, name: str = "model") -> str:
         "MSE and fidelity in prompt units",
         *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
         f"held-out MSE {number(net['mse'])}, "
-        f"{against_zero(net['mse'], net['zero_mse'], lambda r: f'{r:.1f}x')}",
+        f"{against_zero(net['mse'], net['zero_mse'], spec='.1f', mark='x')}",
         "",
     ]
     table = ex.table()
@@ -243,7 +243,7 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     verdict = ex.verdict
     label = verdict.get("label", "")
     css = LABEL_CLASS.get(label, "")
-    below = against_zero(net["mse"], net["zero_mse"], lambda r: f"{r:.1f}×")
+    below = against_zero(net["mse"], net["zero_mse"], spec=".1f")
     meta = (
         f"{info['regime']} regime, {plural(info['layers'], 'layer')} "
         f"× {plural(info['heads'], 'head')}, "

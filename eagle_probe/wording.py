@@ -1,12 +1,20 @@
 """The words every command uses for an MSE against the zero predictor's, for the readout's
-sign, for counts and for the numbers of the text report. Standard library only: the views
-(`eagle_probe.fit`) write them without torch."""
+sign, for counts and for the numbers of the text report. Every ratio and percentage a report or
+a command prints is written here (`times`, `ratio`, `percent`, `change`, `against_zero`), with
+readable limits: never "inf%", "nan", a signed zero or a number of 67 digits. Standard library
+only: the views (`eagle_probe.fit`) write them without torch."""
 
 from __future__ import annotations
 
 import math
 
 NO_BETTER = 1.05  # an MSE within 5% of the zero predictor's is no better than predicting zero
+
+# Readable limits of a ratio or a percentage: beyond them a sentence says "> 10⁶×" ("> +10⁶%")
+# instead of printing 13 digits or "inf"; a ratio of two zeros is not defined and says so.
+LIMIT = 1e6
+BOTH_ZERO = "not defined: both are 0"
+BREAKS = 10.0  # a change above +1000% is stated as the factor it multiplies by ("×23.4")
 
 
 def plural(count: int, word: str) -> str:
@@ -15,25 +23,102 @@ def plural(count: int, word: str) -> str:
 
 
 def number(x, digits: int = 3) -> str:
-    """A number for the screen: never more than ~9 characters, never above 1e6 unscaled."""
+    """A number for the screen: never more than ~9 characters, never above 1e6 unscaled (an
+    infinity is above it too), never a signed zero."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return ""
     if isinstance(x, str):
         return x
     x = float(x) + 0.0  # −0.0 prints as 0
-    if not math.isfinite(x):
-        return str(x)
-    if abs(x) >= 1e6:  # the table never shows a number above 1e6; JSON keeps the value
+    if abs(x) >= LIMIT:  # the table never shows a number above 1e6; JSON keeps the value
         return ">1e6" if x > 0 else "<-1e6"
     if x != 0 and abs(x) < 1e-3:
         return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}g}"
+    return _unsigned_zero(f"{x:.{digits}g}")
+
+
+def value(x: float | None, spec: str = ".3g") -> str:
+    """A number for a sentence, written by `spec`: "not finite" for an infinity or NaN,
+    "skipped" for None (the number of a view that did not run), never a signed zero."""
+    if x is None:
+        return "skipped"
+    x = float(x)
+    if not math.isfinite(x):
+        return "not finite"
+    return _unsigned_zero(f"{x + 0.0:{spec}}")
+
+
+def _unsigned_zero(text: str) -> str:
+    """`text` without the sign of a number that prints as zero ("-0.0" → "0.0"): which sign a
+    rounded zero carries differs between CPUs, so no report ever prints one."""
+    if text[:1] in "+-" and not any(ch in "123456789" for ch in text.split("e")[0]):
+        return text[1:]
+    return text
+
+
+def times(r: float, *, spec: str = ".3g", mark: str = "×", prefix: bool = False) -> str:
+    """A ratio of two non-negative numbers for a sentence: "1.35×" (`spec` writes the number,
+    `mark` follows it, or leads it with `prefix`: "×1.35"); "> 10⁶×" ("×10⁶ or more") from
+    LIMIT up, an infinite ratio included; "< 10⁻⁶×" ("×10⁻⁶ or less") for a positive one below
+    1 / LIMIT; "not defined" for NaN."""
+    r = float(r) + 0.0
+    if math.isnan(r):
+        return "not defined"
+    if r >= LIMIT:
+        return f"{mark}10⁶ or more" if prefix else f"> 10⁶{mark}"
+    if 0 < r < 1 / LIMIT:
+        return f"{mark}10⁻⁶ or less" if prefix else f"< 10⁻⁶{mark}"
+    text = _unsigned_zero(f"{r:{spec}}")
+    return f"{mark}{text}" if prefix else f"{text}{mark}"
+
+
+def ratio(num: float, den: float, *, spec: str = ".3g", mark: str = "×") -> str:
+    """num / den by `times`: "not defined: both are 0" for 0 / 0, "> 10⁶×" for a positive number
+    over 0 or an infinite one over a finite one, "not defined (a number that is not finite)"
+    where either is otherwise not finite."""
+    num, den = float(num), float(den)
+    if num == 0 and den == 0:
+        return BOTH_ZERO
+    if math.isinf(num) and math.isfinite(den) and num > 0:
+        return times(math.inf, mark=mark)
+    if not (math.isfinite(num) and math.isfinite(den)):
+        return "not defined (a number that is not finite)"
+    if den == 0:
+        return times(math.inf, mark=mark)
+    return times(num / den, spec=spec, mark=mark)
+
+
+def percent(x: float, *, digits: int = 1, signed: bool = True, spec: str | None = None) -> str:
+    """A fraction as a percentage: "+3.2%" (`signed`) or "3.2%" with `digits` decimals (`spec`,
+    e.g. ".2g", replaces them), never a signed zero ("0.0%" whatever the sign of a tiny x),
+    "> +10⁶%" / "< -10⁶%" beyond LIMIT percent, "not defined" for NaN."""
+    x = float(x)
+    if math.isnan(x):
+        return "not defined"
+    if abs(x) * 100 >= LIMIT:
+        sign = "+" if signed and x > 0 else ""
+        return f"> {sign}10⁶%" if x > 0 else "< -10⁶%"
+    spec = spec if spec is not None else f".{digits}f"
+    text = f"{x * 100 + 0.0:{'+' if signed else ''}{spec}}"
+    return _unsigned_zero(text) + "%"
 
 
 def change(mse: float, net: float) -> str:
-    """How much `mse` differs from the network's `net`, in percent ("+3.2%"; "+nan%" without a
-    positive `net`)."""
-    return f"{(mse / net - 1) * 100 if net > 0 else math.nan:+.1f}%"
+    """How much `mse` differs from the network's `net` on the same prompts: a percentage up to
+    +1000% ("+3.2%", "0.0%"), the factor beyond ("×23.4", "×10⁶ or more"); "not defined: both are 0"
+    when both are 0, "non-finite MSE" when `mse` is not finite, "not defined (the network's MSE
+    is 0)" for a positive `mse` against 0."""
+    mse, net = float(mse), float(net)
+    if not math.isfinite(mse):
+        return "non-finite MSE"
+    if mse == 0 and net == 0:
+        return BOTH_ZERO
+    if not (math.isfinite(net) and net > 0):
+        return f"not defined (the network's MSE is {value(net)})"
+    cost = mse / net - 1.0
+    if cost > BREAKS:
+        return times(mse / net, prefix=True)
+    return percent(cost)
 
 
 def step_list(values) -> str:
@@ -41,20 +126,27 @@ def step_list(values) -> str:
     return f"[{', '.join(number(v) for v in values)}]"
 
 
-def against_zero(mse: float, zero: float, factor=lambda r: f"{r:.3g}×") -> str:
+def against_zero(mse: float, zero: float, *, spec: str = ".3g", mark: str = "×") -> str:
     """How an MSE stands against the zero predictor's: "27.6× below the zero predictor's 1.01",
     "no better than the zero predictor's 1.01" (within NO_BETTER), or "no better than the zero
     predictor: 3.3× above its 1.01". A model worse than predicting zero is never called below
-    it. `factor` writes the ratio."""
+    it; the factor is written by `times` (`spec`, `mark`), so it is never infinite: an MSE of
+    exactly 0 is "> 10⁶× below", and against a zero predictor whose MSE is 0 the comparison
+    is "not defined: both are 0" or "no better than the zero predictor, whose MSE is 0"."""
+    z = f"{zero:.3g}"
     if not math.isfinite(mse):
-        return f"no better than the zero predictor's {zero:.3g} (MSE {mse})"
-    if mse <= 0:
-        return "infinitely below the zero predictor"
-    if zero / mse >= NO_BETTER:
-        return f"{factor(zero / mse)} below the zero predictor's {zero:.3g}"
+        return f"no better than the zero predictor's {z} (its MSE is {value(mse)})"
+    if zero == 0:
+        if mse == 0:
+            return f"against the zero predictor {BOTH_ZERO} (every D is 0)"
+        return "no better than the zero predictor, whose MSE is 0"
+    if mse <= 0 or zero / mse >= NO_BETTER:
+        factor = times(math.inf if mse <= 0 else zero / mse, spec=spec, mark=mark)
+        return f"{factor} below the zero predictor's {z}"
     if mse / zero <= NO_BETTER:
-        return f"no better than the zero predictor's {zero:.3g}"
-    return f"no better than the zero predictor: {factor(mse / zero)} above its {zero:.3g}"
+        return f"no better than the zero predictor's {z}"
+    factor = times(mse / zero, spec=spec, mark=mark)
+    return f"no better than the zero predictor: {factor} above its {z}"
 
 
 # the other readout sign is flagged when it fits the held-out prompts at least this much better

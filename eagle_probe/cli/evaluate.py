@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     for name, value in rows:
         print(f"  {name:<22}{value:.3e}")
-    versus = against_zero(result["mse"], result["zero_mse"], lambda r: f"{r:.1f}x")
+    versus = against_zero(result["mse"], result["zero_mse"], spec=".1f", mark="x")
     print(f"  {'improvement':<22}{versus}")
     print(
         f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "

@@ -102,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, result, task, tmp, out, seconds: float) -> list[str]:
     """Write extraction.json, the solver (feature layout) and the report into the claimed
     folder `tmp`, publish it as `out`, and return the lines to print after the report."""
+    import numpy as np
+
     from eagle_probe import checkpoint
     from eagle_probe.export import faithful_gap, write_solver
     from eagle_probe.files import jsonable
     from eagle_probe.report import write_report
+    from eagle_probe.wording import percent, value
 
     payload = result.to_json()
     payload["model"]["checkpoint"] = str(args.model)
@@ -124,15 +127,19 @@ def _write(args: argparse.Namespace, result, task, tmp, out, seconds: float) -> 
         gap = faithful_gap(
             tmp / "solver.py", result.held_out.z0, result.network_pred, d=task.d, n=task.n
         )
-        payload["export"] = {"faithful_gap": gap, "prompts": min(256, len(result.held_out.z0))}
-        lines.append(
-            f"exported solver, faithful mode, against the network on "
-            f"{payload['export']['prompts']} held-out prompts: relative gap {gap:.3g}"
+        prompts = min(256, len(result.held_out.z0))
+        payload["export"] = {"faithful_gap": gap, "prompts": prompts}
+        # ‖D_network‖ = 0 on these prompts: a gap relative to it is not defined
+        silent = not np.any(result.network_pred[:prompts])
+        versus = "not defined: the network predicts 0 on each" if silent else value(gap)
+        line = (
+            f"exported solver, faithful mode, against the network on {prompts} held-out prompts: "
         )
-        if not gap <= EXPORT_GAP:
+        lines.append(textwrap.fill(f"{line}relative gap {versus}", 100, subsequent_indent="  "))
+        if not gap <= EXPORT_GAP and not silent:
             warning = (
-                f"the faithful export differs from the network by {gap:.1%} (> {EXPORT_GAP:.0%}): "
-                "its constant EAGLE steps do not reproduce the network"
+                f"the faithful export differs from the network by {percent(gap, signed=False)} "
+                f"(> {EXPORT_GAP:.0%}): its constant EAGLE steps do not reproduce the network"
             )
             payload["warnings"].append(warning)
             lines.append(textwrap.fill(f"warning: {warning}", 100, subsequent_indent="  "))

@@ -571,7 +571,7 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
         test = metrics["test"]
         lines.append(
             f"seed {seed}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
-            f"({against_zero(test['mse'], test['zero_mse'], lambda r: f'{r:.1f}x')})"
+            f"({against_zero(test['mse'], test['zero_mse'], spec='.1f', mark='x')})"
         )
     _publish(args)
     if len(results) == 1:

@@ -108,21 +108,20 @@ def matrix_fit(r: np.ndarray, dx: np.ndarray) -> dict:
 
 
 def name_layer(scalar: dict, poly: dict, matrix: dict) -> str:
-    """The rule of the module text."""
-    if scalar["r2"] >= R2_MIN:
-        return "GD"
-    orders = poly["orders"]
-    if poly["r2"] >= R2_MIN and 0 in orders and 1 in orders:
-        return "GD++"
-    if (
-        matrix["r2"] >= R2_MIN
-        and matrix["rel_residual"] <= MATRIX_GAIN * poly["rel_residual"]
-        and matrix["departure_from_scalar"] >= SCALAR_TOL
-    ):
-        return "preconditioned GD"
-    if poly["r2"] >= R2_MIN:
-        return "polynomial"
-    return "unrecognised"
+    """The rule of the module text: the "fitted layer" rules of the verdict's rule table
+    (`fit.verdict.RULES`)."""
+    from eagle_probe.fit.verdict import decide  # the verdict reads this view: import on use
+
+    facts = {
+        "scalar_r2": scalar["r2"],
+        "polynomial_r2": poly["r2"],
+        "orders": poly["orders"],
+        "matrix_r2": matrix["r2"],
+        "matrix_residual": matrix["rel_residual"],
+        "polynomial_residual": poly["rel_residual"],
+        "departure": matrix["departure_from_scalar"],
+    }
+    return decide("fitted layer", facts).label
 
 
 def squared_preconditioner(poly: dict) -> dict | None:
@@ -183,7 +182,9 @@ def sample_layer(f: dict, step, last: bool, lam_max: float) -> dict:
     f["fit"] = FIT_OF_LABEL[f["label"]]
     moves = abs(float(step.a_step)) * lam_max >= MOVES
     if f["step_share"] < NO_STEP and not last and moves:
-        f["label"] = "GD++" if stream_r2 >= R2_MIN else "unrecognised"
+        from eagle_probe.fit.verdict import decide  # the "no-step layer" rules
+
+        f["label"] = decide("no-step layer", {"stream_r2": stream_r2}).label
         f["fit"] = "stream" if f["label"] == "GD++" else f["fit"]
     f["gdpp"]["eta_iterate"] = -label_alpha0(f)
     f["r2_label"] = stream_r2 if f["fit"] == "stream" else float(f[f["fit"]]["r2"])

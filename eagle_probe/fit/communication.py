@@ -64,6 +64,7 @@ from eagle_probe import drawing as draw
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.fit.verdict import USED_BLOCK
+from eagle_probe.wording import percent, times
 
 # a column of W_VP^μ counts as written when it holds at least this share of ‖W_VP^μ‖²_F; the
 # shipped distributed model's cross columns hold 0.2–16% each in layers 0–2, its last layer
@@ -188,6 +189,16 @@ def _ratio(mse: float, base: float) -> float:
     return 1.0 if mse == base else float("inf")
 
 
+def _pc(share: float, spec: str) -> str:
+    """A share as a percentage with `spec`'s digits ("0.026%", `wording.percent`)."""
+    return percent(share, signed=False, spec=spec)
+
+
+def _by(ratio: float) -> str:
+    """An MSE ratio as a factor: "×3.99", "×10⁶ or more" (`wording.times`)."""
+    return times(ratio, prefix=True)
+
+
 def _sentence(
     layers: list[dict],
     sent: bool,
@@ -200,8 +211,8 @@ def _sentence(
     network, paper = floats["network"], floats["eagle-distributed"]
     cd = traffic = ""
     if cd_ratio is not None:  # C/D copies: both kinds of traffic named
-        cd = f"; zeroing the writes into other machines' C/D copies changes it ×{cd_ratio:.3g}"
-        traffic = f"{100 * _fraction(layers):.3g}% of the cross-machine ‖W_VP‖² is A traffic"
+        cd = f"; zeroing the writes into other machines' C/D copies changes it {_by(cd_ratio)}"
+        traffic = f"{_pc(_fraction(layers), '.3g')} of the cross-machine ‖W_VP‖² is A traffic"
     if sent:
         used = [lay for lay in layers if lay["a_columns_sent"]] or layers
         where = ", ".join(str(lay["layer"]) for lay in used)
@@ -209,18 +220,19 @@ def _sentence(
         top_any = max(h["cross_a_any_share"] for lay in used for h in lay["heads"])
         return (
             f"A columns cross machines: in layer(s) {where} a head writes up to "
-            f"{100 * top:.2g}% of its ‖W_VP‖² into the other {M - 1} machines' A/B columns "
-            f"({100 * top_any:.2g}% reading or writing them), and zeroing those writes in every "
-            f"layer changes the held-out MSE ×{ratio:.3g} (reads and writes: ×{any_ratio:.3g}"
+            f"{_pc(top, '.2g')} of its ‖W_VP‖² into the other {M - 1} machines' A/B columns "
+            f"({_pc(top_any, '.2g')} reading or writing them), and zeroing those writes in every "
+            f"layer changes the held-out MSE {_by(ratio)} (reads and writes: "
+            f"{_by(any_ratio)}"
             f"{cd}); {traffic + '; ' if traffic else ''}the network sends about {network} "
             f"floats per machine per round where eagle-distributed sends {paper} (the C/D "
             "results only)."
         )
     top = max((h["cross_a_share"] for lay in layers for h in lay["heads"]), default=0.0)
     return (
-        f"Only the C/D results cross machines: at most {100 * top:.2g}% of any head's ‖W_VP‖² "
+        f"Only the C/D results cross machines: at most {_pc(top, '.2g')} of any head's ‖W_VP‖² "
         f"writes other machines' A/B columns{f' ({traffic})' if traffic else ''} and zeroing "
-        f"it changes the held-out MSE by {ratio:.3g}×{cd}, as in eagle-distributed ({network} "
+        f"it changes the held-out MSE by {times(ratio)}{cd}, as in eagle-distributed ({network} "
         f"floats per machine per round; the family sends {paper})."
     )
 
@@ -259,9 +271,9 @@ def figures(ex: Extraction) -> Figures:
             ax, share, cmap, ((ij, f"{100 * v:.0f}%") for ij, v in np.ndenumerate(share))
         )
         labels = [
-            f"{lay['layer']}: ×{lay[ablation]:.3g}"
+            f"{lay['layer']}: {_by(lay[ablation])}"
             + (
-                f", with reads ×{lay['cross_a_any_ablation']:.3g}"
+                f", with reads {_by(lay['cross_a_any_ablation'])}"
                 if key == "cross_a_share" and not copies and "cross_a_any_ablation" in lay
                 else ""
             )
@@ -274,12 +286,12 @@ def figures(ex: Extraction) -> Figures:
         ax.set_ylabel("layer: MSE with these\nwrites zeroed", fontsize=8)
         fig.colorbar(im, ax=ax, label="share of ‖W_VP^μ‖²_F", shrink=0.9)
         ax.set_title(
-            f"W_VP^μ written {where}\n(every layer zeroed at once: MSE ×{c[ablation]:.3g})",
+            f"W_VP^μ written {where}\n(every layer zeroed at once: MSE {_by(c[ablation])})",
             fontsize=9,
         )
     if copies:
         fig.suptitle(
-            f"A traffic: {100 * c['cross_a_fraction']:.3g}% of the cross-machine ‖W_VP‖²",
+            f"A traffic: {_pc(c['cross_a_fraction'], '.3g')} of the cross-machine ‖W_VP‖²",
             fontsize=10,
         )
     return {"communication": fig}
@@ -386,7 +398,7 @@ def communication_view(ctx: Context) -> ViewResult:
         warnings.append(
             "W_VP writes other machines' A/B columns"
             + (" and the function depends on it" if relied else "")
-            + f" (zeroing those writes: MSE ×{ratio:.3g}): A columns cross machines, which "
+            + f" (zeroing those writes: MSE {_by(ratio)}): A columns cross machines, which "
             "eagle-distributed never does"
         )
     out = {

@@ -38,7 +38,7 @@ import numpy as np
 from eagle_probe.fit.base import Context, Extraction, HeldOut, ViewResult, affordable, register
 from eagle_probe.fit.families import of_geometry
 from eagle_probe.fit.geometry import Geometry
-from eagle_probe.wording import number, plural, step_list
+from eagle_probe.wording import number, plural, ratio, step_list, value
 
 # Converged: no single step size, changed by a relative ε, changes the loss by more than
 # GTOL · ε relative, i.e. max_i |θ_i ∂L/∂θ_i| ≤ GTOL · L (a stationary point up to round-off).
@@ -889,13 +889,15 @@ def report_lines(ex: Extraction) -> list[str]:
         f"best {family} ({plural(len(o['optimal']['a_steps']), 'layer')}, steps by "
         "Levenberg-Marquardt, "
         f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
-        f"starts, median {number(o.get('median', float('nan')))}, spread "
-        f"×{number(o.get('spread', 1.0))}; distilled: from the weight-read steps):",
+        f"starts, median {number(o.get('median', float('nan'))) or 'not finite'}, spread "
+        f"×{number(o.get('spread', 1.0)) or ' not finite'}; distilled: from the weight-read "
+        "steps; network: the network's MSE over the fit's, on the same prompts):",
     ]
     for name in ("optimal", "distilled"):
         f = o[name]
+        versus = ratio(net, f["mse"], spec=".2f", mark="x")
         lines.append(
-            f"  {name:9s} MSE {number(f['mse'])} ({f['mse'] / net:.2f}x network)  "
+            f"  {name:9s} MSE {number(f['mse']) or 'not finite'} (network {versus})  "
             f"a = {step_list(f['a_steps'])}  c = {step_list(f['c_steps'])}  "
             f"|grad| {number(f['gradient_norm'])}, rel {number(f['relative_gradient'])}, "
             f"{'converged' if f['converged'] else 'NOT converged'} in {f['iterations']} it."
@@ -968,9 +970,9 @@ def optimum_view(ctx: Context) -> ViewResult:
         out[f"{name}_mse"] = fit["mse"]
         if fit["mse"] > 2 * fit["loss"] + 1e-300 and name == "optimal":
             warnings.append(
-                f"the {name} EAGLE's held-out MSE {fit['mse']:.3g} is far above its tuning loss "
-                f"{fit['loss']:.3g}: steps tuned on {tune.z0.shape[0]} prompts fail on others "
-                "(typically rare prompts with a large ‖A‖ when prompts are not normalised)"
+                f"the {name} EAGLE's held-out MSE {value(fit['mse'])} is far above its tuning "
+                f"loss {value(fit['loss'])}: steps tuned on {tune.z0.shape[0]} prompts fail on "
+                "others (typically rare prompts with a large ‖A‖ when prompts are not normalised)"
             )
         if fit.get("stable_fallback"):
             warnings.append(
@@ -983,8 +985,8 @@ def optimum_view(ctx: Context) -> ViewResult:
             warnings.append(
                 f"the {name} EAGLE fit is kept after {fit['iterations']} iterations: continued "
                 f"to convergence ({more['iterations']} iterations, tuning loss "
-                f"{more['loss']:.3g}) its steps blow up on fresh validation prompts (steps tuned "
-                "on these prompts fail on others)"
+                f"{value(more['loss'])}) its steps blow up on fresh validation prompts (steps "
+                "tuned on these prompts fail on others)"
             )
         elif not fit["converged"]:
             warnings.append(
@@ -1007,8 +1009,8 @@ def _family_warnings(families: list[dict], tuning: int) -> list[str]:
             )
         if not fam["read"] and fam.get("best") is not None and fam["optimal_mse"] > 2 * fam["best"]:
             warnings.append(
-                f"the best {fam['name']} (tuning loss {fam['best']:.3g}) reaches held-out MSE "
-                f"{fam['optimal_mse']:.3g}: its steps, tuned on {tuning} prompts, "
+                f"the best {fam['name']} (tuning loss {value(fam['best'])}) reaches held-out MSE "
+                f"{value(fam['optimal_mse'])}: its steps, tuned on {tuning} prompts, "
                 "blow up on others"
             )
     return warnings

@@ -37,7 +37,7 @@ from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.fit.families import Family, _embed
 from eagle_probe.fit.geometry import Geometry
-from eagle_probe.wording import change, number
+from eagle_probe.wording import change, number, value
 
 
 def family(geo: Geometry, head: int, qk_head: np.ndarray, fam: Family | None = None):
@@ -244,7 +244,8 @@ def projection_view(ctx: Context) -> ViewResult:
     if not np.isfinite(projected) or projected > 10 * max(net, ctx.zero_mse):
         warnings.append(
             f"projecting every layer onto the {name} family blows up "
-            f"(MSE {projected:.3g} against the network's {net:.3g}): the network is not that family"
+            f"(MSE {value(projected)} against the network's {value(net)}): the network is not "
+            "that family"
         )
     # every family the regime admits, scored the same way (the views read `fam`)
     scored = []

@@ -1,8 +1,16 @@
 """The verdict: per layer a label from stated thresholds, per model one paragraph.
 
+Every label below is a row of one rule table, `RULES` (the same table in
+docs/extraction-schema.md): in each scope the first rule whose condition holds decides, the JSON
+names it (`rule`) and the paragraph quotes it, so the label and every sentence read the same
+numbers. Every ratio is stated with the network first (its MSE over its family's optimum's), and
+every number is written by `eagle_probe.wording`.
+
 A layer is
-- "EAGLE" when one EAGLE step reproduces it (relative one-step gap ≤ EAGLE_GAP) and the untrained
-  control is clearly worse (its relative gap ≥ CONTROL_FACTOR × the layer's);
+- "EAGLE" when it leaves the stream exactly as it was (one EAGLE step with a = c = 0; its
+  relative gap is 0 / 0), or when one EAGLE step reproduces it (relative one-step gap ≤
+  EAGLE_GAP) and the untrained control is clearly worse (its relative gap ≥ CONTROL_FACTOR × the
+  layer's);
 - "EAGLE-like" when the gap is ≤ LIKE_GAP, again with the control clearly worse: most of the
   layer's update is an EAGLE step, and the blocks that depart are named;
 - "not EAGLE" otherwise.
@@ -13,8 +21,9 @@ layers clearly better). The model is
   layer's weights onto the family changes the held-out MSE by at most PROJECTION_COST;
 - "EAGLE-like" when every layer is at least EAGLE-like and the projection at most doubles the
   MSE (LIKE_PROJECTION_COST);
-- "not EAGLE" otherwise: a whole-model projection that is cheap while layers projected alone
-  break the model is reported as co-adapted layers, not as the family. Also "not EAGLE" whatever
+- "not EAGLE" otherwise, and before any of these when the layers are co-adapted: a whole-model
+  projection that is cheap (≤ LIKE_PROJECTION_COST) while a layer projected alone costs more is
+  not running the family, whatever the layers' one-step gaps. Also "not EAGLE" whatever
   its layers when it is not clearly better than the zero predictor (MSE above ZERO_FRACTION of
   the zero predictor's) or than its untrained control, and (distributed) when it reads as the
   paper's eagle-distributed while view `communication` finds it sending A columns between
@@ -39,14 +48,29 @@ readout sign is checked on the held-out prompts (`readout_check`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from eagle_probe import drawing as draw
 from eagle_probe import regimes
 from eagle_probe.fit import families
+from eagle_probe.fit.algorithm import MATRIX_GAIN, MOVES, NO_STEP, R2_MIN, SCALAR_TOL
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
-from eagle_probe.wording import against_zero, plural, readout_flag, readout_hint
+from eagle_probe.wording import (
+    BREAKS,  # a projection that raises the MSE more than 1000% breaks the model
+    against_zero,
+    change,
+    percent,
+    plural,
+    ratio,
+    readout_flag,
+    readout_hint,
+    times,
+    value,
+)
 
 EAGLE_GAP = 0.01  # relative one-step gap ‖Z_{l+1} − EAGLE(Z_l)‖² / ‖Z_{l+1} − Z_l‖²
 LIKE_GAP = 0.5
@@ -69,13 +93,228 @@ THRESHOLDS = {
     "used_block": USED_BLOCK,
     "zero_fraction": ZERO_FRACTION,
 }
+# every threshold a rule of RULES names: the verdict's and the algorithm view's
+ALL_THRESHOLDS = THRESHOLDS | {
+    "r2_min": R2_MIN,
+    "matrix_gain": MATRIX_GAIN,
+    "scalar_tol": SCALAR_TOL,
+    "no_step": NO_STEP,
+    "moves": MOVES,
+}
 
 
-def _fmt(x: float | None) -> str:
-    """A number for a sentence; None is the number of a view that did not run: "skipped"."""
-    if x is None:
-        return "skipped"
-    return f"{x:.3g}" if math.isfinite(x) else str(x)
+_fmt = value  # a number for a sentence ("skipped" for a view that did not run)
+
+
+# --- the rule table -------------------------------------------------------------------------------
+# Every label the verdict gives comes from RULES: in each scope, the first rule whose condition
+# holds on the facts decides. `when` states the condition as docs/extraction-schema.md's table
+# prints it (the thresholds' names and values); the text quotes it, and tests/fit/test_verdict.py
+# checks that the docs' table is this one.
+
+SCOPES = {
+    "layer": "a layer of the feature layout, in the family the views read",
+    "model": "a feature-layout model",
+    "fitted layer": "a layer's update of the implicit iterate, fitted three ways (view algorithm)",
+    "no-step layer": "sample layout: a layer, not the last, that moves x by less than no_step "
+    "({no_step}) of ‖x_L‖ but moves the data (γ λ_max ≥ moves, {moves}), named from the stream",
+    "sample model": "a sample-layout model",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the verdict's rule table: in `scope`, `label` by rule `name` when `holds(facts)`
+    (the first rule of the scope that holds decides); `when` says so in words ({threshold}
+    placeholders filled by `Rule.text`)."""
+
+    scope: str
+    label: str
+    name: str
+    when: str
+    holds: Callable[[Mapping[str, Any]], bool]
+
+    def text(self) -> str:
+        """`when` with the thresholds' values."""
+        return self.when.format(**ALL_THRESHOLDS)
+
+
+def _always(facts: Mapping[str, Any]) -> bool:
+    return True
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "layer",
+        "EAGLE",
+        "idle",
+        "the layer leaves the stream exactly as it was (its update and its one-step gap are both "
+        "0): one EAGLE step with a = c = 0",
+        lambda f: f["idle"],
+    ),
+    Rule(
+        "layer",
+        "EAGLE",
+        "step",
+        "relative one-step gap ≤ eagle_gap ({eagle_gap}) and the untrained control's ≥ "
+        "control_factor ({control_factor}) × it (or no control)",
+        lambda f: f["gap"] <= EAGLE_GAP and f["separated"],
+    ),
+    Rule(
+        "layer",
+        "EAGLE-like",
+        "like",
+        "relative one-step gap ≤ like_gap ({like_gap}) and the untrained control's ≥ "
+        "control_factor ({control_factor}) × it (or no control)",
+        lambda f: f["gap"] <= LIKE_GAP and f["separated"],
+    ),
+    Rule("layer", "not EAGLE", "other", "otherwise", _always),
+    Rule(
+        "model",
+        "not EAGLE",
+        "no_better_than_zero",
+        "held-out MSE not finite or above zero_fraction ({zero_fraction}) × the zero "
+        "predictor's: no algorithm is claimed",
+        lambda f: not f["working"],
+    ),
+    Rule(
+        "model",
+        "not EAGLE",
+        "control_as_good",
+        "no layer fits the family clearly better than the untrained control: in every layer the "
+        "control's one-step gap is below control_factor ({control_factor}) × the layer's",
+        lambda f: f["control_as_good"],
+    ),
+    Rule(
+        "model",
+        "not EAGLE",
+        "sends_a",
+        "read as eagle-distributed while the network sends A columns between machines (view "
+        "communication), which eagle-distributed never does",
+        lambda f: f["sends_a"],
+    ),
+    Rule(
+        "model",
+        "not EAGLE",
+        "coadapted",
+        "co-adapted layers: projecting every layer onto the family costs at most "
+        "like_projection_cost ({like_projection_cost:.0%}) while a layer projected alone costs "
+        "more; the layers' departures cancel one another, which is not running the family",
+        lambda f: f["coadapted"],
+    ),
+    Rule("model", "EAGLE", "every_layer", "every layer EAGLE", lambda f: f["every_eagle"]),
+    Rule(
+        "model",
+        "EAGLE",
+        "cheap_projection",
+        "every layer at least EAGLE-like and projecting every layer onto the family costs at "
+        "most projection_cost ({projection_cost:.0%})",
+        lambda f: f["every_like"] and f["cheap"],
+    ),
+    Rule(
+        "model",
+        "EAGLE-like",
+        "near_projection",
+        "every layer at least EAGLE-like and projecting every layer onto the family costs at "
+        "most like_projection_cost ({like_projection_cost:.0%}) (or no projection ran)",
+        lambda f: f["every_like"] and f["near"],
+    ),
+    Rule(
+        "model",
+        "not EAGLE",
+        "other",
+        "otherwise: a layer is not EAGLE-like, or projecting every layer costs more than "
+        "like_projection_cost ({like_projection_cost:.0%})",
+        _always,
+    ),
+    Rule(
+        "fitted layer",
+        "GD",
+        "scalar",
+        "the scalar fit Δx ≈ β_0 r has R² ≥ r2_min ({r2_min})",
+        lambda f: f["scalar_r2"] >= R2_MIN,
+    ),
+    Rule(
+        "fitted layer",
+        "GD++",
+        "orders_0_1",
+        "the polynomial fit has R² ≥ r2_min ({r2_min}) and holds orders 0 and 1",
+        lambda f: f["polynomial_r2"] >= R2_MIN and {0, 1} <= set(f["orders"]),
+    ),
+    Rule(
+        "fitted layer",
+        "preconditioned GD",
+        "matrix",
+        "the matrix fit Δx ≈ Γ r has R² ≥ r2_min ({r2_min}) and a relative residual at most "
+        "matrix_gain ({matrix_gain}) × the polynomial fit's, and Γ is not a multiple of I "
+        "(departure ≥ scalar_tol, {scalar_tol})",
+        lambda f: (
+            f["matrix_r2"] >= R2_MIN
+            and f["matrix_residual"] <= MATRIX_GAIN * f["polynomial_residual"]
+            and f["departure"] >= SCALAR_TOL
+        ),
+    ),
+    Rule(
+        "fitted layer",
+        "polynomial",
+        "other_orders",
+        "the polynomial fit has R² ≥ r2_min ({r2_min}) without order 1 (another filter)",
+        lambda f: f["polynomial_r2"] >= R2_MIN,
+    ),
+    Rule("fitted layer", "unrecognised", "other", "otherwise: no fit explains the update", _always),
+    Rule(
+        "no-step layer",
+        "GD++",
+        "stream",
+        "one GD++ layer explains its whole update (stream R² ≥ r2_min, {r2_min})",
+        lambda f: f["stream_r2"] >= R2_MIN,
+    ),
+    Rule("no-step layer", "unrecognised", "other", "otherwise", _always),
+    Rule(
+        "sample model",
+        "unrecognised",
+        "no_better_than_zero",
+        "held-out MSE not finite or above zero_fraction ({zero_fraction}) × the zero "
+        "predictor's: its fits describe no working algorithm",
+        lambda f: not f["working"],
+    ),
+    Rule(
+        "sample model",
+        "unrecognised",
+        "unexplained_layer",
+        "a layer is unrecognised (or there is no layer)",
+        lambda f: "unrecognised" in f["labels"] or not f["labels"],
+    ),
+    Rule(
+        "sample model",
+        "preconditioned GD",
+        "preconditioned",
+        "a layer is preconditioned GD (the most general name of a layer)",
+        lambda f: "preconditioned GD" in f["labels"],
+    ),
+    Rule(
+        "sample model",
+        "GD++",
+        "gdpp",
+        "a layer is GD++ and none is preconditioned GD",
+        lambda f: "GD++" in f["labels"],
+    ),
+    Rule(
+        "sample model",
+        "polynomial",
+        "polynomial",
+        "a layer is polynomial and none is GD++ or preconditioned GD",
+        lambda f: "polynomial" in f["labels"],
+    ),
+    Rule("sample model", "GD", "every_layer", "otherwise: every layer is GD", _always),
+)
+
+
+def decide(scope: str, facts: Mapping[str, Any]) -> Rule:
+    """The rule of `scope` that labels `facts`: the first in RULES whose condition holds."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown verdict scope {scope!r}; choose from {', '.join(SCOPES)}")
+    return next(rule for rule in RULES if rule.scope == scope and rule.holds(facts))
 
 
 def _control_layers(ctx: Context) -> list[dict] | None:
@@ -94,16 +333,19 @@ def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
-BREAKS = 10.0  # a projection that raises the MSE more than 1000% breaks the model
-
-
 def _cost(cost: float) -> str:
-    """A relative MSE change as a percentage, or "breaks the model (×N)" above 1000%."""
+    """A relative MSE change as a percentage, or "breaks the model (×N)" above 1000%
+    (`wording.change`)."""
     if not math.isfinite(cost):
         return "breaks the model (non-finite MSE)"
     if cost > BREAKS:
-        return f"breaks the model (×{cost + 1:.3g})"
-    return f"{cost * 100:+.1f}%"
+        return f"breaks the model ({times(cost + 1, prefix=True)})"
+    return percent(cost)
+
+
+def _share(x: float, digits: int = 1) -> str:
+    """A non-negative fraction as a percentage ("0.42%"; `wording.percent` without a sign)."""
+    return percent(x, digits=digits, signed=False)
 
 
 def _costs(cost: float) -> str:
@@ -113,6 +355,7 @@ def _costs(cost: float) -> str:
 
 
 def layer_labels(ctx: Context) -> list[dict]:
+    """Each layer's label by the "layer" rules of RULES, with the numbers they read."""
     fid = ctx.results["fidelity"].json["layers"]
     proj = ctx.results.get("projection")
     ctrl = _control_layers(ctx)
@@ -125,18 +368,16 @@ def layer_labels(ctx: Context) -> list[dict]:
             cost = proj.json["layers"][layer]["mse"] / proj.json["network_mse"] - 1.0
         control_gap = _control_gap(ctrl, layer)
         separated = not _finite(control_gap) or control_gap >= CONTROL_FACTOR * gap
-        if gap <= EAGLE_GAP and separated:
-            label = "EAGLE"
-        elif separated and gap <= LIKE_GAP:
-            label = "EAGLE-like"
-        else:
-            label = "not EAGLE"
+        # 0 / 0: the layer's update is exactly zero and so is the gap of EAGLE's fitted step
+        idle = math.isnan(gap) and f["one_step"]["total"] == 0.0
+        rule = decide("layer", {"idle": idle, "gap": gap, "separated": separated})
         blocks = f["one_step"]["relative_blocks"]
         off = [k for k, v in blocks.items() if math.isfinite(v) and v > 10 * EAGLE_GAP]
         out.append(
             {
                 "layer": layer,
-                "label": label,
+                "label": rule.label,
+                "rule": rule.name,  # the row of RULES that gave the label
                 "one_step_relative": gap,
                 "projection_cost": cost,
                 "control_relative": control_gap,
@@ -201,8 +442,8 @@ def term_kinds(terms_json: dict, family: families.Family | None = None) -> tuple
 
 def _below_zero(net: float, zero: float) -> str:
     """How far the MSE is below the zero predictor's, or that it is not below it
-    (`evaluate.against_zero`)."""
-    return against_zero(net, zero, lambda r: f"{_fmt(r)}×")
+    (`wording.against_zero`)."""
+    return against_zero(net, zero)
 
 
 def _families_sentence(scored: dict[str, dict], fam) -> str | None:
@@ -233,6 +474,11 @@ def _layer_sentence(lay: dict) -> str:
     where = ""
     if lay["departing_blocks"]:
         where = f"; departs in block(s) {', '.join(lay['departing_blocks'])}"
+    if lay.get("rule") == "idle":
+        return (
+            f"Layer {lay['layer']}: {lay['label']} (it leaves the stream exactly as it was, one "
+            "EAGLE step with a = c = 0; its relative one-step gap is not defined: both are 0)."
+        )
     if not math.isfinite(lay["projection_cost"]):
         return (
             f"Layer {lay['layer']}: {lay['label']} (relative one-step gap "
@@ -245,27 +491,74 @@ def _layer_sentence(lay: dict) -> str:
     )
 
 
-def _optimum_text(opt, fam) -> str | None:
-    """How the best and the closest fitted steps of `fam` compare with the network."""
-    if opt is None or not opt.json["network_mse"] > 0:
+def prompts_note(view_json: dict, held_out_prompts: int, key: str = "prompts") -> str:
+    """ "" when a view scored the network on the same held-out prompts as the verdict's MSE;
+    else where it scored and the network's MSE there (" on its 512 held-out prompts, where the
+    network's is 0.0691"), so that no sentence sets MSEs of two prompt sets side by side."""
+    k = view_json.get(key, held_out_prompts)
+    if k == held_out_prompts:
+        return ""
+    return (
+        f" on the first {plural(k, 'held-out prompt')}, where the network's is "
+        f"{_fmt(view_json['network_mse'])}"
+    )
+
+
+def _optimum_text(opt, fam, held_out_prompts: int) -> str | None:
+    """How the best and the closest fitted steps of `fam` compare with the network: the network's
+    MSE over the optimum's, on the optimum's prompts (the headline's ratio)."""
+    if opt is None or not math.isfinite(opt.json["network_mse"]):
         return None
     o = opt.json
+    note = prompts_note(o, held_out_prompts, "held_out_prompts")
     return (
         f"The best {fam.name} with the same number of steps (fitted to the truth, best of "
         f"{len(o.get('starts', [])) or 1} starts, {o.get('within_1pct', 1)} within 1%, "
         "relative "
-        f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-        f"({o['optimal_mse'] / o['network_mse']:.2f}× the network's MSE); the one closest to "
-        "the network "
-        f"reaches {_fmt(o['distilled_mse'])}."
+        f"gradient {_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])}"
+        f"{note}: the network's MSE is {ratio(o['network_mse'], o['optimal_mse'])} that; the one "
+        f"closest to the network reaches {_fmt(o['distilled_mse'])}."
     )
 
 
+def family_terms_found(terms_json: dict, family: families.Family) -> list[tuple[int, list, list]]:
+    """Per layer of term discovery (layer, the family's terms it selected (frequency ≥ 0.5, with
+    a scalar or a matrix coefficient), the family's terms in that layer's library)."""
+    out = []
+    for lay in terms_json.get("layers", []):
+        own = list(family.terms(tuple(lay.get("regime_terms", ()))))
+        found = {
+            base_name(t["name"])
+            for t in lay.get("terms", [])
+            if t.get("frequency", 1.0) >= 0.5 and base_name(t["name"]) in own
+        }
+        out.append((lay["layer"], [t for t in own if t in found], own))
+    return out
+
+
+def _terms_counted(counts: list[tuple[int, list, list]], fam) -> str:
+    """How many of the family's terms discovery selected, from the terms view's layers: "eagle's
+    4 terms in every layer", or the layers holding fewer, with the ones they hold."""
+    sizes = {len(own) for _, _, own in counts}
+    short = [(layer, found, own) for layer, found, own in counts if len(found) < len(own)]
+    if not short:
+        size = f"{next(iter(sizes))} " if len(sizes) == 1 else ""
+        return f"{fam.name}'s {size}terms in every layer"
+    held = [
+        f"layer {layer} "
+        + (f"{len(found)} of its {len(own)} ({', '.join(found)})" if found else "none of them")
+        for layer, found, own in short
+    ]
+    return f"not all of {fam.name}'s terms ({'; '.join(held)})"
+
+
 def _terms_text(terms, fam) -> list[str]:
-    """What term discovery finds beside `fam`'s terms (nothing without term discovery)."""
+    """What term discovery finds beside `fam`'s terms, and how many of its terms it finds (from
+    the terms view's own layers; nothing without term discovery)."""
     if terms is None:
         return []
     extra, matrix = term_kinds(terms.json, fam)
+    counts = family_terms_found(terms.json, fam)
     parts = []
     if extra:
         parts.append(
@@ -279,18 +572,78 @@ def _terms_text(terms, fam) -> list[str]:
             + "; ".join(f"{name} (layer {', '.join(map(str, ls))})" for name, ls in matrix)
             + "."
         )
-    if not extra and not matrix:
-        parts.append(f"Term discovery finds {fam.name}'s four terms and nothing else.")
+    if not counts:
+        return parts
+    if not extra and not any(found for _, found, _ in counts):
+        parts.append("Term discovery finds no term in any layer.")
+    elif not extra and not matrix:
+        parts.append(f"Term discovery finds {_terms_counted(counts, fam)} and nothing else.")
+    elif any(len(found) < len(own) for _, found, own in counts):
+        parts.append(f"Of {fam.name}'s own terms it finds {_terms_counted(counts, fam)}.")
     return parts
 
 
-def model_text(ctx: Context, layers: list[dict], label: str) -> str:
-    geo, net, zero = ctx.geometry, ctx.network_mse, ctx.zero_mse
+def _projection_costs(ctx: Context, layers: list[dict]) -> tuple[float, list[dict]]:
+    """(the whole-model projection's relative MSE change, the layers whose projection alone
+    costs more than LIKE_PROJECTION_COST); (NaN, []) without the projection."""
+    proj = ctx.results.get("projection")
+    if proj is None or not proj.json["network_mse"] > 0:
+        return math.nan, []
+    whole = proj.json["projected_mse"] / proj.json["network_mse"] - 1.0
+    alone = [lay for lay in layers if not lay["projection_cost"] <= LIKE_PROJECTION_COST]
+    return whole, alone
+
+
+def model_facts(ctx: Context, layers: list[dict]) -> dict[str, Any]:
+    """What the "model" rules of RULES read: booleans of the held-out MSE, the control, the
+    communication view, the projection and the layers' labels."""
+    net, zero = ctx.network_mse, ctx.zero_mse
+    proj = ctx.results.get("projection")
+    whole, alone = _projection_costs(ctx, layers)
+    working = math.isfinite(net) and net <= ZERO_FRACTION * zero
+    ctrl = _control_layers(ctx)
+    control_as_good = ctrl is not None and all(
+        c["one_step"]["relative"] < CONTROL_FACTOR * lay["one_step_relative"]
+        for c, lay in zip(ctrl, layers, strict=True)
+    )
+    labels = {lay["label"] for lay in layers}
+    return {
+        "working": working,
+        "control_as_good": control_as_good,
+        "sends_a": working and communication_conflict(ctx) is not None,
+        "coadapted": proj is not None and whole <= LIKE_PROJECTION_COST and bool(alone),
+        "every_eagle": labels == {"EAGLE"},
+        # a family is claimed only where every layer is at least like it
+        "every_like": labels <= {"EAGLE", "EAGLE-like"},
+        "cheap": proj is not None and whole <= PROJECTION_COST,
+        "near": proj is None or whole <= LIKE_PROJECTION_COST,
+    }
+
+
+def _control_sentence(ctx: Context) -> str | None:
+    """Which of the untrained control's layers were scaled down to keep its stream finite
+    (`extract.Control.gains`); None when none was."""
+    gains = getattr(ctx.control, "gains", None) or ()
+    scaled = [layer for layer, g in enumerate(gains) if g < 1.0]
+    if not scaled:
+        return None
+    return (
+        f"The untrained control's layer {', '.join(map(str, scaled))} changed the stream by more "
+        "than its own size and was scaled down to it (fresh weights of this size grow the stream "
+        "without bound; one layer's relative one-step gap does not depend on its scale)."
+    )
+
+
+def model_text(ctx: Context, layers: list[dict], rule: Rule) -> str:
+    """The verdict's paragraph: every sentence from the numbers the label rests on, and the rule
+    of RULES that gave the label."""
+    geo, net, zero, label = ctx.geometry, ctx.network_mse, ctx.zero_mse, rule.label
+    held = ctx.held_out.prompts
     parts = [
         f"{geo.regime} model, {plural(geo.layers, 'layer')} × {plural(geo.heads, 'head')}; "
         f"held-out MSE {_fmt(net)} ({_below_zero(net, zero)})."
     ]
-    if net > ZERO_FRACTION * zero:
+    if rule.name == "no_better_than_zero":
         parts.append(
             "It does not solve the task (not clearly better than predicting zero), so no algorithm "
             "is claimed for it."
@@ -306,12 +659,16 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
     if proj is not None:
         pm, pnet = proj.json["projected_mse"], proj.json["network_mse"]
         gap = proj.json.get("prediction_gap", float("nan"))
+        note = prompts_note(proj.json, held)
+        versus = _cost(pm / pnet - 1) if pnet > 0 else change(pm, pnet)
+        gap_text = _fmt(gap)
+        if not np.any(ctx.network_pred):  # ‖D̂_network‖ = 0: no relative gap
+            gap_text = "not defined: the network predicts 0 on every prompt"
         parts.append(
-            f"Projecting every layer's weights onto {fam.name} gives MSE {_fmt(pm)} "
-            f"({_cost(pm / pnet - 1)} against the network; prediction gap "
-            f"‖D̂_projected − D̂_network‖/‖D̂_network‖ = {_fmt(gap)})."
-            if pnet > 0
-            else f"Projecting every layer onto {fam.name} gives MSE {_fmt(pm)}."
+            f"Projecting every layer's weights onto {fam.name} gives MSE {_fmt(pm)}{note} "
+            f"({versus} against the network; prediction gap "
+            f"‖D̂_projected − D̂_network‖/‖D̂_network‖ {'=' if _finite(gap) else 'is'} "
+            f"{gap_text})."
         )
     for name in ("communication", "sketch"):
         view = ctx.results.get(name)
@@ -319,49 +676,109 @@ def model_text(ctx: Context, layers: list[dict], label: str) -> str:
             parts.append(view.json["sentence"])
     for note in _coadapted(ctx, layers):
         parts.append(note)
+    control = _control_sentence(ctx)
+    if control is not None:
+        parts.append(control)
     parts += [_layer_sentence(lay) for lay in layers]
     for b in off_family_blocks(ctx):
         parts.append(
             f"It relies on {b['product']}'s {b['block'][0]}×{b['block'][1]} block "
             f"({BLOCK_MEANING[b['product'], b['block']]}), which EAGLE does not have: zeroing it "
-            f"in every layer and head multiplies the MSE by {_fmt(b['ratio'])}."
+            f"in every layer and head multiplies the MSE by {times(b['ratio'], mark='')}."
         )
-    optimum_text = _optimum_text(ctx.results.get("optimum"), fam)
+    optimum_text = _optimum_text(ctx.results.get("optimum"), fam, held)
     if optimum_text is not None:
         parts.append(optimum_text)
     parts += _terms_text(ctx.results.get("terms"), fam)
     claimed = f" ({fam.name})" if label != "not EAGLE" else ""
+    parts.append(f"By the verdict's rule table: {rule.text()}.")
     parts.append(f"Verdict: {label}{claimed}.")
     return " ".join(parts)
 
 
-def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[str]]:
-    """How sure the label is ("high", "medium" or "low") and the numbers it rests on.
+def _gap_reason(layers: list[dict], label: str) -> str:
+    """The one-step gaps a label rests on: the largest that is defined, and the layers that
+    leave the stream unchanged (their gap is 0 / 0)."""
+    gaps = [lay["one_step_relative"] for lay in layers if _finite(lay["one_step_relative"])]
+    idle = [lay["layer"] for lay in layers if lay.get("rule") == "idle"]
+    worst = max(gaps, default=math.nan)
+    if label == "not EAGLE":
+        text = f"largest one-step gap {_share(worst, 2)} (EAGLE-like ≤ "
+        text += f"{LIKE_GAP:.0%})"
+    else:
+        text = f"every layer's one-step gap ≤ {_share(worst, 2)}"
+    if not gaps:
+        text = "no layer's one-step gap is defined"
+    if idle:
+        text += f" (layer {', '.join(map(str, idle))} leaves the stream unchanged)"
+    elif len(gaps) < len(layers):
+        text += f" ({len(layers) - len(gaps)} layer(s) not finite)"
+    return text
+
+
+def _control_reason(layers: list[dict]) -> str | None:
+    """The untrained control's smallest one-step gap, naming the layers it leaves out (not
+    finite or skipped); None without a control."""
+    given = [lay for lay in layers if lay["control_relative"] is not None]
+    if not given:
+        return None
+    finite = [lay["control_relative"] for lay in given if _finite(lay["control_relative"])]
+    left = [lay["layer"] for lay in given if not _finite(lay["control_relative"])]
+    if not finite:
+        return "untrained control's gap not finite in any layer"
+    text = f"untrained control's gap ≥ {_share(min(finite), 0)}"
+    if left:
+        text += f" (layer {', '.join(map(str, left))} not finite, left out)"
+    return text
+
+
+def _rule_reason(ctx: Context, layers: list[dict], rule: Rule) -> str | None:
+    """The reason a specific "not EAGLE" rule gives, in numbers; None for the others."""
+    if rule.name == "sends_a":
+        return communication_conflict(ctx)
+    if rule.name == "control_as_good":
+        return "no layer fits the family clearly better than the untrained control"
+    if rule.name == "coadapted":
+        whole, alone = _projection_costs(ctx, layers)
+        return (
+            "co-adapted layers: "
+            + ", ".join(
+                f"layer {lay['layer']} alone {_cost(lay['projection_cost'])}" for lay in alone
+            )
+            + f", all layers together {_cost(whole)}"
+        )
+    return None
+
+
+def confidence(
+    ctx: Context, layers: list[dict], label: str, rule: Rule | None = None
+) -> tuple[str, list[str]]:
+    """How sure the label is ("high", "medium" or "low") and the numbers it rests on, the rule
+    that decided first where it is a specific "not EAGLE" one.
 
     EAGLE is held with high confidence when every layer is an EAGLE step (gap ≤ EAGLE_GAP, the
     control clearly worse) and projecting the weights onto the family costs at most
     PROJECTION_COST; medium when the label holds through the projection or as EAGLE-like; low for
     an EAGLE-like label whose projection costs more than PROJECTION_COST. "not EAGLE" is held with
     high confidence when the model fails the zero predictor, a layer is not EAGLE-like, the
-    network sends A columns the family never sends, or the projection breaks the model (above
-    BREAKS); medium otherwise (every layer near the family, the projection not)."""
+    network sends A columns the family never sends, a layer projected alone or the whole
+    projection breaks the model (above BREAKS); medium otherwise (every layer near the family,
+    the projection not)."""
     net, zero = ctx.network_mse, ctx.zero_mse
     gaps = [lay["one_step_relative"] for lay in layers]
-    controls = [lay["control_relative"] for lay in layers if _finite(lay["control_relative"])]
     reasons = []
-    worst = max(gaps, default=math.nan)
+    worst = max((g for g in gaps if _finite(g)), default=math.nan)
     conflict = communication_conflict(ctx)
     if not (math.isfinite(net) and net <= ZERO_FRACTION * zero):
         reasons.append(f"MSE {_fmt(net)} not clearly below the zero predictor's {_fmt(zero)}")
     else:
-        if conflict is not None and label == "not EAGLE":
-            reasons.append(conflict)
-        if label == "not EAGLE":
-            reasons.append(f"largest one-step gap {worst:.2%} (EAGLE-like ≤ {LIKE_GAP:.0%})")
-        else:
-            reasons.append(f"every layer's one-step gap ≤ {worst:.2%}")
-        if controls:
-            reasons.append(f"untrained control's gap ≥ {min(controls):.0%}")
+        specific = None if rule is None else _rule_reason(ctx, layers, rule)
+        if specific is not None:
+            reasons.append(specific)
+        reasons.append(_gap_reason(layers, label))
+        control = _control_reason(layers)
+        if control is not None:
+            reasons.append(control)
     proj = ctx.results.get("projection")
     cost = math.nan
     if proj is not None and proj.json["network_mse"] > 0:
@@ -369,11 +786,13 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
         reasons.append(f"projection {_cost(cost)}")
     opt = ctx.results.get("optimum")
     if opt is not None and opt.json["network_mse"] > 0 and opt.json["optimal_mse"] > 0:
-        reasons.append(
-            f"network {opt.json['network_mse'] / opt.json['optimal_mse']:.2g}× its family's optimum"
-        )
+        r = ratio(opt.json["network_mse"], opt.json["optimal_mse"], spec=".2g")
+        reasons.append(f"network {r} its family's optimum")
     every = all(lay["label"] == "EAGLE" for lay in layers)
     cheap = not math.isfinite(cost) or cost <= PROJECTION_COST
+    broken_alone = any(not lay["projection_cost"] <= BREAKS for lay in layers) and (
+        rule is not None and rule.name == "coadapted"
+    )
     if label == "EAGLE":
         level = "high" if every and cheap else "medium"
     elif label == "EAGLE-like":
@@ -385,6 +804,7 @@ def confidence(ctx: Context, layers: list[dict], label: str) -> tuple[str, list[
             or any(lay["label"] == "not EAGLE" for lay in layers)
             or conflict is not None
             or (not math.isnan(cost) and not cost <= BREAKS)  # the projection breaks it
+            or broken_alone  # a layer projected alone breaks it
         )
         level = "high" if clear else "medium"
     return level, reasons
@@ -420,22 +840,18 @@ def readout_check(ctx: Context, ascent: list[int]) -> tuple[dict, list[str]]:
 
 def _coadapted(ctx: Context, layers: list[dict]) -> list[str]:
     """A whole-model projection that is cheap while single layers projected alone are not: the
-    layers' departures cancel one another (co-adapted layers), which is not the family."""
+    layers' departures cancel one another (co-adapted layers), which is not the family (rule
+    "coadapted" of RULES)."""
     proj = ctx.results.get("projection")
-    if proj is None or not proj.json["network_mse"] > 0:
+    whole, alone = _projection_costs(ctx, layers)
+    if proj is None or not (whole <= LIKE_PROJECTION_COST and alone):
         return []
-    whole = proj.json["projected_mse"] / proj.json["network_mse"] - 1.0
-    alone = [lay for lay in layers if not lay["projection_cost"] <= LIKE_PROJECTION_COST]
-    if whole <= LIKE_PROJECTION_COST and alone:
-        return [
-            f"The whole-model projection {_costs(whole)} while "
-            + ", ".join(
-                f"layer {lay['layer']} alone {_costs(lay['projection_cost'])}" for lay in alone
-            )
-            + ": the layers are co-adapted (their departures from the family cancel), which is "
-            "not running the family."
-        ]
-    return []
+    return [
+        f"The whole-model projection {_costs(whole)} while "
+        + ", ".join(f"layer {lay['layer']} alone {_costs(lay['projection_cost'])}" for lay in alone)
+        + ": the layers are co-adapted (their departures from the family cancel), which is "
+        "not running the family."
+    ]
 
 
 def communication_conflict(ctx: Context) -> str | None:
@@ -462,7 +878,6 @@ SAMPLE_TERMS = {
     "GD++": ("A+=AAtA", "C+=AAtC", "A+=W*AAtA", "C+=W*AAtC"),
     "preconditioned GD": ("B+=BAt*W*A", "D+=BAt*W*C", "A+=AAt*W*A", "C+=AAt*W*C"),
 }
-SAMPLE_ORDER = ("GD", "polynomial", "GD++", "preconditioned GD")  # least to most general
 # a discovered term outside these families is named only when it carries at least this share of
 # its block's update (a coefficient of 1e-7 on a term of the same size as the update is round-off)
 TERM_SHARE = 0.01
@@ -472,11 +887,16 @@ AGREE = 0.05
 NEGLIGIBLE_STEP = 1e-3
 
 
+def sample_rule(labels: list[str], working: bool = True) -> Rule:
+    """The "sample model" rule of RULES for a model whose layers are named `labels`: the most
+    general name (module text); "unrecognised" for a layer unexplained or a model no better than
+    predicting zero (`working` False)."""
+    return decide("sample model", {"working": working, "labels": set(labels)})
+
+
 def sample_label(labels: list[str]) -> str:
-    """The model's name from its layers' names (module text)."""
-    if not labels or "unrecognised" in labels:
-        return "unrecognised"
-    return max(labels, key=SAMPLE_ORDER.index)
+    """The model's name from its layers' names (`sample_rule`)."""
+    return sample_rule(labels).label
 
 
 def one_step_theory(ctx: Context) -> float | None:
@@ -518,24 +938,26 @@ def agreement_text(diffs: list[dict], proj: ViewResult | None) -> tuple[str, str
     if worst["relative"] <= AGREE:
         return (
             f"The steps read from the activations and from the weights agree to "
-            f"{worst['relative']:.2%} or better in every layer.",
-            f"activations and weights agree to {worst['relative']:.2%}",
+            f"{_share(worst['relative'], 2)} or better in every layer.",
+            f"activations and weights agree to {_share(worst['relative'], 2)}",
         )
     off = [d for d in rated if d["relative"] > AGREE]
-    where = ", ".join(f"layer {d['layer']}'s {name[d['step']]} ({d['relative']:.1%})" for d in off)
+    where = ", ".join(
+        f"layer {d['layer']}'s {name[d['step']]} ({_share(d['relative'])})" for d in off
+    )
     outside = ""
     if proj is not None:
         lay = proj.json["layers"][worst["layer"]]
         outside = (
-            f" (layer {worst['layer']}'s W_QK leaves {lay['qk_outside']:.1%} and W_VP "
-            f"{lay['vp_outside']:.1%} of its norm outside the isotropic family)"
+            f" (layer {worst['layer']}'s W_QK leaves {_share(lay['qk_outside'])} and W_VP "
+            f"{_share(lay['vp_outside'])} of its norm outside the isotropic family)"
         )
     return (
         f"The activations and the weights differ in {where}: the weights' projection drops the "
         f"structure outside GD++{outside}, while the activations are what the network computes on "
         "these prompts, so the activations' steps are the ones to trust (the projection's cost "
         "says how much the dropped part matters).",
-        f"activations and weights differ by up to {worst['relative']:.1%} "
+        f"activations and weights differ by up to {_share(worst['relative'])} "
         f"(layer {worst['layer']}'s {name[worst['step']]})",
     )
 
@@ -565,7 +987,7 @@ def sample_confidence(
         a = layers[0]["alpha_0"]
         near = abs(a / theory - 1.0) <= 0.05
         off = a / theory - 1.0
-        reasons.append(f"α_0 = {a:.4g} against −1/(n + d + 1) = {theory:.4g} ({off:+.1%})")
+        reasons.append(f"α_0 = {a:.4g} against −1/(n + d + 1) = {theory:.4g} ({percent(off)})")
     agree = agreement is None or "agree" in agreement
     if agreement is not None and label != "unrecognised":
         reasons.append(agreement)
@@ -594,7 +1016,7 @@ def _layer_words(lay: dict, algo: dict, last: bool, r2_min: float) -> str:
     if lay["label"] == "GD++" and lay["fit"] == "stream":
         words["GD++"] = (
             f"it only transforms the data, γ = {gamma}, taking no step on the iterate "
-            f"({lay['step_share']:.2%} of it); one GD++ layer reproduces its update ({r2})"
+            f"({_share(lay['step_share'], 2)} of it); one GD++ layer reproduces its update ({r2})"
         )
     else:
         words["GD++"] = (
@@ -613,7 +1035,7 @@ def _sample_layer_rows(ctx: Context, algo: list[dict]) -> list[dict]:
     GD++'s γ and η, the weights' steps, one-step gaps and the projection's cost."""
     from eagle_probe.fit.algorithm import label_alpha0
 
-    geo, net = ctx.geometry, ctx.network_mse
+    geo = ctx.geometry
     fid = ctx.results["fidelity"].json["layers"] if "fidelity" in ctx.results else None
     ctrl = _control_layers(ctx)
     proj = ctx.results.get("projection")
@@ -624,6 +1046,7 @@ def _sample_layer_rows(ctx: Context, algo: list[dict]) -> list[dict]:
         cost, wts = float("nan"), None
         if proj is not None:
             wts = proj.json["layers"][layer]
+            net = proj.json["network_mse"]  # on the projection's own prompts
             if net > 0:
                 cost = wts["mse"] / net - 1.0
         one_step = fid[layer]["one_step"] if fid else None
@@ -688,29 +1111,36 @@ def _sample_layer_sentences(
     return parts
 
 
-def _projection_sentence(proj, net: float) -> str | None:
-    """What projecting every layer onto GD++ (and preconditioned GD) costs; None without it."""
-    if proj is None or not net > 0 or not math.isfinite(proj.json["projected_mse"]):
+def _projection_sentence(proj, net: float, held_out_prompts: int) -> str | None:
+    """What projecting every layer onto GD++ (and preconditioned GD) costs, against the network
+    on the projection's own prompts; None without it."""
+    if proj is None or not math.isfinite(proj.json["projected_mse"]):
         return None
-    pm = proj.json["projected_mse"]
+    pm, pnet = proj.json["projected_mse"], proj.json["network_mse"]
+    if not pnet > 0:
+        return None
+    note = prompts_note(proj.json, held_out_prompts)
     text = (
-        f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)} ({_cost(pm / net - 1)})"
+        f"Projecting every layer's weights onto GD++ gives MSE {_fmt(pm)}{note} "
+        f"({_cost(pm / pnet - 1)})"
     )
     if "preconditioned_mse" in proj.json:
         pc = proj.json["preconditioned_mse"]
-        text += f", onto preconditioned GD {_fmt(pc)} ({_cost(pc / net - 1)})"
+        text += f", onto preconditioned GD {_fmt(pc)} ({_cost(pc / pnet - 1)})"
     return text + "."
 
 
-def _optimum_sentence(opt, net: float) -> str | None:
-    """How the best GD++ of the same depth compares with the network; None without it."""
-    if opt is None or not net > 0:
+def _optimum_sentence(opt, net: float, held_out_prompts: int) -> str | None:
+    """How the best GD++ of the same depth compares with the network (the network's MSE over the
+    optimum's, on the optimum's prompts); None without it."""
+    if opt is None or not math.isfinite(opt.json["network_mse"]):
         return None
     o = opt.json
+    note = prompts_note(o, held_out_prompts, "held_out_prompts")
     return (
         f"The best GD++ with the same number of layers (fitted to the truth, relative gradient "
-        f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])} "
-        f"({o['optimal_mse'] / net:.2f}× the network's MSE)."
+        f"{_fmt(o['optimal']['relative_gradient'])}) reaches {_fmt(o['optimal_mse'])}{note}: "
+        f"the network's MSE is {ratio(o['network_mse'], o['optimal_mse'])} that."
     )
 
 
@@ -758,9 +1188,10 @@ def sample_verdict(ctx: Context) -> ViewResult:
     proj = ctx.results.get("projection")
     layers = _sample_layer_rows(ctx, algo)
     warnings = []
-    label = sample_label([lay["label"] for lay in layers])
-    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
-        label = "unrecognised"
+    working = math.isfinite(net) and net <= ZERO_FRACTION * zero
+    rule = sample_rule([lay["label"] for lay in layers], working)
+    label = rule.label
+    if not working:
         warnings.append(
             f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
             f"{_fmt(zero)}): its fits describe no working algorithm"
@@ -773,8 +1204,8 @@ def sample_verdict(ctx: Context) -> ViewResult:
     if sentence:
         parts.append(sentence)
     sentences = (
-        _projection_sentence(proj, net),
-        _optimum_sentence(ctx.results.get("optimum"), net),
+        _projection_sentence(proj, net, ctx.held_out.prompts),
+        _optimum_sentence(ctx.results.get("optimum"), net, ctx.held_out.prompts),
         _terms_sentence(ctx.results.get("terms"), last_layer),
     )
     parts += [text for text in sentences if text is not None]
@@ -790,6 +1221,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
     ]
     sign_info, sign_warnings = readout_check(ctx, ascent)
     warnings += sign_warnings
+    parts.append(f"By the verdict's rule table: {rule.text()}.")
     parts.append(f"Verdict: {label}.")
     thresholds = {
         **algo_json["thresholds"],
@@ -815,6 +1247,8 @@ def sample_verdict(ctx: Context) -> ViewResult:
                 "thresholds": thresholds,
                 "headline": headline(label, family, level, reasons),
                 "text": " ".join(parts),
+                "rule": rule.name,  # the row of RULES that gave the label
+                "rule_text": rule.text(),
                 **sign_info,
             },
         },
@@ -898,47 +1332,30 @@ def verdict_view(ctx: Context) -> ViewResult:
         return sample_verdict(ctx)
     layers = layer_labels(ctx)
     net, zero = ctx.network_mse, ctx.zero_mse
+    facts = model_facts(ctx, layers)
+    rule = decide("model", facts)
+    label = rule.label
     warnings = []
-    labels = {lay["label"] for lay in layers}
-    if not math.isfinite(net) or net > ZERO_FRACTION * zero:
-        label = "not EAGLE"
+    if not facts["working"]:
         warnings.append(
             f"the model is not clearly better than the zero predictor (MSE {_fmt(net)} against "
             f"{_fmt(zero)}): its fits describe no working algorithm"
         )
-    else:
-        proj = ctx.results.get("projection")
-        pnet = net if proj is None else proj.json["network_mse"]  # on the projection's prompts
-        cheap = proj is not None and proj.json["projected_mse"] <= (1 + PROJECTION_COST) * pnet
-        near = proj is None or proj.json["projected_mse"] <= (1 + LIKE_PROJECTION_COST) * pnet
-        # a family is claimed only where every layer is at least like it
-        every_like = labels <= {"EAGLE", "EAGLE-like"}
-        if labels == {"EAGLE"} or (cheap and every_like):
-            label = "EAGLE"
-        elif every_like and near:
-            label = "EAGLE-like"
-        else:
-            label = "not EAGLE"
-        conflict = communication_conflict(ctx)
-        if conflict is not None:
-            label = "not EAGLE"
-            warnings.append(f"not claimed as eagle-distributed: {conflict}")
-    if _control_layers(ctx) is not None:
-        ctrl = [c["one_step"]["relative"] for c in _control_layers(ctx)]
-        mine = [lay["one_step_relative"] for lay in layers]
-        if all(c < CONTROL_FACTOR * m for c, m in zip(ctrl, mine, strict=True)):
-            label = "not EAGLE"
-            warnings.append("no layer fits EAGLE clearly better than the untrained control does")
+    elif facts["sends_a"]:
+        warnings.append(f"not claimed as eagle-distributed: {communication_conflict(ctx)}")
+    if facts["control_as_good"]:
+        warnings.append("no layer fits EAGLE clearly better than the untrained control does")
     for b in off_family_blocks(ctx):
         warnings.append(
             f"the network uses {b['product']}'s {b['block']} block "
             f"({BLOCK_MEANING[b['product'], b['block']]}), outside EAGLE's shape: zeroing it "
-            f"everywhere multiplies the MSE by {_fmt(b['ratio'])}"
+            f"everywhere multiplies the MSE by {times(b['ratio'], mark='')}"
         )
     sign_info, sign_warnings = readout_check(ctx, [])
     warnings += sign_warnings
     family = families.of_geometry(ctx.geometry).name if label != "not EAGLE" else None
-    level, reasons = confidence(ctx, layers, label)
+    level, reasons = confidence(ctx, layers, label, rule)
+    opt = ctx.results.get("optimum")
     return ViewResult(
         "verdict",
         {
@@ -954,7 +1371,13 @@ def verdict_view(ctx: Context) -> ViewResult:
                 "reasons": reasons,
                 "thresholds": THRESHOLDS,
                 "headline": headline(label, family, level, reasons),
-                "text": model_text(ctx, layers, label),
+                "text": model_text(ctx, layers, rule),
+                "rule": rule.name,  # the row of RULES that gave the label
+                "rule_text": rule.text(),
+                # the network's MSE over its family's best (view optimum), on the optimum's prompts
+                "network_over_optimum": None
+                if opt is None or not opt.json["optimal_mse"] > 0
+                else opt.json["network_mse"] / opt.json["optimal_mse"],
                 **sign_info,
             },
         },

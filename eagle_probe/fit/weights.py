@@ -12,6 +12,7 @@ import pandas as pd
 
 from eagle_probe import drawing as draw
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
+from eagle_probe.wording import value
 
 
 def sparsify(W: np.ndarray) -> np.ndarray:
@@ -346,8 +347,8 @@ def weights_view(ctx: Context) -> ViewResult:
     warnings = []
     if not np.isfinite(simplified) or simplified > 10 * max(network, ctx.zero_mse):
         warnings.append(
-            f"the sparsified ('simplified') weights blow up: MSE {simplified:.3g} against the "
-            f"network's {network:.3g}; the structure text is not a model of this network"
+            f"the sparsified ('simplified') weights blow up: MSE {value(simplified)} against the "
+            f"network's {value(network)}; the structure text is not a model of this network"
         )
     return ViewResult(
         "weights",

@@ -36,7 +36,7 @@ def test_sample_verdict_carries_label_family_confidence_reasons_thresholds(best_
     v = best_step.verdict
     assert v["label"] == "GD" and v["family"] == "GD" and v["confidence"] == "high"
     assert v["thresholds"]["r2_min"] == 0.99
-    assert any("−1/(n + d + 1) = -0.03846 (+0.0%)" in r for r in v["reasons"]), v["reasons"]
+    assert any("−1/(n + d + 1) = -0.03846 (0.0%)" in r for r in v["reasons"]), v["reasons"]
     assert v["headline"].startswith("GD, confidence high: ")
 
 
@@ -134,3 +134,131 @@ def test_a_model_that_barely_moves_is_not_eagle_though_its_layers_are():
     ex = extract(model, task, probe_batch_size=64, test_batch=256, tuning_batch=128)
     assert ex.views["verdict"].json["model"]["label"] == "not EAGLE"
     assert any("zero predictor" in w for w in ex.warnings)
+
+
+# --- the rule table: one in code, the same in the docs, applied to the label and the text -------
+
+
+def test_the_docs_rule_table_is_the_code_table():
+    from pathlib import Path
+
+    from eagle_probe.fit.verdict import RULES, SCOPES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "extraction-schema.md").read_text()
+    table = doc.split("### The rule table", 1)[1].split("| scope | label | rule | when |", 1)[1]
+    lines = table.split("\n\n", 1)[0].strip().splitlines()[1:]  # under the |---| line
+    rows = [tuple(cell.strip() for cell in line.strip("|").split("|")) for line in lines]
+    assert rows == [(r.scope, r.label, f"`{r.name}`", r.text()) for r in RULES]
+    for scope in SCOPES:
+        assert f"- **{scope}**:" in doc
+
+
+def test_each_scope_ends_in_a_rule_that_always_holds():
+    from eagle_probe.fit.verdict import RULES, SCOPES
+
+    for scope in SCOPES:
+        last = [r for r in RULES if r.scope == scope][-1]
+        assert last.holds({}), scope  # "otherwise": every input gets a label
+
+
+def _facts(**changed) -> dict:
+    facts = {
+        "working": True,
+        "control_as_good": False,
+        "sends_a": False,
+        "coadapted": False,
+        "every_eagle": True,
+        "every_like": True,
+        "cheap": True,
+        "near": True,
+    }
+    return facts | changed
+
+
+def test_coadapted_layers_are_never_eagle_whatever_their_one_step_gaps():
+    from eagle_probe.fit.verdict import decide
+
+    assert decide("model", _facts()).label == "EAGLE"
+    rule = decide("model", _facts(coadapted=True))
+    assert (rule.label, rule.name) == ("not EAGLE", "coadapted")
+    rule = decide("model", _facts(coadapted=True, every_eagle=False))
+    assert (rule.label, rule.name) == ("not EAGLE", "coadapted")
+    assert decide("model", _facts(working=False, coadapted=True)).name == "no_better_than_zero"
+
+
+@pytest.fixture(scope="module")
+def planted_context():
+    """A real Context of a planted 3-layer model with the views the verdict reads."""
+    from probe_context import make_context
+
+    from eagle_probe.extract import run_views
+
+    model, task = plants.eagle([0.3, 0.2, 0.1], [0.8, 0.6, 0.4], normalize="spectral")
+    ctx = make_context(model, task, probes=64, held_out=256)
+    run_views(ctx, ("eagle", "fidelity", "projection", "optimum", "terms"))
+    return ctx
+
+
+def _verdict_with(ctx, **json_changes):
+    """The verdict view on `ctx` with the projection's JSON changed (layer MSEs by factor)."""
+    import copy
+    from dataclasses import replace
+
+    from eagle_probe.fit.base import ViewResult
+    from eagle_probe.fit.verdict import verdict_view
+
+    proj = copy.deepcopy(ctx.results["projection"].json)
+    pnet = proj["network_mse"]
+    proj["projected_mse"] = pnet * json_changes.get("whole", 1.0)
+    for layer, factor in json_changes.get("alone", {}).items():
+        proj["layers"][layer]["mse"] = pnet * factor
+    results = dict(ctx.results) | {"projection": ViewResult("projection", proj)}
+    return verdict_view(replace(ctx, results=results)).json
+
+
+def test_a_layer_breaking_the_model_alone_makes_the_verdict_not_eagle(planted_context):
+    before = _verdict_with(planted_context)
+    assert before["model"]["label"] == "EAGLE"
+    v = _verdict_with(planted_context, whole=1.03, alone={1: 1.29e13})
+    model = v["model"]
+    assert [lay["label"] for lay in v["layers"]] == ["EAGLE"] * 3  # each layer is a step
+    assert (model["label"], model["family"], model["rule"]) == ("not EAGLE", None, "coadapted")
+    assert model["headline"].startswith("not EAGLE, confidence high: co-adapted layers: layer 1")
+    assert "×10⁶ or more" in model["headline"] and "1.29e+13" not in model["text"]
+    assert "co-adapted" in model["text"] and model["text"].endswith("Verdict: not EAGLE.")
+    assert "Verdict: EAGLE" not in model["text"]
+
+
+def test_every_optimum_ratio_is_the_networks_mse_over_the_optimums(planted_context):
+    import re
+
+    model = _verdict_with(planted_context)["model"]
+    opt = planted_context.results["optimum"].json
+    exact = opt["network_mse"] / opt["optimal_mse"]
+    assert model["network_over_optimum"] == pytest.approx(exact, rel=1e-12)
+    head = re.search(r"network ([0-9.e+-]+)× its family's optimum", model["headline"])
+    text = re.search(r"the network's MSE is ([0-9.e+-]+)× that", model["text"])
+    assert float(head.group(1)) == float(f"{exact:.2g}")
+    assert float(text.group(1)) == float(f"{exact:.3g}")
+    assert "× the network's MSE" not in model["text"]
+
+
+def test_the_terms_sentence_counts_the_terms_the_terms_view_found():
+    from eagle_probe.fit import families
+    from eagle_probe.fit.base import ViewResult
+    from eagle_probe.fit.verdict import _terms_text
+
+    def term(name):
+        return {"name": name, "frequency": 1.0, "coefficient": -0.1}
+
+    full = ["A+=AAtA", "B+=BAtA", "C+=AAtC", "D+=BAtC"]
+    layers = [
+        {"layer": 0, "terms": [term(t) for t in full]},
+        {"layer": 1, "terms": [term("C+=AAtC"), term("D+=BAtC")]},  # a = 0: no A, B step
+    ]
+    eagle = families.get("eagle")
+    text = " ".join(_terms_text(ViewResult("terms", {"layers": layers}), eagle))
+    assert "four" not in text and "4 terms in every layer" not in text
+    assert "layer 1 2 of its 4 (C+=AAtC, D+=BAtC)" in text
+    text = " ".join(_terms_text(ViewResult("terms", {"layers": layers[:1]}), eagle))
+    assert text == "Term discovery finds eagle's 4 terms in every layer and nothing else."
