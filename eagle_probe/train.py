@@ -32,6 +32,7 @@ from eagle_probe.evaluate import prompt_errors, summarize
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
 from eagle_probe.tasks import Curriculum, Prompt, TaskConfig, make_generator, sample
+from eagle_probe.wording import number, plural
 
 # What the best checkpoint is chosen by, on the held-out prompts: the mean prompt MSE; the median;
 # or the mean over the best 99% of prompts ("trimmed"), which a few rare large-‖A‖ prompts whose
@@ -336,7 +337,7 @@ class SeedLog:
         """Log the step's training loss `value`; True when its update is to be applied, False when
         it is dropped (a spike with `skip_spikes`, or a loss that is not finite)."""
         recent = self.recent
-        median = sorted(recent)[len(recent) // 2] if len(recent) >= 20 else math.inf
+        median = self.running_median() if len(recent) >= 20 else math.inf
         is_spike = not math.isfinite(value) or value > cfg.spike_factor * median
         drop = is_spike and (cfg.skip_spikes or not math.isfinite(value))
         if is_spike:
@@ -358,6 +359,12 @@ class SeedLog:
             self.window_loss += value
             self.window_steps += 1
         return not drop
+
+    def running_median(self) -> float:
+        """The (upper) median of the last 200 kept losses: the spike test's yardstick and the
+        loss the progress bar shows, which one spike cannot move; NaN before any step."""
+        recent = sorted(self.recent)
+        return recent[len(recent) // 2] if recent else math.nan
 
     def validated(
         self,
@@ -529,9 +536,7 @@ def run_steps(
                     )
                 ]
                 if len(rows) == 1:
-                    bar.set_postfix(
-                        loss=f"{rows[0]['train_loss']:.2e}", val=f"{rows[0]['val_mse']:.2e}"
-                    )
+                    bar.set_postfix_str(bar_text(logs[0], rows[0]))
                 if on_validation is not None:
                     on_validation(rows)
             if after_step is not None:
@@ -541,6 +546,17 @@ def run_steps(
         clock.interrupted = stop
     finally:
         bar.close()
+
+
+def bar_text(log: SeedLog, row: dict[str, Any]) -> str:
+    """The progress bar's numbers after a validation: the median of the last (up to 200) kept
+    training losses, not a window mean one spike can inflate a thousandfold; the spikes so far;
+    the validation MSE."""
+    kept = len(log.recent)
+    return (
+        f"loss {number(log.running_median())} (median of {kept}), "
+        f"{plural(len(log.spikes), 'spike')}, val {number(row['val_mse'])}"
+    )
 
 
 def optimizer(

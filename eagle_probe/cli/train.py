@@ -299,6 +299,45 @@ def _exit_code(metrics: dict[str, Any]) -> int:
     return 128 + signal.Signals[metrics["signal"]]
 
 
+def _spikes(metrics: dict[str, Any]) -> str:
+    """The run's loss spikes for its last line: "no loss spikes", or "15 loss spikes (steps 812 to
+    1,960, largest loss 7.68e+05)" with how many were not finite and how many skipped
+    (`--skip-spikes`); the steps are those of the logged spikes (the last 200)."""
+    from eagle_probe.wording import number, plural
+
+    count = metrics.get("spike_count", 0)
+    if not count:
+        return "no loss spikes"
+    logged = metrics.get("spikes", [])
+    steps = [f"{s['step']:,}" for s in logged]
+    losses = [s["loss"] for s in logged if s.get("loss") is not None]
+    where = []
+    if steps:
+        where.append(f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]} to {steps[-1]}")
+    if losses:
+        where.append(f"largest loss {number(max(losses))}")
+    if len(losses) < len(logged):
+        where.append(f"{len(logged) - len(losses)} not finite")
+    if metrics.get("skipped_steps", 0):
+        where.append(f"{metrics['skipped_steps']} skipped")
+    return plural(count, "loss spike") + (f" ({', '.join(where)})" if where else "")
+
+
+def final_line(metrics: dict[str, Any], out) -> str:
+    """The last line of a one-seed run: how it ended, where it wrote, the test MSE against the
+    zero predictor's (their ratio with readable limits, `wording.ratio`), the worst prompt, the
+    loss spikes and the time."""
+    from eagle_probe.wording import ratio
+
+    test = metrics["test"]
+    better = ratio(test["zero_mse"], test["mse"], spec=".1f", mark="x")
+    return (
+        f"{_status(metrics)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
+        f"{test['zero_mse']:.3e}, {better}) | worst prompt {test['worst_mse']:.2e} | "
+        f"{_spikes(metrics)} | {metrics['wall_seconds']:.0f} s"
+    )
+
+
 def _status(metrics: dict[str, Any]) -> str:
     """How the run ended, for its last line: "done" or "interrupted (SIGTERM) at step …"."""
     if not metrics["interrupted"]:
@@ -571,16 +610,12 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
         test = metrics["test"]
         lines.append(
             f"seed {seed}: wrote {paths[k]} | test MSE {test['mse']:.3e} "
-            f"({against_zero(test['mse'], test['zero_mse'], spec='.1f', mark='x')})"
+            f"({against_zero(test['mse'], test['zero_mse'], spec='.1f', mark='x')}) | "
+            f"{_spikes(metrics)}"
         )
     _publish(args)
     if len(results) == 1:
-        test = first["test"]
-        print(
-            f"{_status(first)}: wrote {out} | test MSE {test['mse']:.3e} (zero predictor "
-            f"{test['zero_mse']:.3e}, {test['improvement']:.1f}x) | worst prompt "
-            f"{test['worst_mse']:.2e} | {first['wall_seconds']:.0f} s"
-        )
+        print(final_line(first, out))
         return _exit_code(first)
     print("\n".join(lines))
     print(
