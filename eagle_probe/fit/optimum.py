@@ -885,13 +885,15 @@ def report_lines(ex: Extraction) -> list[str]:
     o = ex.views["optimum"].json
     net = o["network_mse"]
     family = "GD++" if ex.geometry.samples else of_geometry(ex.geometry).name
+    median = number(o.get("median", float("nan"))) or "not finite"
+    spread = number(o.get("spread", 1.0))
+    spread = f"×{spread}" if spread else "not finite"
     lines = [
         f"best {family} ({plural(len(o['optimal']['a_steps']), 'layer')}, steps by "
         "Levenberg-Marquardt, "
         f"{o['tuning_prompts']} tuning prompts; optimal: best of {len(o.get('starts', [])) or 1} "
-        f"starts, median {number(o.get('median', float('nan'))) or 'not finite'}, spread "
-        f"×{number(o.get('spread', 1.0)) or ' not finite'}; distilled: from the weight-read "
-        "steps; network: the network's MSE over the fit's, on the same prompts):",
+        f"starts, median {median}, spread {spread}; distilled: from the weight-read steps; "
+        "network: the network's MSE over the fit's, on the same prompts):",
     ]
     for name in ("optimal", "distilled"):
         f = o[name]

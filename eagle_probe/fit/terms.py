@@ -51,7 +51,7 @@ from eagle_probe.fit.base import (
     table1,
 )
 from eagle_probe.fit.geometry import Geometry
-from eagle_probe.wording import change, number
+from eagle_probe.wording import number, percent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -741,7 +741,7 @@ def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
     elif net > 0 and abs(mse / net - 1.0) > 0.1:
         warnings.append(
             f"terms: the discovered terms, run from the input, give MSE {mse:.3g} against the "
-            f"network's {net:.3g} ({change(mse, net)})"
+            f"network's {net:.3g} ({percent(mse / net - 1.0, digits=0)})"
         )
 
     rows = [_row(layer, t) for layer, fitted in enumerate(per_layer) for t in fitted]

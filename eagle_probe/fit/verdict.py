@@ -691,7 +691,7 @@ def model_text(ctx: Context, layers: list[dict], rule: Rule) -> str:
         parts.append(optimum_text)
     parts += _terms_text(ctx.results.get("terms"), fam)
     claimed = f" ({fam.name})" if label != "not EAGLE" else ""
-    parts.append(f"By the verdict's rule table: {rule.text()}.")
+    parts.append(f"By the verdict's rule table: {rule.text().removeprefix('otherwise: ')}.")
     parts.append(f"Verdict: {label}{claimed}.")
     return " ".join(parts)
 
@@ -1221,7 +1221,7 @@ def sample_verdict(ctx: Context) -> ViewResult:
     ]
     sign_info, sign_warnings = readout_check(ctx, ascent)
     warnings += sign_warnings
-    parts.append(f"By the verdict's rule table: {rule.text()}.")
+    parts.append(f"By the verdict's rule table: {rule.text().removeprefix('otherwise: ')}.")
     parts.append(f"Verdict: {label}.")
     thresholds = {
         **algo_json["thresholds"],
