@@ -8,6 +8,7 @@ sees their text and figures in (`shown`).
 
 from eagle_probe.fit import (  # noqa: F401  (importing a view module registers it)
     algorithm,
+    algorithm1,
     attribution,
     communication,
     eagle,
@@ -28,6 +29,7 @@ from eagle_probe.fit.polynomial import PolyFit, eagle_expansion, fit_polynomial 
 ORDER = (
     "eagle",
     "fidelity",
+    "algorithm1",
     "projection",
     "weights",
     "communication",
@@ -46,7 +48,7 @@ if missing:
 
 # the order of the views' paragraphs in the text report and of their figures on the page (the
 # cost of the projection before the optimum; the weights first), not the run order
-TEXT_ORDER = ("projection", "optimum", "terms", "weights")
+TEXT_ORDER = ("projection", "optimum", "algorithm1", "terms", "weights")
 FIGURE_ORDER = (
     "weights",
     "communication",
