@@ -83,6 +83,23 @@ def test_extract_and_evaluate_commands_on_a_zero_plant(zero_plant, tmp_path, cap
     assert verdict_checks.unreadable(printed) == []
 
 
+# --- MSEs of two prompt sets --------------------------------------------------------------------
+
+
+def test_mses_of_fewer_prompts_than_the_held_out_ones_say_so(monkeypatch):
+    from eagle_probe.fit import base
+
+    # a budget that affords the projection only its floor of prompts, as for a large model
+    monkeypatch.setattr(base, "VIEW_FLOPS", 1.0)
+    model, task = plants.eagle([0.3, 0.2], [0.8, 0.6], normalize="spectral")
+    ex = extract(model, task, views=("eagle", "fidelity", "projection", "verdict"), **SMALL)
+    proj = ex.views["projection"].json
+    assert proj["prompts"] == base.SCORING_FLOOR < ex.info["held_out_prompts"]
+    text = ex.verdict["text"]
+    assert f"on the first {base.SCORING_FLOOR} held-out prompts, where the network's is " in text
+    assert verdict_checks.contradictions(ex, ex.render()) == []
+
+
 # --- an untrained control whose fresh weights would overflow ----------------------------------
 
 

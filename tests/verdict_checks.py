@@ -183,4 +183,9 @@ def contradictions(ex, rendered: str | None = None) -> list[str]:
     out += sentence_problems(js)
     if rendered is not None:
         out += [f"report: {u!r}" for u in unreadable(rendered)]
+        proj = js["views"].get("projection")
+        if proj is not None and proj.get("prompts") != js["model"]["held_out_prompts"]:
+            line = next((x for x in rendered.splitlines() if x.startswith("projection onto")), "")
+            if f"on the first {proj['prompts']} held-out prompts" not in line:
+                out.append("report: the projection's MSEs of fewer prompts are not said to be")
     return out

@@ -129,8 +129,11 @@ def report_lines(ex: Extraction) -> list[str]:
     p = ex.views["projection"].json
     net, pm = p["network_mse"], p["projected_mse"]
     family = "GD++ family" if ex.geometry.samples else f"{p['family']} family"
+    k = p.get("prompts", ex.info.get("held_out_prompts"))
+    where = "" if k == ex.info.get("held_out_prompts") else f" on the first {k} held-out prompts"
     lines = [
-        f"projection onto the {family}: MSE {number(net)} -> {number(pm)} ({change(pm, net)}); "
+        f"projection onto the {family}{where}: MSE {number(net)} -> {number(pm)} "
+        f"({change(pm, net)}); "
         "per layer alone: "
         + ", ".join(f"L{lay['layer']} {change(lay['mse'], net)}" for lay in p["layers"])
     ]

@@ -727,8 +727,8 @@ def terms_view(ctx: Context, cfg: TermsConfig | None = None) -> ViewResult:
             worst = max(layer["targets"].items(), key=lambda kv: kv[1]["relative_residual"])
             warnings.append(
                 f"terms: layer {layer['layer']}'s discovered terms leave "
-                f"{layer['relative_residual']:.1%} of its update unexplained "
-                f"(most in {worst[0]}: {worst[1]['relative_residual']:.1%})"
+                f"{percent(layer['relative_residual'], signed=False)} of its update unexplained "
+                f"(most in {worst[0]}: {percent(worst[1]['relative_residual'], signed=False)})"
             )
         for X, info in layer["targets"].items():
             if info["unstable"]:
