@@ -55,6 +55,7 @@ EXPORTED_TESTS = (
     "tests/test_exported_solvers.py",
     "tests/test_export.py",
     "tests/test_solver_template.py",
+    "tests/test_solver_honesty.py",
 )
 # the normalised paths: exports and views on planted models of every normalisation, at any scale
 # the view tests on the planted extraction, each view's in the file that mirrors its module
