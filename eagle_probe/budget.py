@@ -8,6 +8,7 @@ names the flag, not to predict memory use to the byte. The CLI passes `--max-mem
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from eagle_probe.errors import EagleProbeError
 
@@ -70,3 +71,30 @@ def forward_bytes(cfg, batch: int, *, training: bool = False) -> int:
     activations = batch * cfg.n_layers * per_layer * itemsize * (2 if training else 1)
     prompts = batch * 4 * T * E * 8
     return activations + prompts + model_bytes(cfg) * (4 if training else 1)
+
+
+def draw_bytes(task, batch: int = 1) -> int:
+    """Float64 bytes drawing `batch` prompts of a `TaskConfig` holds beyond the prompts: the
+    points a nystrom kernel is evaluated on, (max(n, d) + d' + n') × kernel_dim a prompt
+    (measured: 1.08 GB above the interpreter for 2,048 prompts at kernel_dim 3000, n = d = 18;
+    estimated 1.08 GB). The other tasks draw factors no larger than their prompts (their rank s
+    is at most min(n, d)), which `forward_bytes` counts."""
+    if task.task != "nystrom":
+        return 0
+    return 8 * batch * (max(task.n, task.d) + task.d_prime + task.n_prime) * task.kernel_dim
+
+
+def check_draw(task, cfg, what: str) -> None:
+    """Refuse a task whose prompts cost more to draw than the model's forward of them: every
+    batch a command runs is held to the budget by `forward_bytes`, which then holds the draw as
+    well (within a factor of two)."""
+    forward = forward_bytes(cfg, 2) - forward_bytes(cfg, 1)  # one prompt's share
+    need = draw_bytes(task)
+    if need > forward:
+        per_point = draw_bytes(replace(task, kernel_dim=1))
+        raise EagleProbeError(
+            f"{what}: its nystrom task draws each prompt from {task.kernel_dim}-dimensional "
+            f"points ({need:,} bytes), more than the model's forward of a prompt ({forward:,} "
+            "bytes) that the memory checks count; a task for this model takes kernel_dim of at "
+            f"most {forward // per_point:,}"
+        )

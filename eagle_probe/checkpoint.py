@@ -15,6 +15,7 @@ re-read in the paper's layout.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 import os
@@ -240,7 +241,7 @@ def read(path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES) ->
 
         raise CheckpointError(
             f"checkpoint {path} is a torch file but not an eagle-probe checkpoint"
-            + import_hint(path, payload)
+            + import_hint(path, payload, max_bytes=max_bytes)
         )
     version = payload.get("format_version")
     if type(version) is not int or version not in READABLE_VERSIONS:
@@ -357,12 +358,14 @@ def _bad(path, where: str, value: Any, what: str) -> None:
 def upgrade(path: str | os.PathLike, payload: dict[str, Any]) -> dict[str, Any]:
     """A format-1 payload read as format 2 (module text): its distributed regime renamed
     distributed-open, with a one-line notice (a UserWarning); a multi-head constrained model
-    noticed as the multi-head variant. Format-2 payloads are returned as they are."""
+    noticed as the multi-head variant; a model config without `tokens` (written before the
+    sample layout) read as the feature layout. Format-2 payloads are returned as they are."""
     if payload["format_version"] == FORMAT_VERSION:
         return payload
     import warnings
 
     config = dict(payload["model_config"])
+    config.setdefault("tokens", "features")  # written before the sample layout existed
     regime, heads = config.get("regime"), config.get("n_heads")
     if regime == "distributed":
         config["regime"] = "distributed-open"
@@ -400,21 +403,31 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 KEYS = ("format", "format_version", "model_config", "task_config", "state_dict", "metrics")
+# The config fields a checkpoint must name: a field left out would silently take its default (a
+# normalize="none" model run as spectral, a nystrom task drawn as paper). Only share_heads may be
+# missing: files of format 2 were written before it existed, when the machines always shared
+# their weights, and the weights' shapes tell a model whose machines do not apart
+# (`expected_shapes`). `upgrade` fills in what format 1 predates.
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "share_heads")
+TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskConfig))
 FIXED_BUFFERS = ("attn.mask", "attn.qk_mask", "readout_scale")
 
 
 def load(
     path: str | os.PathLike, *, max_bytes: float = budget.DEFAULT_BYTES
 ) -> tuple[LinearTransformer, TaskConfig, dict[str, Any]]:
-    """Load a checkpoint: (model in eval mode, its task config, its training metrics).
+    """Load a checkpoint: (model in eval mode with its parameters' requires_grad off, its task
+    config, its training metrics); a caller that trains the model turns requires_grad on.
 
-    Nothing is allocated for the model before its size has been checked against `max_bytes`
-    and against the bytes the file really holds; the fixed buffers (the attention masks, the
-    fixed readout) must equal the ones its config defines."""
+    Its configs must name every field (`MODEL_FIELDS`, `TASK_FIELDS`). Nothing is allocated for
+    the model before its size has been checked against `max_bytes` and against the bytes the
+    file really holds, and its task's draw of a prompt against the model's forward of it
+    (`budget.check_draw`); the fixed buffers (the attention masks, the fixed readout) must equal
+    the ones its config defines."""
     payload = read(path, max_bytes=max_bytes)
     try:
-        model_cfg = ModelConfig.from_dict(payload["model_config"])
-        task_cfg = TaskConfig.from_dict(payload["task_config"])
+        model_cfg = ModelConfig.from_dict(payload["model_config"], required=MODEL_FIELDS)
+        task_cfg = TaskConfig.from_dict(payload["task_config"], required=TASK_FIELDS)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(
             f"checkpoint {path} has an invalid config: {_first_line(exc)}"
@@ -427,6 +440,7 @@ def load(
     ):
         raise CheckpointError(f"checkpoint {path}: model and task configs disagree on sizes")
     budget.check_model(model_cfg, max_bytes, what=f"the model of checkpoint {path}")
+    budget.check_draw(task_cfg, model_cfg, f"checkpoint {path}")
     state = payload["state_dict"]
     shapes = expected_shapes(model_cfg)
     missing = sorted(set(shapes) - set(state))
@@ -467,6 +481,8 @@ def load(
                 "defines; the masks and the fixed readout are not learned weights"
             )
     model.load_state_dict(state)
-    model.eval()
+    # a loaded model is read, not trained: no autograd graph is kept for its forwards, and no
+    # reading of a learned readout meets torch's requires_grad warning (`train` trains copies)
+    model.eval().requires_grad_(False)
     metrics = payload.get("metrics") or {}
     return model, task_cfg, metrics

@@ -297,10 +297,15 @@ def plan_text(arrays: dict[str, np.ndarray], *, heads: int | None = None) -> str
         return str(exc)
 
 
-def import_hint(path: object, payload: object) -> str:
+def import_hint(path: object, payload: object, *, max_bytes: float | None = None) -> str:
     """What to do with a torch file that is not an eagle-probe checkpoint: the `eagle-probe
-    import` command that would convert it, or why its keys cannot be read ("" for neither)."""
+    import` command that would convert it, or why its keys cannot be read ("" for neither).
+    Its tensors are read as the import reads them, held to `max_bytes` (the budget's default
+    when None) before any is copied: a view of one stored number can declare gigabytes."""
     import torch
+
+    from eagle_probe import budget
+    from eagle_probe.layouts import check_tensors
 
     if isinstance(payload, torch.Tensor):
         return f"; Ahn et al.'s allparam? eagle-probe import --layout ahn {path} --n N -o model.pt"
@@ -308,6 +313,10 @@ def import_hint(path: object, payload: object) -> str:
         payload = payload["state_dict"]
     if not isinstance(payload, dict):
         return ""
+    try:
+        check_tensors(path, payload, budget.DEFAULT_BYTES if max_bytes is None else max_bytes)
+    except EagleProbeError as exc:
+        return f"; eagle-probe import would refuse it: {exc}"
     arrays = {
         str(k): v.detach().to(torch.float64).numpy()
         for k, v in payload.items()

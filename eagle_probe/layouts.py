@@ -28,8 +28,9 @@ Importers (`import_arrays`, `import_file`, registry `LAYOUTS`):
                 −Z[N, d]. That is the sample layout with W_QK = Q and W_VP = Pᵀ, d' = 1.
 
 Files: `.pt`/`.pth` (read with `torch.load(weights_only=True)`; a bare tensor is taken as
-`allparam`, an eagle-probe checkpoint by its `state_dict`), `.npz` (no pickles), `.safetensors`
-(when the `safetensors` package is installed).
+`allparam`, a dict holding a `state_dict` by that; an eagle-probe checkpoint is refused, since
+the commands read it as it is and its weights alone lose its configs), `.npz` (no pickles),
+`.safetensors` (when the `safetensors` package is installed).
 """
 
 from __future__ import annotations
@@ -149,12 +150,14 @@ def _local_products_to_state(
             outside[cols] = False
             Q, V = qk[layer, head], vp[layer, head]
             scale = max(float(np.abs(Q).max()), float(np.abs(V).max()), 1e-300)
-            if max(np.abs(Q[outside]).max(), np.abs(Q[:, outside]).max()) > 1e-12 * scale:
+            # one machine (M = 1) holds every column: nothing lies outside its block
+            read = max(np.abs(Q[outside]).max(initial=0.0), np.abs(Q[:, outside]).max(initial=0.0))
+            if read > 1e-12 * scale:
                 raise EagleProbeError(
                     f"W_QK of {where} reads columns outside machine {head}'s block: a "
                     f"{cfg.regime} head cannot hold it"
                 )
-            if np.abs(V[outside]).max() > 1e-12 * scale:
+            if np.abs(V[outside]).max(initial=0.0) > 1e-12 * scale:
                 raise EagleProbeError(
                     f"W_VP of {where} reads columns outside machine {head}'s block: a "
                     f"{cfg.regime} head's value is local"
@@ -640,7 +643,7 @@ def _weights_file(path: Path, max_bytes: float) -> None:
     budget.check(st.st_size, f"weights file {path}", max_bytes)
 
 
-def _tensor_bytes(path: Path, obj: dict, max_bytes: float) -> None:
+def check_tensors(path: object, obj: dict, max_bytes: float) -> None:
     """Refuse tensors that are not plain dense CPU numbers, then hold the three float64 copies the
     import makes (read, checked, factored) to `max_bytes` (a strided view of a small storage can
     declare gigabytes)."""
@@ -719,11 +722,18 @@ def read_arrays(
             ) from exc
         if isinstance(obj, torch.Tensor):
             obj = {"allparam": obj}
+        if isinstance(obj, dict) and obj.get("format") == "eagle-probe":
+            # its weights alone would lose what its configs say (normalisation, readout, task)
+            raise EagleProbeError(
+                f"{path} is an eagle-probe checkpoint: every command reads it as it is, with the "
+                "normalisation, readout and task its configs record, which an import of its "
+                "weights would drop"
+            )
         if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
             obj = obj["state_dict"]
         if not isinstance(obj, dict):
             raise EagleProbeError(f"{path} holds a {type(obj).__name__}, not named weights")
-        _tensor_bytes(path, obj, max_bytes)
+        check_tensors(path, obj, max_bytes)
         return {
             str(k): v.detach().to(torch.float64).numpy()
             if v.is_floating_point()

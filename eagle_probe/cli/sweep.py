@@ -219,6 +219,7 @@ def _full_options(argv: list[str]) -> tuple[dict, list[str]]:
     command line that states them all."""
     parser = _train_parser()
     options = vars(parser.parse_args(argv))
+    options.pop("given")  # which options the command line named (`Parser`): not an option
     full = ["train"]
     for action in parser._actions:
         value = options[action.dest]
@@ -317,7 +318,7 @@ def _collect(args: argparse.Namespace) -> int:
     from eagle_probe import files, plan
     from eagle_probe.sweep import collect
 
-    lines = plan.read_plan(args.collect)
+    lines = plan.read_plan(args.collect, max_bytes=_budget(args))
     out = files.as_path(args.out, "--out")
     if (out / "sweep.csv").exists() and not args.force:
         files.check_file(out / "sweep.csv", force=False)  # one line before any work
@@ -339,7 +340,7 @@ def _run_line(args: argparse.Namespace) -> int:
 
     if args.run is None or args.index is None:
         raise EagleProbeError("--run FILE and --index I go together")
-    line = plan.select(plan.read_plan(args.run), args.index, args.run)
+    line = plan.select(plan.read_plan(args.run, max_bytes=_budget(args)), args.index, args.run)
     for output in line["outputs"]:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     targs = build_parser().parse_args([*line["argv"], "--max-memory", repr(args.max_memory)])
