@@ -549,7 +549,93 @@ def fidelity(rng: np.random.Generator, models: Path) -> pd.DataFrame:
     return table[["model"] + [c for c in table.columns if c != "model"]]
 
 
+def model_algorithm1(model, task, paper: list[float] | None = None) -> pd.DataFrame:
+    """Algorithm 1 as the paper writes it (view `algorithm1`: ρ = ‖Ã_l‖₂⁻² recomputed every
+    step, the regime's own form) per layer, reading and constants (`global`: the two constants;
+    `per_layer`: η_l, γ_l), as `model_fidelity` scores the constant steps: fitted on 256 probe
+    prompts (seed 0), Table 1 on 512 others (seed 1) in prompt units, against `paper` (default:
+    the paper's Table 1 of the model's regime). Each row also carries the constants and the
+    held-out MSE of the algorithm run for L steps beside the network's on the same prompts."""
+    from eagle_probe.capture import probe_batch
+    from eagle_probe.extract import build_context, run_views
+    from eagle_probe.fit import algorithm1
+    from eagle_probe.fit.fidelity import paper_table1
+
+    paper = paper_table1(model.cfg.regime) if paper is None else paper
+    # the extraction's context less what the view does not read (the implicit iterate), with as
+    # many held-out prompts as it scores its MSEs on
+    ctx = build_context(model, task, probe_batch_size=256, seed=0, iterate=False,
+                        test_batch=algorithm1.HELD_OUT_PROMPTS, tuning_batch=8)  # fmt: skip
+    run_views(ctx, ["algorithm1"])
+    view = ctx.results["algorithm1"].json
+    if not view["supported"]:
+        raise ValueError(f"Algorithm 1 is not scored on this model: {view['reason']}")
+    held = build_context(
+        model, task, probes=probe_batch(task, 512, 1), test_batch=8, tuning_batch=8, iterate=False
+    )
+    geo = algorithm1.algorithm_geometry(held.geometry)
+    rows = []
+    for constants in algorithm1.READINGS:
+        fitted = view["readings"][constants]
+        etas = [lay["eta"] for lay in fitted["layers"]]
+        gammas = [lay["gamma"] for lay in fitted["layers"]]
+        for lay in algorithm1.score(held.cap, geo, etas, gammas):
+            ref = paper[lay["layer"]] if lay["layer"] < len(paper) else math.nan
+            for reading in ("one_step", "end_to_end"):
+                rows.append(
+                    {
+                        "layer": lay["layer"],  # 0-based, as everywhere in eagle-probe
+                        "constants": constants,
+                        "reading": reading,
+                        "fidelity": lay[reading]["total"],
+                        "relative": lay[reading]["relative"],
+                        "paper": ref,
+                        "better_than_paper": lay[reading]["total"] <= ref,
+                        "eta": lay["eta"],
+                        "gamma": lay["gamma"],
+                        "mse": fitted["mse"],
+                        "network_mse": view["network_mse"],
+                        "network_over_algorithm": fitted["network_over_algorithm"],
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
 SEED_NAME = r"(?P<recipe>[a-z][a-z0-9_]*?)_seed(?P<seed>\d+)\.pt"
+
+
+def seed_files(folder: Path, recipes: set[str] | None = None) -> list[tuple[Path, str, int]]:
+    """Every `{recipe}_seed{k}.pt` in `folder` (only the named `recipes` when given), sorted by
+    name: (path, recipe, k)."""
+    import re
+
+    out = []
+    for path in sorted(folder.glob("*.pt")):
+        match = re.fullmatch(SEED_NAME, path.name)
+        if match and (recipes is None or match["recipe"] in recipes):
+            out.append((path, match["recipe"], int(match["seed"])))
+    return out
+
+
+def _no_seeds(folder: Path, recipes: set[str] | None) -> ValueError:
+    which = f" of the recipes {sorted(recipes)}" if recipes is not None else ""
+    return ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint{which} in {folder}")
+
+
+def seed_algorithm1(folder: Path, *, recipes: set[str] | None = None) -> pd.DataFrame:
+    """Algorithm 1 as the paper writes it on every `{recipe}_seed{k}.pt` in `folder`
+    (`model_algorithm1`): one row per model, constants, layer and reading, with its recipe, seed
+    and regime."""
+    from eagle_probe import checkpoint
+
+    parts = []
+    for path, recipe, seed in seed_files(folder, recipes):
+        model, task, _ = checkpoint.load(path)
+        key = {"recipe": recipe, "seed": seed, "regime": model.cfg.regime}
+        parts.append(model_algorithm1(model, task).assign(**key))
+    if not parts:
+        raise _no_seeds(folder, recipes)
+    return pd.concat(parts, ignore_index=True)
 
 
 def seeds(
@@ -566,8 +652,6 @@ def seeds(
     once for all models of a task) and × below the zero predictor for the mean and the median;
     fidelity: one row per model, layer and reading (`model_fidelity`, beside the paper's Table 1
     of the model's regime), or None when `fidelity` is False (the test numbers alone)."""
-    import re
-
     import torch
 
     from eagle_probe import checkpoint
@@ -577,10 +661,7 @@ def seeds(
 
     tests, parts = [], []
     drawn: dict = {}  # task -> (its `batch` prompts from `seed`, their reference errors)
-    for path in sorted(folder.glob("*.pt")):
-        match = re.fullmatch(SEED_NAME, path.name)
-        if not match or (recipes is not None and match["recipe"] not in recipes):
-            continue
+    for path, recipe, seed_k in seed_files(folder, recipes):
         model, task, metrics = checkpoint.load(path)
         if task not in drawn:  # `evaluate`'s prompts, drawn once for every model of the task
             prompts = sample(task, batch, make_generator(seed), dtype=torch.float64)
@@ -588,7 +669,7 @@ def seeds(
         prompts, reference = drawn[task]
         result = summarize(prompt_errors(model, prompts, reference=reference))
         zero = result["zero_mse"]
-        key = {"recipe": match["recipe"], "seed": int(match["seed"]), "regime": model.cfg.regime}
+        key = {"recipe": recipe, "seed": seed_k, "regime": model.cfg.regime}
         tests.append(
             key
             | {
@@ -606,16 +687,24 @@ def seeds(
             table1 = model_fidelity(model, task, paper_table1(model.cfg.regime))
             parts.append(table1.assign(**key))
     if not tests:
-        which = f" of the recipes {sorted(recipes)}" if recipes is not None else ""
-        raise ValueError(f"no {{recipe}}_seed{{k}}.pt checkpoint{which} in {folder}")
+        raise _no_seeds(folder, recipes)
     return pd.DataFrame(tests), pd.concat(parts, ignore_index=True) if fidelity else None
 
 
 def seed_summary(fidelity: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 as mean ± sd over seeds: one row per recipe, layer and reading, the paper beside."""
-    grouped = fidelity.groupby(["recipe", "regime", "reading", "layer"])
+    """Table 1 as mean ± sd over seeds: one row per recipe, layer and reading, the paper beside.
+    Rows of `seed_algorithm1` are also split by their `constants` (`global`, `per_layer`) and
+    carry the mean ± sd of the fitted η, γ."""
+    keys = ["recipe", "regime", "reading", "layer"]
+    if "constants" in fidelity:
+        keys.insert(2, "constants")
+    grouped = fidelity.groupby(keys)
     table = grouped.fidelity.agg(["mean", "std", "count"]).reset_index()
     table["paper"] = grouped.paper.first().values
+    for name in ("eta", "gamma"):
+        if name in fidelity:
+            table[f"{name}_mean"] = grouped[name].mean().values
+            table[f"{name}_std"] = grouped[name].std().values
     return table
 
 

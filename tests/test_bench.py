@@ -272,3 +272,43 @@ def test_seed_table_reads_every_seed_and_averages_table1(tmp_path):
     assert none is None and alone.equals(tests)  # exact: the same files through the same ops
     with pytest.raises(ValueError, match="no"):
         seeds(tmp_path / "missing", batch=10)
+
+
+def test_seed_algorithm1_reads_every_seed_fits_both_readings_and_averages_them(tmp_path):
+    """Planted constant-step seeds (spectral: ρ = 1 on every prompt entering layer 0, so that
+    layer's per-layer constants are its steps and its one-step gap is round-off); the summary
+    splits the two readings of the constants and averages over the files."""
+    from plants import eagle as planted_model
+
+    from eagle_probe.bench import seed_algorithm1, seed_summary
+
+    steps = {0: ([0.4, 0.3], [0.9, 0.7]), 1: ([0.5, 0.2], [0.8, 0.6])}
+    for k, (a, c) in steps.items():
+        model, task = planted_model(a, c, normalize="spectral", n=6, d=6)
+        checkpoint.save(tmp_path / f"planted_seed{k}.pt", model, task, {})
+        checkpoint.save(tmp_path / f"other_seed{k}.pt", model, task, {})  # left out below
+    rows = seed_algorithm1(tmp_path, recipes={"planted"})
+    assert set(rows.recipe) == {"planted"} and sorted(set(rows.seed)) == [0, 1]
+    assert len(rows) == 2 * 2 * 2 * 2  # seeds × constants × layers × readings
+    for k, (a, c) in steps.items():
+        first = rows[(rows.seed == k) & (rows.constants == "per_layer") & (rows.layer == 0)]
+        assert first.eta.to_numpy() == pytest.approx([a[0]] * 2, rel=RTOL)
+        assert first.gamma.to_numpy() == pytest.approx([c[0]] * 2, rel=RTOL)
+        # a mean squared gap over entries of order one: RTOL² is an rms gap of RTOL
+        assert first[first.reading == "one_step"].fidelity.iloc[0] < RTOL**2
+        both = rows[(rows.seed == k) & (rows.constants == "global")]
+        assert both.eta.nunique() == 1 and both.gamma.nunique() == 1  # one pair for every layer
+        mine = rows[rows.seed == k].iloc[0]
+        assert mine.network_over_algorithm == pytest.approx(mine.network_mse / mine.mse, rel=RTOL)
+    table = seed_summary(rows)
+    assert len(table) == 2 * 2 * 2 and set(table["count"]) == {2}  # constants × readings × layers
+    part = rows[(rows.constants == "global") & (rows.reading == "end_to_end") & (rows.layer == 1)]
+    got = table[
+        (table.constants == "global") & (table.reading == "end_to_end") & (table.layer == 1)
+    ].iloc[0]
+    assert got["mean"] == pytest.approx(part.fidelity.mean(), rel=RTOL)
+    assert got["std"] == pytest.approx(part.fidelity.std(), rel=RTOL)
+    assert got["eta_mean"] == pytest.approx(part.eta.mean(), rel=RTOL)
+    assert got["gamma_std"] == pytest.approx(part.gamma.std(), rel=RTOL)
+    with pytest.raises(ValueError, match="no"):
+        seed_algorithm1(tmp_path, recipes={"missing"})
