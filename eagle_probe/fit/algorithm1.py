@@ -95,6 +95,13 @@ def algorithm_geometry(geo: Geometry) -> Geometry:
     )
 
 
+def sketch_basis(P: np.ndarray) -> np.ndarray:
+    """Orthonormal columns S (n, r) with S Sᵀ = P for a projector P (n, n): its eigenvectors of
+    eigenvalue 1 (the eigenvalues of a projector are 0 and 1)."""
+    w, V = np.linalg.eigh(P)
+    return V[:, w > 0.5]
+
+
 def _top_eigenvalue(K: np.ndarray) -> np.ndarray:
     """λ_max of PSD matrices K (…, m, m): ‖Ã‖₂² from ÃᵀÃ; NaN where K is not finite."""
     out = np.full(K.shape[:-2], np.nan)
@@ -121,11 +128,14 @@ def features(Z: np.ndarray, geo: Geometry, layer: int) -> tuple[np.ndarray, ...]
     At = A.swapaxes(-1, -2)
     K = At @ A  # (b, n, n)  ÃᵀÃ lifted by S: S ÃᵀÃ Sᵀ = P AᵀA P on the sketch
     AtC = At @ C  # (b, n, n')
+    small = K  # the Gram whose top eigenvalue is ‖Ã‖₂²
     if geo.reading == "constrained" and geo.projector is not None:
         P = geo.projector[layer]  # (n, n)  S_l S_lᵀ
-        K, AtC = P @ K @ P, P @ AtC
+        S = sketch_basis(P)  # (n, r)
+        AS = A @ S  # (b, d, r)  Ã
+        K, AtC, small = P @ K @ P, P @ AtC, AS.swapaxes(-1, -2) @ AS
     with np.errstate(over="ignore", invalid="ignore"):
-        rho = _rho(K)[:, None, None]  # (b, 1, 1)
+        rho = _rho(small)[:, None, None]  # (b, 1, 1)
         # Ã ÃᵀÃ Sᵀ = A K, B̃ ÃᵀÃ Sᵀ = B K, Ã Ãᵀ C = A (P Aᵀ C), B̃ Ãᵀ C = B (P Aᵀ C)
         return rho * (A @ K), rho * (B @ K), rho * (A @ AtC), rho * (B @ AtC)
 
