@@ -117,18 +117,40 @@ def stop_record(
     return {"stopped": stopped, "interrupted": stop is not None, "signal": name}
 
 
+# torch's Adam β1, which `optimizer` keeps: the first step divides the rate by its bias
+# correction 1 − β1, so each weight moves by up to rate / (1 − β1) = 10 × the rate
+ADAM_BETA1 = 0.9
+
+
 def check_in_dtype(cfg: TrainConfig, task: TaskConfig, dtype: torch.dtype) -> None:
     """Raise ValueError unless every rate, clip and decay of `cfg` and the task's noise variance
-    are finite numbers of `dtype`, the dtype the model trains in (a larger rate overflows inside
-    the first update, a larger variance in the first prompts)."""
+    are finite numbers of `dtype`, the dtype the model trains in (a larger variance overflows in
+    the first prompts), and so are the steps Adam takes with them: the first step of a rate,
+    rate / (1 − β1), and AdamW's decay factor 1 − lr · weight_decay (beyond the dtype, torch
+    fails inside the first update)."""
     top = torch.finfo(dtype).max
+    kind = str(dtype).removeprefix("torch.")
     named = [(k, getattr(cfg, k)) for k in ("lr", "gain_lr", "weight_decay", "clip", "clip_qk")]
     for name, value in [*named, ("final_lr_ratio", cfg.final_lr_ratio), ("noise", task.noise)]:
         if not abs(value) <= top:
             raise ValueError(
-                f"{name} {value!r} is beyond the range of {str(dtype).removeprefix('torch.')} "
-                f"(at most {top:.3g}), the dtype the model trains in; pass a smaller {name}"
+                f"{name} {value!r} is beyond the range of {kind} (at most {top:.3g}), the dtype "
+                f"the model trains in; pass a smaller {name}"
             )
+    for name, rate in (("lr", cfg.lr), ("gain_lr", cfg.gain_lr)):
+        if not rate / (1 - ADAM_BETA1) <= top:
+            raise ValueError(
+                f"{name} {rate!r} makes Adam's first step {rate / (1 - ADAM_BETA1):.3g} "
+                f"(the rate / (1 - beta1) = 10 x the rate), beyond the range of {kind} (at most "
+                f"{top:.3g}), the dtype the model trains in; pass a {name} of at most "
+                f"{top * (1 - ADAM_BETA1):.3g}"
+            )
+    if not cfg.lr * cfg.weight_decay <= top:
+        raise ValueError(
+            f"lr {cfg.lr!r} x weight_decay {cfg.weight_decay!r} = {cfg.lr * cfg.weight_decay:.3g}, "
+            f"AdamW's decay of every weight a step, is beyond the range of {kind} (at most "
+            f"{top:.3g}); pass a smaller lr or weight_decay"
+        )
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
@@ -173,16 +195,88 @@ def torchrun_env() -> tuple[int, int]:
     return _env_int("RANK", 0, 0, world - 1), world
 
 
-def _process_group() -> tuple[int, int]:
-    """(rank, world size): joins the torch.distributed group when launched by torchrun."""
+# How long a process launched with WORLD_SIZE > 1 waits for the others to join its group: torchrun
+# starts them together, so they meet within seconds; a wait this long means nobody is coming
+# (torchrun variables left over in the environment). RENDEZVOUS_VARIABLE sets it in seconds.
+RENDEZVOUS_SECONDS = 60.0
+RENDEZVOUS_VARIABLE = "EAGLE_PROBE_RENDEZVOUS_TIMEOUT"
+
+
+def rendezvous_timeout() -> float:
+    """Seconds to wait for the torchrun group: RENDEZVOUS_VARIABLE, else RENDEZVOUS_SECONDS."""
+    import os
+
+    text = os.environ.get(RENDEZVOUS_VARIABLE)
+    if text is None:
+        return RENDEZVOUS_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise EagleProbeError(
+            f"environment variable {RENDEZVOUS_VARIABLE}={text!r} is not a positive number of "
+            "seconds (how long a torchrun process waits for the others)"
+        )
+    return value
+
+
+def _process_group(timeout: float | None = None) -> tuple[int, int]:
+    """(rank, world size): joins the torch.distributed group when launched by torchrun, waiting
+    at most `timeout` seconds (`rendezvous_timeout()` when None) for the other processes."""
     import torch.distributed as tdist
 
-    _, world = torchrun_env()
+    rank, world = torchrun_env()
     if world <= 1:
         return 0, 1
     if not tdist.is_initialized():
-        tdist.init_process_group("gloo")
+        _join_group(rank, world, rendezvous_timeout() if timeout is None else timeout)
     return tdist.get_rank(), tdist.get_world_size()
+
+
+def _join_group(rank: int, world: int, timeout: float) -> None:
+    """`init_process_group("gloo")` run in a helper thread and waited for here. torch waits for
+    the other processes inside C++, where no Python signal handler runs, so a SIGINT or SIGTERM
+    would wait with it; waited for in Python, they stop the command at once, and after `timeout`
+    seconds a one-line error says who was waited for (a helper still waiting ends with the
+    process)."""
+    import os
+    import threading
+
+    import torch.distributed as tdist
+
+    outcome: list[BaseException | None] = []
+
+    def join() -> None:
+        try:
+            tdist.init_process_group("gloo")
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    helper = threading.Thread(target=join, name="eagle-probe-rendezvous", daemon=True)
+    helper.start()
+    deadline = time.monotonic() + timeout
+    while helper.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EagleProbeError(
+                f"the torchrun group did not form within {timeout:g} s: process {rank} of "
+                f"WORLD_SIZE={world} waited at {where} for the others; without torchrun, unset "
+                "WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT (left from another launch) to "
+                f"train in one process ({RENDEZVOUS_VARIABLE} sets the wait in seconds)"
+            )
+        helper.join(min(left, 0.1))
+    failure = outcome[0] if outcome else None
+    if isinstance(failure, RuntimeError):  # torch's store and network errors
+        raise EagleProbeError(
+            f"joining the torchrun group at {where} (process {rank} of {world}) failed: "
+            f"{str(failure).strip().splitlines()[0] if str(failure).strip() else failure!r}"
+        ) from failure
+    if failure is not None:
+        raise failure
 
 
 def _global_mean(value: float, world: int) -> float:
@@ -570,8 +664,10 @@ def optimizer(
     if gains:
         groups.append({"params": gains, "base_lr": cfg.gain_lr, "weight_decay": 0.0})
     if cfg.weight_decay > 0:
-        return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(groups, lr=cfg.lr)
+        return torch.optim.AdamW(
+            groups, lr=cfg.lr, betas=(ADAM_BETA1, 0.999), weight_decay=cfg.weight_decay
+        )
+    return torch.optim.Adam(groups, lr=cfg.lr, betas=(ADAM_BETA1, 0.999))
 
 
 def set_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:

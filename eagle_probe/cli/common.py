@@ -50,6 +50,51 @@ def stop_signals() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class StopLatch:
+    """The stop signals of a command that must finish its files once it has been stopped
+    (`first_stop_only`): the first one raises as usual; every later one, and any after `hold()`,
+    is held in `held` (the signal numbers, in order) and raises nothing."""
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self.holding = False
+
+    def hold(self) -> None:
+        """From now on every stop signal is held."""
+        self.holding = True
+
+    def handle(self, signum: int, frame) -> None:
+        if self.holding:
+            self.held.append(signum)
+            return
+        self.holding = True  # the first stop raises; the files it leads to are then finished
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def first_stop_only() -> Iterator[StopLatch]:
+    """While the block runs, SIGINT and STOP_SIGNALS go to a `StopLatch`: the first one stops
+    the work as ever, and the ones after it wait until the block ends, so a second Ctrl-C or
+    SIGTERM cannot cut short the writing of what the first one left to write. A signal this
+    process ignores stays ignored (a background job's SIGINT); the handlers are restored
+    afterwards. Elsewhere than in the main thread nothing changes."""
+    latch = StopLatch()
+    if threading.current_thread() is not threading.main_thread():
+        yield latch
+        return
+    previous = {}
+    for signum in (signal.SIGINT, *STOP_SIGNALS):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, latch.handle)
+    try:
+        yield latch
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 PARENT_POLL = 0.5  # seconds between two looks at whether that process still runs
 
 
@@ -84,8 +129,23 @@ class UsageError(EagleProbeError):
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse's parser, raising `UsageError` instead of exiting, and recording in the
+    namespace's `given` the destinations of the options given on the command line (a command
+    can then tell an option passed at its default value from one left out)."""
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given: set[str] = set()
+        namespace, extras = super().parse_known_args(args, namespace)
+        # a subcommand's parser has already set its own (`given` is copied up like any value)
+        namespace.given = set(getattr(namespace, "given", ())) | self._given
+        return namespace, extras
+
+    def _get_values(self, action, arg_strings):  # argparse calls it for each argument given
+        self._given.add(action.dest)
+        return super()._get_values(action, arg_strings)
 
 
 def _int_at_least(text: str, low: int, what: str) -> int:

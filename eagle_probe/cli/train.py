@@ -496,13 +496,51 @@ def run(args: argparse.Namespace) -> int:
     if source is not None:
         _attach_init_source(args, source, model_cfg)
     if not _lead_process():
-        return _run_training(args, out, paths, model_cfg, task, train_cfg, resume, None)
+        return _train_and_finish(args, out, paths, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
     claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
     if args.save_every is not None:  # the run directory of `timeline`, published with the rest
         steps_dir = files.check_dir(out.with_suffix(".steps"), force=args.force, what="run dir")
         args.steps_dir = _claim(args, files.output_dir(steps_dir, force=args.force))
-    return _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim)
+    return _train_and_finish(args, out, paths, model_cfg, task, train_cfg, resume, claim)
+
+
+def _train_and_finish(args, out, paths, *rest) -> int:
+    """`_run_training` with the stop signals of its end held: the first SIGINT, SIGTERM or SIGHUP
+    stops the training, and any signal once the training has ended (a second one, or a first
+    one during the wrap-up) waits until the files are written whole (`common.first_stop_only`),
+    then ends the command with 128 + the signal and a line saying so. A stop that escapes the
+    training outside its loop (the instant between its last step and its return) names the
+    checkpoints the validations had already written."""
+    from eagle_probe.cli.common import first_stop_only
+    from eagle_probe.errors import signal_name, signal_of
+
+    args.published = set()  # the checkpoints written so far (`_run_training`'s `write`)
+    with first_stop_only() as args.stops:
+        try:
+            code = _run_training(args, out, paths, *rest)
+        except KeyboardInterrupt as stop:
+            kept = [str(p) for p in paths if p in args.published]
+            if not kept or (isinstance(stop, Terminated) and str(stop)):
+                raise  # nothing written yet, or a stop that says what became of the work
+            name = signal_name(signal_of(stop))
+            raise Terminated(
+                signal_of(stop),
+                f"stopped ({name}) as the training ended: {', '.join(kept)} hold(s) the weights "
+                "of the last validation (--resume continues from them); the run summary was not "
+                "written",
+            ) from None
+    held = list(dict.fromkeys(args.stops.held))
+    if held:
+        names = ", ".join(signal_name(s) for s in held)
+        print(
+            f"eagle-probe: {names} came while the run's files were written; held until they "
+            "were whole",
+            file=sys.stderr,
+        )
+        if code == 0:
+            return 128 + held[0]
+    return code
 
 
 def _provenance(args: argparse.Namespace) -> dict[str, Any]:
@@ -574,6 +612,7 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
             return
         payload = checkpoint.jsonable(metrics | provenance)
         claim.write(paths[k], lambda handle: checkpoint.dump(handle, model, task, payload))
+        args.published.add(paths[k])
 
     def save_step(step: int, model, info: dict[str, Any]) -> None:
         steps_dir = getattr(args, "steps_dir", None)
@@ -581,6 +620,7 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
             checkpoint.save(steps_dir / checkpoint_name(step), model, task, info)
 
     results = _trained(args, model_cfg, task, train_cfg, resume, write, save_step)
+    args.stops.hold()  # stops from here on wait until the files are whole (`_train_and_finish`)
     if results is None:
         return 0
     first = results[0][1]
@@ -680,5 +720,50 @@ def _resumed(args, paths: list[Path]):
                 f"{path} was trained with another configuration than {paths[0]}: resume them "
                 "one at a time"
             )
+    _check_resumed_options(args, paths[0], model_cfg, task, records[0])
     train_cfg = _resumed_config(paths[0], records[0], args.steps)
     return model_cfg, task, train_cfg, [(model.state_dict(), prev) for model, _, prev in loaded]
+
+
+# The options a resumed run takes from its checkpoint: option (its destination) -> (config, field).
+# Given on the command line, each must say what the checkpoint says; --steps alone may differ.
+_MODEL_OPTIONS = ("regime", "n", "d", "n_prime", "d_prime", "machines", "share_heads", "rank")
+_MODEL_OPTIONS += ("token_mask", "readout", "normalize", "init", "init_std", "tokens")
+_TRAIN_OPTIONS = ("batch", "lr", "schedule", "warmup", "clip", "clip_qk", "weight_decay")
+_TRAIN_OPTIONS += ("gain_lr", "select", "freeze_values_last", "curriculum", "skip_spikes")
+_TRAIN_OPTIONS += ("data_shards", "eval_every", "eval_batch", "seed")
+RESUMED_OPTIONS = {
+    **{name: ("model", name) for name in _MODEL_OPTIONS},
+    "layers": ("model", "n_layers"),
+    "heads": ("model", "n_heads"),
+    "task": ("task", "task"),
+    "task_rank": ("task", "rank"),
+    "alpha": ("task", "alpha"),
+    "kappa": ("task", "kappa"),
+    "noise": ("task", "noise"),
+    **{name: ("train", name) for name in _TRAIN_OPTIONS},
+}
+
+
+def _check_resumed_options(args: argparse.Namespace, path: Path, model_cfg, task, record) -> None:
+    """Refuse options given with --resume that contradict the run in `path` (its model, task
+    and training record): the run continues as it was configured, so such an option would be
+    ignored without a word."""
+    sources = {"model": model_cfg.to_dict(), "task": task.to_dict(), "train": record}
+    given = getattr(args, "given", set())
+    contradictions = []
+    for dest, (source, field) in RESUMED_OPTIONS.items():
+        if dest not in given or (dest == "seed" and args.seeds > 1):  # seeds: checked per file
+            continue
+        value, stored = getattr(args, dest), sources[source].get(field)
+        if value != stored:
+            flag = ("--no-" if value is False else "--") + dest.replace("_", "-")
+            shown = flag if isinstance(value, bool) else f"{flag} {value!r}"  # a switch, or not
+            contradictions.append(f"{shown} (the run's: {stored!r})")
+    if contradictions:
+        raise EagleProbeError(
+            f"--resume continues the run in {path} as it was configured, and "
+            f"{', '.join(contradictions)} contradict{'s' if len(contradictions) == 1 else ''} "
+            "it; leave such options out (--steps may extend the run), or start a new run with "
+            "--force"
+        )

@@ -181,6 +181,14 @@ def test_sigterm_stops_all_seeds_with_their_best_weights_written(tmp_path):
     assert names == ["run_0.json", "run_0.pt", "run_1.json", "run_1.pt"]
 
 
+def _default_sigint() -> None:
+    """SIGINT as the default in the child about to start. A suite launched as a background job
+    (`make test &`, nohup, some CI runners) passes SIGINT on ignored, and Python then raises no
+    KeyboardInterrupt; the command keeps that choice, as a background job's should (Ctrl-C at
+    the terminal is not meant for it), so a test that sends SIGINT restores it in its child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_training_leaves_a_complete_checkpoint(tmp_path, sig):
@@ -218,6 +226,7 @@ def test_interrupted_training_leaves_a_complete_checkpoint(tmp_path, sig):
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ | {"OMP_NUM_THREADS": "1"},
+        preexec_fn=_default_sigint,
     )
     try:  # the run is never left behind, whatever fails (it would train for hours)
         deadline = time.time() + 600  # a bound for a stuck run, far above a loaded machine's time
