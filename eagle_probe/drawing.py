@@ -18,10 +18,11 @@ if TYPE_CHECKING:
 
 def load_matplotlib() -> ModuleType:
     """matplotlib, imported once without its notices on stderr. An MPLCONFIGDIR it cannot use
-    (a file, a read-only or missing directory) makes it fall back to a temporary directory and
-    log 2-4 lines about it, and about the font cache it then rebuilds: those are held back while
-    it loads, and one warning of ours says what happened and what to do (the command line prints
-    it as one line)."""
+    (a file, a path under a file, a read-only directory) would make it fall back to a temporary
+    directory with 2-4 lines about it and about the font cache it then builds: the fallback is
+    made here instead, before matplotlib is imported (so it has nothing to say about its
+    configuration directory), and one warning of ours says what happened and what to do (the
+    command line prints it as one line). The font cache's notice is held back while it loads."""
     import logging
     import os
     import sys
@@ -30,6 +31,15 @@ def load_matplotlib() -> ModuleType:
     if "matplotlib" in sys.modules:
         return sys.modules["matplotlib"]
     chosen = os.environ.get("MPLCONFIGDIR")
+    if chosen and not _usable_directory(chosen):
+        os.environ["MPLCONFIGDIR"] = _temporary_config_dir()
+        warnings.warn(
+            f"MPLCONFIGDIR={chosen} is not a writable directory, so matplotlib used a temporary "
+            "one (its font cache rebuilt each run); point MPLCONFIGDIR at a writable directory, "
+            "or unset it",
+            UserWarning,
+            stacklevel=2,
+        )
     logger = logging.getLogger("matplotlib")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -38,15 +48,32 @@ def load_matplotlib() -> ModuleType:
         import matplotlib.font_manager  # noqa: F401 - reads or builds the font cache now
     finally:
         logger.setLevel(level)
-    if chosen and os.path.realpath(matplotlib.get_configdir()) != os.path.realpath(chosen):
-        warnings.warn(
-            f"MPLCONFIGDIR={chosen} is not a writable directory, so matplotlib used a temporary "
-            "one (its font cache rebuilt each run); point MPLCONFIGDIR at a writable directory, "
-            "or unset it",
-            UserWarning,
-            stacklevel=2,
-        )
     return matplotlib
+
+
+def _usable_directory(path: str) -> bool:
+    """Whether matplotlib can keep its configuration in `path`: a writable directory, made if
+    missing (as matplotlib makes it)."""
+    import os
+    from pathlib import Path
+
+    try:
+        folder = Path(path).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):
+        return False
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def _temporary_config_dir() -> str:
+    """A fresh directory for matplotlib's configuration and font cache, removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="eagle-probe-matplotlib-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 DPI = 110
