@@ -67,6 +67,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
         "layers": len(layers),
         "recovered_layers": usable,
     }
+    algorithm1 = algorithm1_constants(extraction)
     # the fidelities are LAYERS' and the depth is len(LAYERS)
     written = {k: v for k, v in provenance.items() if k not in ("fidelity_per_layer", "layers")}
     constants = "\n".join(
@@ -79,12 +80,13 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
             f"MACHINES = {int(model.get('machines') or 1) if regime == 'distributed' else 1}",
             f"PROJECTORS = {_matrix_list(projectors)}",
             f"LOCAL_SCALE = {bool(model.get('local_scale'))!r}  # True: per machine, its A, B",
+            f"ALGORITHM1 = {algorithm1!r}",
             END,
         ]
     )
     source = TEMPLATE.read_text()
     start, stop = source.index(BEGIN), source.index(END) + len(END)
-    header = _header(provenance, layers, regime, verdict)
+    header = _header(provenance, layers, regime, verdict, algorithm1)
     body = source[:start] + constants + source[stop:]
     return header + body
 
@@ -98,7 +100,33 @@ def write_solver(
     return path
 
 
-def _header(provenance: dict[str, Any], layers: list[dict], regime: str, verdict: dict) -> str:
+def algorithm1_constants(extraction: dict[str, Any]) -> dict[str, Any] | None:
+    """The solver's ALGORITHM1: the two global constants of view `algorithm1` (Algorithm 1 as the
+    paper writes it, fitted to the activations), its form and depth; None where the view did not
+    run or its constants are not finite numbers."""
+    view = (extraction.get("views") or {}).get("algorithm1") or {}
+    if not view.get("supported"):
+        return None
+    fitted = view["readings"]["global"]
+    eta, gamma = _num(fitted.get("eta")), _num(fitted.get("gamma"))
+    if eta is None or gamma is None:
+        return None
+    return {
+        "eta": eta,
+        "gamma": gamma,
+        "steps": len(fitted["layers"]),
+        "form": view["form"],
+        "machines": int(view.get("machines") or 1),
+    }
+
+
+def _header(
+    provenance: dict[str, Any],
+    layers: list[dict],
+    regime: str,
+    verdict: dict,
+    algorithm1: dict[str, Any] | None = None,
+) -> str:
     """The comment lines above the module: what the file is, whose steps it takes and why.
     Values from the extraction are written as JSON; numbers by format specifications."""
 
@@ -125,7 +153,24 @@ def _header(provenance: dict[str, Any], layers: list[dict], regime: str, verdict
         f"# mode='faithful' reproduces the network: its {depth} layers with their fitted a_l, c_l "
         "(at other sizes it warns).",
     ]
+    lines.append(_algorithm1_line(algorithm1))
     return "\n".join(lines + _schedule_lines(layers, regime) + [""])
+
+
+def _algorithm1_line(constants: dict[str, Any] | None) -> str:
+    """The header's line on mode='algorithm1' (`algorithm1_constants`)."""
+    if constants is None:
+        return "# mode='algorithm1': no Algorithm 1 constants were fitted in this extraction."
+    where = {
+        "centralized": "S = I",
+        "distributed": f"per machine (M = {constants['machines']}), C and D averaged",
+        "constrained": "on the network's sketches PROJECTORS",
+    }[constants["form"]]
+    return (
+        f"# mode='algorithm1' is the paper's Algorithm 1 (ρ = ‖Ã‖₂⁻² every step, {where}) with "
+        f"the global η = {constants['eta']:.4g}, γ = {constants['gamma']:.4g} fitted to the "
+        f"network's activations: {constants['steps']} steps, no certificate."
+    )
 
 
 def _schedule_lines(layers: list[dict], regime: str) -> list[str]:

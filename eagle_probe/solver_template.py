@@ -14,6 +14,10 @@ complete(A, B, C): any size and scale (blocks scaled by powers of two, exactly);
     after the trained depth; it stops with the certificate below.
 complete(A, B, C, mode="faithful"): the network's layers as fitted (its prompt scale NORMALIZE,
     then a_l, c_l per layer): what the network computes, not a solved system; info is the depth.
+complete(A, B, C, mode="algorithm1"): Algorithm 1 as the paper writes it, with the network's two
+    global constants η, γ (ALGORITHM1, fitted to its activations): ρ = ‖Ã‖₂⁻² recomputed every
+    step, per machine with C and D averaged (MACHINES > 1), on the sketches PROJECTORS
+    (constrained); the network's depth of steps, no certificate; info is the depth.
 lstsq(A, b, x0=None): min ‖A x − b‖₂, x = x0 + A⁺(b − A x0), by the same iteration and certificate.
 certify(A, B, C, D): an independent check of any D against an SVD of A.
 
@@ -114,8 +118,11 @@ def complete(
     if mode == "faithful":
         D, info, iterations, counter.extra["reason"] = _faithful(A, B, C)
         return result(D, info, iterations)
+    if mode == "algorithm1":
+        D, info, iterations, counter.extra["reason"] = _algorithm1(A, B, C)
+        return result(D, info, iterations)
     if mode != "normalized":
-        raise ValueError(f"unknown mode {mode!r}; choose from faithful, normalized")
+        raise ValueError(f"unknown mode {mode!r}; choose from algorithm1, faithful, normalized")
     D = np.zeros((B.shape[0], C.shape[1]))
     if not (np.any(A) and np.any(B) and np.any(C)):
         counter.extra["reason"] = "exact"
@@ -290,6 +297,70 @@ def _faithful(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
         _warn("the faithful solver overflowed (the network's constants at this prompt scale)")
         return D, NONFINITE, len(LAYERS), "non-finite"
     return D, len(LAYERS), len(LAYERS), "fixed depth"
+
+
+# --- Algorithm 1 as the paper writes it, with the network's two constants --------------------
+def _algorithm1(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
+    """Algorithm 1 with ALGORITHM1's global η, γ for its `steps`: (D, info, steps, reason); info
+    NONFINITE on overflow. The paper's outer loop: "for μ = 1..M in parallel: (A^μ_{ℓ+1},
+    B^μ_{ℓ+1}, C′_μ, D′_μ) ← UPDATE(A^μ_ℓ, B^μ_ℓ, C_ℓ, D_ℓ); C_{ℓ+1} ← (1/M) Σ_μ C′_μ,
+    D_{ℓ+1} ← (1/M) Σ_μ D′_μ", machine μ owning the μ-th block of n / M columns of A and B. Its
+    iterates are homogeneous in each block, so A, B and C are scaled by powers of two first."""
+    if not ALGORITHM1:
+        raise ValueError(
+            "this solver carries no fitted Algorithm 1 constants; use mode='normalized'"
+        )
+    eta, gamma = float(ALGORITHM1["eta"]), float(ALGORITHM1["gamma"])
+    steps, form = int(ALGORITHM1["steps"]), ALGORITHM1["form"]
+    machines = int(ALGORITHM1["machines"]) if form == "distributed" else 1
+    n = A.shape[1]
+    if n % machines:
+        raise ValueError(f"Algorithm 1 here runs on {machines} machines: n = {n} must divide by it")
+    sketches: list[Array | None] = [None] * steps
+    if form == "constrained":
+        if PROJECTORS is None or len(PROJECTORS) < steps or len(PROJECTORS[0]) != n:
+            raise ValueError(f"Algorithm 1 on the network's sketches takes their size, not n = {n}")
+        sketches = [np.asarray(P, dtype=np.float64) for P in PROJECTORS[:steps]]
+    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
+    D = np.zeros((B.shape[0], C.shape[1]))
+    block = n // machines
+    with np.errstate(over="ignore", invalid="ignore"):
+        for P in sketches:
+            A, B = A.copy(), B.copy()
+            C_sum, D_sum = np.zeros_like(C), np.zeros_like(D)
+            for mu in range(machines):
+                cols = slice(mu * block, (mu + 1) * block)
+                A[:, cols], B[:, cols], C_mu, D_mu = _update(
+                    A[:, cols], B[:, cols], C, D, eta, gamma, P
+                )
+                C_sum, D_sum = C_sum + C_mu, D_sum + D_mu
+            C, D = C_sum / machines, D_sum / machines
+    if not np.all(np.isfinite(D)):
+        _warn("Algorithm 1 overflowed with the network's constants on this prompt")
+        return D, NONFINITE, steps, "non-finite"
+    D, ok = _finish(D, eb + ec - ea)
+    if not ok:
+        _warn("D is not representable in float64 at this scale")
+        return D, UNREPRESENTABLE, steps, "unrepresentable"
+    return D, steps, steps, "fixed depth"
+
+
+def _update(A: Array, B: Array, C: Array, D: Array, eta: float, gamma: float, P: Array | None):
+    """UPDATE(A, B, C, D) of Algorithm 1, the sketch S given by its projector P = S Sᵀ (None:
+    S = I): "Ã ← AS, B̃ ← BS, ρ ← ‖Ã‖₂⁻², A′ ← A − ηρ Ã ÃᵀÃ Sᵀ, B′ ← B − ηρ B̃ ÃᵀÃ Sᵀ,
+    C′ ← C − γρ Ã Ãᵀ C, D′ ← D + γρ B̃ Ãᵀ C"; with Q = A P = Ã Sᵀ and R = B P = B̃ Sᵀ these are
+    Q (QᵀQ), R (QᵀQ), Q (QᵀC) and R (QᵀC), and ‖Ã‖₂ = ‖Q‖₂."""
+    Q, R = (A, B) if P is None else (A @ P, B @ P)
+    norm = _norm(Q, spectral=True)
+    rho = 1.0 / norm**2 if norm > 0.0 else 0.0
+    K, QtC = Q.T @ Q, Q.T @ C
+    return (
+        A - eta * rho * (Q @ K),
+        B - eta * rho * (R @ K),
+        C - gamma * rho * (Q @ QtC),
+        D + gamma * rho * (R @ QtC),
+    )
 
 
 def _layer_products(A: Array, C: Array, layer: int) -> tuple[Array, Array]:
@@ -789,6 +860,11 @@ PROJECTORS: list[list[list[float]]] | None = None
 # True: each machine divided its own A, B columns by their norm and C by nothing; False: one
 # scale for the whole prompt.
 LOCAL_SCALE = False
+# Algorithm 1 as the paper writes it, with the network's two global constants fitted to its
+# activations (complete(..., mode="algorithm1")): eta, gamma, steps (the network's depth), form
+# ("centralized", "distributed" on `machines` column blocks, or "constrained" on PROJECTORS).
+# None: no constants were fitted.
+ALGORITHM1: dict[str, Any] | None = None
 # --- END RECOVERED CONSTANTS ---
 
 

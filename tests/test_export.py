@@ -357,3 +357,83 @@ def test_a_written_solver_runs_as_a_script_and_solves_its_demo(planted, tmp_path
     assert stats["recovered_steps"] + stats["theory_steps"] == stats["iterations"]
     assert check["certified"] and check["rank"] == 6
     assert check["error_estimate"] <= check["bound"] / 4
+
+
+# Algorithm 1 as the paper writes it (mode="algorithm1"): each regime's own form.
+ALGORITHM1_FORMS = {
+    "centralized": ("centralized", 1),
+    "distributed": ("distributed", 3),
+    "distributed-open": ("distributed", 3),
+    "constrained": ("constrained", 1),
+}
+
+
+@pytest.mark.parametrize("regime", list(ALGORITHM1_FORMS))
+def test_algorithm1_mode_runs_the_views_algorithm_1_at_any_scale(regime, tmp_path):
+    """The exported mode="algorithm1" (the paper's loop in prompt units, per machine, on the
+    sketches) against the view's NumPy run on the network's internal stream, with the fitted
+    global constants the data block carries; L steps, info L, no certificate."""
+    from eagle_probe.fit import algorithm1
+
+    cfg = ModelConfig(
+        n=6, d=5, n_layers=3, regime=regime, machines=3, rank=3, normalize="spectral",
+        dtype="float64",
+    )  # fmt: skip
+    model = plant(cfg, [0.4, 0.3, 0.2], [0.9, 0.7, 0.5])
+    task = TaskConfig(n=6, d=5, rank=4)
+    ex = extract(model, task, probe_batch_size=16, control=False, test_batch=16, tuning_batch=16,
+                 views=("eagle", "fidelity", "algorithm1"))  # fmt: skip
+    data = ex.to_json()
+    path = write_solver(tmp_path / "solver.py", data, ex.projectors)
+    solver = _load(path)
+    g = data["views"]["algorithm1"]["readings"]["global"]
+    form, machines = ALGORITHM1_FORMS[regime]
+    want = {"eta": g["eta"], "gamma": g["gamma"], "steps": 3, "form": form, "machines": machines}
+    assert solver.ALGORITHM1 == want
+    line = next(ln for ln in path.read_text().split("\n") if ln.startswith("# mode='algorithm1'"))
+    assert f"η = {g['eta']:.4g}, γ = {g['gamma']:.4g}" in line and "3 steps" in line
+    geo = algorithm1.algorithm_geometry(ex.geometry)
+    z0 = sample(task, len(SCALES), make_generator(9), dtype=torch.float64).z0().numpy()
+    for z, k in zip(z0, SCALES, strict=True):
+        A, B, C = k * z[:5, :6], k * z[5:, :6], k * z[:5, 6:]
+        D, stats = solver.complete(A, B, C, mode="algorithm1", return_stats=True)
+        ran = algorithm1.predict(k * z[None], geo, [g["eta"]] * 3, [g["gamma"]] * 3)[0]
+        assert_close(D, ran)
+        assert (stats["info"], stats["iterations"], stats["reason"]) == (3, 3, "fixed depth")
+
+
+def test_algorithm1_mode_needs_its_constants_and_the_sketches_size():
+    A, B, C = np.ones((3, 4)), np.ones((1, 4)), np.ones((3, 1))
+    with pytest.raises(ValueError, match="no fitted Algorithm 1 constants"):
+        solver_template.complete(A, B, C, mode="algorithm1")
+    with pytest.raises(ValueError, match="algorithm1, faithful, normalized"):
+        solver_template.complete(A, B, C, mode="other")
+    data = {
+        "model": {"regime": "constrained", "n": 4, "d": 3, "n_prime": 1, "d_prime": 1,
+                  "normalize": "none", "machines": 1},
+        "layers": [{"a_step": 0.1, "c_step": 0.1, "eta": 0.3, "gamma": 1.0, "fidelity": 0.0}],
+        "views": {"algorithm1": {"supported": True, "form": "constrained", "machines": 1,
+                                 "readings": {"global": {"eta": 0.5, "gamma": 1.0,
+                                                         "layers": [{"layer": 0}]}}}},
+    }  # fmt: skip
+    ns: dict = {}
+    exec(compile(solver_source(data, projectors=[np.eye(4).tolist()]), "solver", "exec"), ns)
+    assert ns["complete"](A, B, C, mode="algorithm1").shape == (1, 1)
+    with pytest.raises(ValueError, match="not n = 6"):
+        ns["complete"](np.ones((3, 6)), np.ones((1, 6)), np.ones((3, 1)), mode="algorithm1")
+    data["views"]["algorithm1"]["readings"]["global"]["eta"] = None  # not finite in the JSON
+    assert "ALGORITHM1 = None" in solver_source(data, projectors=[np.eye(4).tolist()])
+
+
+def test_algorithm1_mode_runs_without_torch_scipy_or_eagle_probe(tmp_path):
+    model, task = plants.eagle([0.4, 0.3], [0.9, 0.7], normalize="spectral", n=6, d=5)
+    ex = extract(model, task, probe_batch_size=16, control=False, test_batch=16, tuning_batch=16,
+                 views=("eagle", "fidelity", "algorithm1"))  # fmt: skip
+    path = write_solver(tmp_path / "solver.py", ex.to_json())
+    check = (
+        "A = np.random.default_rng(0).standard_normal((5, 6))\n"
+        "D = m.complete(A, np.ones((2, 6)), np.ones((5, 2)), mode='algorithm1')\n"
+        "assert D.shape == (2, 2) and np.all(np.isfinite(D))"
+    )
+    out = run_numpy_only(path, check)
+    assert out.stdout.strip() == "ok", out.stderr
