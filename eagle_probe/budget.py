@@ -84,17 +84,21 @@ def draw_bytes(task, batch: int = 1) -> int:
     return 8 * batch * (max(task.n, task.d) + task.d_prime + task.n_prime) * task.kernel_dim
 
 
-def check_draw(task, cfg, what: str) -> None:
-    """Refuse a task whose prompts cost more to draw than the model's forward of them: every
-    batch a command runs is held to the budget by `forward_bytes`, which then holds the draw as
-    well (within a factor of two)."""
-    forward = forward_bytes(cfg, 2) - forward_bytes(cfg, 1)  # one prompt's share
-    need = draw_bytes(task)
-    if need > forward:
-        per_point = draw_bytes(replace(task, kernel_dim=1))
+# the most prompts a command draws at once by default (`evaluate`'s --batch)
+DRAW_PROMPTS = 8192
+
+
+def check_draw(task, max_bytes: float, what: str) -> None:
+    """Refuse a task whose draw of DRAW_PROMPTS prompts does not fit the memory budget: the
+    commands hold their batches' forwards to the budget (`forward_bytes`), and a nystrom task's
+    kernel points can cost far more than its prompts (kernel_dim 3000 at n = d = 18: 4.3 GB for
+    8,192 prompts, 24 kB a prompt against a forward's few kB)."""
+    need = draw_bytes(task, DRAW_PROMPTS)
+    if need > max_bytes:
+        per_point = draw_bytes(replace(task, kernel_dim=1), DRAW_PROMPTS)
         raise EagleProbeError(
             f"{what}: its nystrom task draws each prompt from {task.kernel_dim}-dimensional "
-            f"points ({need:,} bytes), more than the model's forward of a prompt ({forward:,} "
-            "bytes) that the memory checks count; a task for this model takes kernel_dim of at "
-            f"most {forward // per_point:,}"
+            f"points, {_gib(need)} for {DRAW_PROMPTS:,} prompts, over the memory budget of "
+            f"{_gib(max_bytes)}; raise --max-memory, or use kernel_dim of at most "
+            f"{int(max_bytes // per_point):,}"
         )

@@ -421,7 +421,7 @@ def load(
 
     Its configs must name every field (`MODEL_FIELDS`, `TASK_FIELDS`). Nothing is allocated for
     the model before its size has been checked against `max_bytes` and against the bytes the
-    file really holds, and its task's draw of a prompt against the model's forward of it
+    file really holds, and its task's draw of a batch of prompts against the budget too
     (`budget.check_draw`); the fixed buffers (the attention masks, the fixed readout) must equal
     the ones its config defines."""
     payload = read(path, max_bytes=max_bytes)
@@ -440,7 +440,7 @@ def load(
     ):
         raise CheckpointError(f"checkpoint {path}: model and task configs disagree on sizes")
     budget.check_model(model_cfg, max_bytes, what=f"the model of checkpoint {path}")
-    budget.check_draw(task_cfg, model_cfg, f"checkpoint {path}")
+    budget.check_draw(task_cfg, max_bytes, f"checkpoint {path}")
     state = payload["state_dict"]
     shapes = expected_shapes(model_cfg)
     missing = sorted(set(shapes) - set(state))

@@ -112,14 +112,20 @@ def test_a_foreign_torch_files_huge_view_is_held_to_the_budget_before_its_copy(t
 
 def test_a_checkpoints_task_is_held_to_the_budget_of_its_prompts(tmp_path, capsys):
     path = _edited(tmp_path / "m.pt", lambda p: p["task_config"].update(task="nystrom"))
-    checkpoint.load(path)  # kernel_dim 3: a prompt's points are smaller than its forward
+    checkpoint.load(path)  # kernel_dim 3: 8,192 prompts' points take 4.3 MB
     path = _edited(
         tmp_path / "wide.pt", lambda p: p["task_config"].update(task="nystrom", kernel_dim=3000)
     )
     with pytest.raises(EagleProbeError, match="kernel_dim of at most"):
-        checkpoint.load(path)
+        checkpoint.load(path, max_bytes=0.5 * 2**30)  # 1.65 GiB for 8,192 prompts
+    checkpoint.load(path, max_bytes=8 * 2**30)  # within a budget that holds it
     code = main(["evaluate", str(path), "--max-memory", "0.5", "--batch", "4096"])
     _one_line(capsys.readouterr().err, code, 2, "kernel_dim", "3000")
+    # a small model's task may draw from points wider than its prompts: the budget decides
+    path = _edited(
+        tmp_path / "small.pt", lambda p: p["task_config"].update(task="nystrom", kernel_dim=50)
+    )
+    checkpoint.load(path)
 
 
 def test_draw_bytes_counts_the_kernel_points_of_a_batch():
