@@ -226,7 +226,7 @@ def capture(
             v_heads[i, sl] = _per_unit_query(heads[i], c, groups, d).cpu().numpy()
     # the prediction is readout · D slot = readout · v C: x = ∓vᵀ by the readout's sign (a
     # learned readout's magnitude stays out of the iterate)
-    sign = -1.0 if float(model.readout_scale) < 0 else 1.0
+    sign = -1.0 if float(model.readout_scale.detach()) < 0 else 1.0
     x = sign * v.swapaxes(-1, -2)  # (L+1, b, d, d')
     dx_heads = sign * v_heads.swapaxes(-1, -2)  # (L, b, h, d, d')
     deviation = _linearity_deviation(Z, v, d, n, npr, copies)

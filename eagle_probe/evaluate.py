@@ -114,13 +114,13 @@ def summarize(errors: dict[str, torch.Tensor]) -> dict[str, Any]:
 
 def readout_sign(model: LinearTransformer) -> int:
     """−1 or +1: the sign the model reads its prediction with (a learned readout's sign)."""
-    return -1 if float(model.readout_scale) < 0 else 1
+    return -1 if float(model.readout_scale.detach()) < 0 else 1
 
 
 def model_readout_text(model: LinearTransformer) -> str:
     """`readout_text` of a model."""
     return readout_text(
-        float(model.readout_scale), model.cfg.samples, model.cfg.readout == "learned"
+        float(model.readout_scale.detach()), model.cfg.samples, model.cfg.readout == "learned"
     )
 
 

@@ -104,3 +104,19 @@ def test_reference_errors_passed_in_are_those_computed_with_the_model():
     assert sorted(prompt_errors(model, p, reference=False)) == ["model"]
     with pytest.raises(ValueError, match="do not belong to these 49 prompts"):
         prompt_errors(model, p[:49], reference=reference)
+
+
+def test_a_learned_readout_in_training_is_read_without_torchs_warning():
+    """A model built in memory keeps requires_grad on its learned readout scale; reading its
+    sign must not meet torch's warning on converting a tensor that requires grad."""
+    import warnings
+
+    from eagle_probe.evaluate import model_readout_text, readout_sign
+    from eagle_probe.model import LinearTransformer, ModelConfig
+
+    model = LinearTransformer(ModelConfig(n=5, d=4, n_layers=1, readout="learned"))
+    assert model.readout_scale.requires_grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert readout_sign(model) in (-1, 1)
+        assert "learned" in model_readout_text(model)

@@ -362,6 +362,17 @@ def _unvalidated(metrics: dict[str, Any]) -> Terminated:
     )
 
 
+def _left(path: Path, metrics: dict[str, Any], published: set) -> str:
+    """What a run whose kept weights cannot be finished leaves on disk: nothing, or the
+    checkpoint an earlier validation published (no summary beside it)."""
+    if path not in published:
+        return "nothing written"
+    return (
+        f"{path} holds the weights of its best validation (step "
+        f"{metrics.get('best_step')}), written before the test; no summary written"
+    )
+
+
 def _diverged(metrics: dict[str, Any], decisive: str) -> str | None:
     """Why the kept weights cannot be written (None: they can): no validation was finite, or
     the number they were selected by is not finite on the test prompts."""
@@ -636,10 +647,11 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
         reason = _diverged(metrics, decisive)
         if reason is not None and len(results) == 1:
             raise EagleProbeError(
-                f"training diverged ({reason}); nothing written - lower --lr or --init-std"
+                f"training diverged ({reason}); {_left(paths[k], metrics, args.published)} - "
+                "lower --lr or --init-std"
             )
         if reason is not None:
-            diverged.append(seed)
+            diverged.append((seed, _left(paths[k], metrics, args.published)))
             continue
         write(k, model, metrics)
         summary = {key: v for key, v in metrics.items() if key not in ("history", "spikes")}
@@ -663,8 +675,9 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
     )
     if diverged:
         print(
-            f"eagle-probe: error: seed(s) {', '.join(map(str, diverged))} diverged; nothing "
-            "written for them - lower --lr or --init-std",
+            "eagle-probe: error: "
+            + "; ".join(f"seed {seed} diverged: {left}" for seed, left in diverged)
+            + " - lower --lr or --init-std",
             file=sys.stderr,
         )
         return EXIT_USER

@@ -472,6 +472,22 @@ def test_diverged_training_writes_nothing(tmp_path, capsys):
     assert _listing(tmp_path) == []
 
 
+def test_a_run_whose_kept_weights_fail_the_test_says_what_it_left(tmp_path, capsys, monkeypatch):
+    """A validation published m.pt; the test prompts then give a non-finite MSE: the line names
+    the checkpoint on disk instead of saying that nothing was written."""
+    import eagle_probe.evaluate as evaluate_module
+
+    real = evaluate_module.evaluate
+
+    def failing(model, task, **kwargs):
+        return real(model, task, **kwargs) | {"mse": float("nan")}
+
+    monkeypatch.setattr(evaluate_module, "evaluate", failing)
+    code = main([*TINY, "-o", str(tmp_path / "m.pt")])
+    _one_line_error(capsys, code, "diverged", "m.pt holds the weights of its best validation")
+    assert _listing(tmp_path) == ["m.pt"]  # no summary beside it
+
+
 # --- 8. bench refuses bad data ------------------------------------------------------------------
 
 MTX = {
