@@ -297,6 +297,36 @@ def plan_text(arrays: dict[str, np.ndarray], *, heads: int | None = None) -> str
         return str(exc)
 
 
+def check_tensors(path: object, obj: dict, max_bytes: float) -> None:
+    """Refuse tensors that are not plain dense CPU numbers, then hold the three float64 copies the
+    import makes (read, checked, factored) to `max_bytes` (a strided view of a small storage can
+    declare gigabytes)."""
+    import torch
+
+    from eagle_probe import budget
+
+    real = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.uint8)
+    real += (torch.int8, torch.int16, torch.int32, torch.int64)
+    total = 0
+    for key, value in obj.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.is_nested or value.layout != torch.strided:
+            kind = "nested" if value.is_nested else str(value.layout).split(".")[-1]
+            raise EagleProbeError(f"{path}: weight {key} is a {kind} tensor; store dense tensors")
+        if value.is_quantized or value.is_complex() or value.dtype not in real:
+            raise EagleProbeError(
+                f"{path}: weight {key} has dtype {value.dtype}; store real floating-point weights"
+            )
+        if value.device.type != "cpu" or value.is_conj() or value.is_neg():
+            raise EagleProbeError(
+                f"{path}: weight {key} is a {value.device.type} tensor with no plain data; store "
+                "the weights themselves"
+            )
+        total += value.numel() * (value.element_size() + 24)
+    budget.check(total, f"the weights of {path} (with their three float64 copies)", max_bytes)
+
+
 def import_hint(path: object, payload: object, *, max_bytes: float | None = None) -> str:
     """What to do with a torch file that is not an eagle-probe checkpoint: the `eagle-probe
     import` command that would convert it, or why its keys cannot be read ("" for neither).
@@ -305,7 +335,6 @@ def import_hint(path: object, payload: object, *, max_bytes: float | None = None
     import torch
 
     from eagle_probe import budget
-    from eagle_probe.layouts import check_tensors
 
     if isinstance(payload, torch.Tensor):
         return f"; Ahn et al.'s allparam? eagle-probe import --layout ahn {path} --n N -o model.pt"

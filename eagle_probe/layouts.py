@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from eagle_probe import budget, files
-from eagle_probe.conventions import agree, plan_import
+from eagle_probe.conventions import agree, check_tensors, plan_import
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry, sketch_projectors
 from eagle_probe.model import (
@@ -641,44 +641,6 @@ def _weights_file(path: Path, max_bytes: float) -> None:
     """A regular file (a symbolic link is followed) of at most `max_bytes`, or a one-line error."""
     st = files.input_file(path, "weights file", EagleProbeError)
     budget.check(st.st_size, f"weights file {path}", max_bytes)
-
-
-def check_tensors(path: object, obj: dict, max_bytes: float) -> None:
-    """Refuse tensors that are not plain dense CPU numbers, then hold the three float64 copies the
-    import makes (read, checked, factored) to `max_bytes` (a strided view of a small storage can
-    declare gigabytes)."""
-    total = 0
-    for key, value in obj.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        if value.is_nested or value.layout != torch.strided:
-            kind = "nested" if value.is_nested else str(value.layout).split(".")[-1]
-            raise EagleProbeError(f"{path}: weight {key} is a {kind} tensor; store dense tensors")
-        if value.is_quantized or value.is_complex() or value.dtype not in _REAL_DTYPES:
-            raise EagleProbeError(
-                f"{path}: weight {key} has dtype {value.dtype}; store real floating-point weights"
-            )
-        if value.device.type != "cpu" or value.is_conj() or value.is_neg():
-            raise EagleProbeError(
-                f"{path}: weight {key} is a {value.device.type} tensor with no plain data; store "
-                "the weights themselves"
-            )
-        total += value.numel() * (value.element_size() + 24)
-    budget.check(total, f"the weights of {path} (with their three float64 copies)", max_bytes)
-
-
-_REAL_DTYPES = (
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-)
 
 
 def _npz_bytes(path: Path, max_bytes: float) -> None:

@@ -43,12 +43,8 @@ import pandas as pd
 from eagle_probe.captured import Capture
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.polynomial import essential_orders, fit_polynomial, residual_direction
+from eagle_probe.fit.rules import MATRIX_GAIN, MOVES, NO_STEP, R2_MIN, SCALAR_TOL, decide
 
-R2_MIN = 0.99  # a fit explains a layer when its uncentred R² reaches this
-NO_STEP = 0.01  # sample layout: a layer moving x by less than this share of ‖x_L‖ takes no step
-MOVES = 1e-3  # and it transforms the data when I − γ G moves G's top eigenvalue by this much
-MATRIX_GAIN = 0.5  # the matrix fit must cut the polynomial fit's relative residual by this factor
-SCALAR_TOL = 1e-3  # Γ is a multiple of I when ‖Γ − (tr Γ / d) I‖ / ‖Γ‖ is below this
 MAX_DEGREE = 6  # highest order the polynomial fit may use
 
 
@@ -109,8 +105,7 @@ def matrix_fit(r: np.ndarray, dx: np.ndarray) -> dict:
 
 def name_layer(scalar: dict, poly: dict, matrix: dict) -> str:
     """The rule of the module text: the "fitted layer" rules of the verdict's rule table
-    (`fit.verdict.RULES`)."""
-    from eagle_probe.fit.verdict import decide  # the verdict reads this view: import on use
+    (`fit.rules.RULES`)."""
 
     facts = {
         "scalar_r2": scalar["r2"],
@@ -182,8 +177,6 @@ def sample_layer(f: dict, step, last: bool, lam_max: float) -> dict:
     f["fit"] = FIT_OF_LABEL[f["label"]]
     moves = abs(float(step.a_step)) * lam_max >= MOVES
     if f["step_share"] < NO_STEP and not last and moves:
-        from eagle_probe.fit.verdict import decide  # the "no-step layer" rules
-
         f["label"] = decide("no-step layer", {"stream_r2": stream_r2}).label
         f["fit"] = "stream" if f["label"] == "GD++" else f["fit"]
     f["gdpp"]["eta_iterate"] = -label_alpha0(f)

@@ -142,7 +142,7 @@ def test_a_model_that_barely_moves_is_not_eagle_though_its_layers_are():
 def test_the_docs_rule_table_is_the_code_table():
     from pathlib import Path
 
-    from eagle_probe.fit.verdict import RULES, SCOPES
+    from eagle_probe.fit.rules import RULES, SCOPES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "extraction-schema.md").read_text()
     table = doc.split("### The rule table", 1)[1].split("| scope | label | rule | when |", 1)[1]
@@ -154,7 +154,7 @@ def test_the_docs_rule_table_is_the_code_table():
 
 
 def test_each_scope_ends_in_a_rule_that_always_holds():
-    from eagle_probe.fit.verdict import RULES, SCOPES
+    from eagle_probe.fit.rules import RULES, SCOPES
 
     for scope in SCOPES:
         last = [r for r in RULES if r.scope == scope][-1]
