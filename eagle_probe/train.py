@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from eagle_probe.config import StrictDict, check_positive_ints
 from eagle_probe.errors import EagleProbeError, signal_name, signal_of
-from eagle_probe.evaluate import prompt_errors, summarize
+from eagle_probe.evaluate import prompt_errors, summarize, trimmed_mean
 from eagle_probe.model import LinearTransformer, ModelConfig
 from eagle_probe.names import DEFAULT_STEPS, MAX_STEPS, SCHEDULES
 from eagle_probe.tasks import Curriculum, Prompt, TaskConfig, make_generator, sample
@@ -472,7 +472,7 @@ class SeedLog:
         """Record a validation at `step` from the held-out prompt errors (`evaluate.summarize`'s
         input), keep `state()` when it is the best so far, start a new loss window; the row."""
         summary = summarize(errors)
-        trimmed = _trimmed_mean(errors["model"])
+        trimmed = trimmed_mean(errors["model"], TRIM)
         val = {"mean": summary["mse"], "median": summary["median_mse"], "trimmed": trimmed}[
             cfg.select
         ]
@@ -881,13 +881,6 @@ def train(
     return final, metrics | stop_record(
         clock.interrupted, log.history, metrics["best_val_selected"]
     )
-
-
-def _trimmed_mean(errors: torch.Tensor) -> float:
-    """Mean of the smallest TRIM share of per-prompt errors (non-finite ones count as largest)."""
-    values = torch.where(torch.isfinite(errors), errors, torch.full_like(errors, math.inf))
-    keep = max(1, int(TRIM * values.numel()))
-    return float(values.sort().values[:keep].mean())
 
 
 def _attach_gains(model: LinearTransformer) -> torch.Tensor:

@@ -149,6 +149,23 @@ def against_zero(mse: float, zero: float, *, spec: str = ".3g", mark: str = "×"
     return f"no better than the zero predictor: {factor} above its {z}"
 
 
+def tails_text(stats) -> str:
+    """The tail of per-prompt errors beside their mean, from `evaluate.tails`' numbers (an
+    extraction's `network`, `evaluate`'s summary): "median 0.0139, 0.1%-trimmed 0.0231, 0.488% of
+    prompts worse than zero" (the trimmed mean drops the worst 0.1% of prompts,
+    `evaluate.TRIM_KEEP`); what `stats` lacks is left out (an extraction written before these
+    numbers: "")."""
+    parts = []
+    if stats.get("median_mse") is not None:
+        parts.append(f"median {number(stats['median_mse'])}")
+    if stats.get("trimmed_mse") is not None:
+        parts.append(f"0.1%-trimmed {number(stats['trimmed_mse'])}")
+    if stats.get("worse_than_zero") is not None:
+        share = percent(stats["worse_than_zero"], signed=False, spec=".3g")
+        parts.append(f"{share} of prompts worse than zero")
+    return ", ".join(parts)
+
+
 # the other readout sign is flagged when it fits the held-out prompts at least this much better
 FLIP_FACTOR = 0.5
 

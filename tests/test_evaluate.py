@@ -14,10 +14,13 @@ from plants import eagle as planted_model
 from eagle_probe.evaluate import (
     evaluate,
     model_readout_text,
+    over_draws,
     prompt_errors,
     readout_sign,
     reference_errors,
     summarize,
+    tails,
+    trimmed_mean,
 )
 from eagle_probe.tasks import make_generator, sample
 
@@ -42,7 +45,11 @@ def test_the_summary_reads_the_worst_prompt_by_its_error():
         "zero_mse": 2.0,
         "optimal_mse": pytest.approx(0.1),
         "median_mse": 2.0,  # of an even count, the lower middle value
+        "trimmed_mse": 2.0,  # (1 + 2 + 3) / 3: the worst prompt of four dropped (at least one)
+        "trimmed_prompts": 1,
         "worst_mse": 4.0,
+        "worse_than_zero": 0.5,  # 4 and 3 above the zero predictor's 2 (2 is not above it)
+        "worse_than_zero_prompts": 2,
         "worst_norm_a": 9.0,  # ‖A‖₂ of the worst prompt, here also the largest
         "max_norm_a": 9.0,
         "nonfinite_prompts": 0,
@@ -62,6 +69,74 @@ def test_a_non_finite_prompt_is_counted_and_is_the_worst():
     assert alone["nonfinite_prompts"] == 1 and alone["worst_mse"] == math.inf
 
 
+def test_the_tail_statistics_of_errors_known_by_hand():
+    """Ten prompts, one of them a blow-up: every number written down by hand. int(0.999 × 10) =
+    9 prompts are kept, so the trimmed mean drops the blow-up alone."""
+    errors = np.array([4.0, 1.0, 3.0, 2.0, 1e6, 1.0, 7.0, 2.0, 4.0, 3.0])
+    zero = np.full(10, 2.5)  # each prompt's mean of D²
+    got = tails(errors, zero)
+    # exact: sums of small integers; 1000027 / 10 is the same rounding either way
+    assert got == {
+        "prompts": 10,
+        "mse": 1000027 / 10,  # (27 + 10⁶) / 10
+        "median_mse": 3.0,  # sorted 1 1 2 2 3 | 3 4 4 7 10⁶: the lower of the middle two
+        "trimmed_mse": 3.0,  # (1 + 1 + 2 + 2 + 3 + 3 + 4 + 4 + 7) / 9 = 27 / 9
+        "trimmed_prompts": 1,
+        "worst_mse": 1e6,
+        "worse_than_zero": 0.6,  # 3 3 4 4 7 10⁶ above 2.5: 6 of 10
+        "worse_than_zero_prompts": 6,
+    }
+    assert trimmed_mean(errors) == 3.0 and trimmed_mean(errors, keep=0.5) == 1.8  # 9 / 5
+    # a NaN prompt is worse than zero and the worst; a prompt equal to its zero is not worse
+    odd = tails(np.array([1.0, math.nan, 2.5]), np.array([2.0, 2.0, 2.5]))
+    assert odd["worse_than_zero_prompts"] == 1 and odd["worst_mse"] == math.inf
+    assert odd["trimmed_mse"] == 1.75  # int(0.999 × 3) = 2 kept: (1 + 2.5) / 2
+    with pytest.raises(ValueError, match="shape"):
+        tails(errors, zero[:9])
+
+
+def test_one_prompt_cannot_move_the_median_or_the_trimmed_mean():
+    """8,192 prompts: the worst prompt made 10³⁰ or infinite moves the mean by 10²⁶ and leaves
+    the median and the trimmed mean exactly where they were; any one prompt made 10³⁰ moves the
+    median at most to its neighbour and the trimmed mean by at most the largest error over the
+    8,183 prompts it keeps."""
+    errors = torch.rand(8192, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    base = tails(errors)
+    assert base["trimmed_prompts"] == 9  # 8192 − int(0.999 × 8192) = 8192 − 8183
+    for blow_up in (1e30, math.inf):
+        worst = errors.clone()
+        worst[int(errors.argmax())] = blow_up
+        got = tails(worst)
+        assert got["mse"] > 1e26
+        # exact: the same order statistics, the same sorted values summed
+        assert got["median_mse"] == base["median_mse"]
+        assert got["trimmed_mse"] == base["trimmed_mse"]
+    ordered = errors.sort().values
+    middle = (8192 - 1) // 2  # torch's median: the lower middle value
+    for index in (0, int(errors.argmin()), int(errors.argsort()[middle]), 4096):
+        moved = errors.clone()
+        moved[index] = 1e30
+        got = tails(moved)
+        assert ordered[middle] <= got["median_mse"] <= ordered[middle + 1]
+        assert abs(got["trimmed_mse"] - base["trimmed_mse"]) <= float(ordered[-1]) / 8183
+
+
+def test_the_interval_over_draws():
+    """Four draws' numbers, the interval written by hand: the smallest, the median (the mean of
+    the middle two) and the largest; an infinite draw is the largest, a missing number skipped."""
+    draws = [
+        {"mse": 3.0, "median_mse": 1.0},
+        {"mse": 1.0, "median_mse": 1.5},
+        {"mse": math.inf, "median_mse": 1.0},
+        {"mse": 2.0, "median_mse": None},
+    ]
+    got = over_draws(draws, keys=("mse", "median_mse", "trimmed_mse"))
+    assert got == {
+        "mse": {"draws": 4, "low": 1.0, "median": 2.5, "high": math.inf},
+        "median_mse": {"draws": 3, "low": 1.0, "median": 1.0, "high": 1.5},
+    }
+
+
 def test_evaluate_equals_the_errors_of_the_same_prompts_computed_here():
     model, task = planted_model([0.05, 0.04], [0.09, 0.08], normalize="spectral", n=6, d=6)
     got = evaluate(model, task, batch=96, seed=7)
@@ -78,6 +153,12 @@ def test_evaluate_equals_the_errors_of_the_same_prompts_computed_here():
     assert got["worst_norm_a"] == pytest.approx(norm_a[err.argmax()], rel=RTOL)
     assert got["max_norm_a"] == pytest.approx(norm_a.max(), rel=RTOL)
     assert got["flipped_mse"] == pytest.approx(((pred + D) ** 2).mean(), rel=RTOL)
+    kept = np.sort(err)[: int(0.999 * 96)]  # 95 of 96: the worst prompt dropped
+    assert got["trimmed_mse"] == pytest.approx(kept.mean(), rel=RTOL)
+    zero = (D**2).mean(axis=(-1, -2))
+    # a prompt whose error is within round-off of its zero predictor's could fall either way
+    assert not np.any(np.isclose(err, zero, rtol=1e-6))
+    assert got["worse_than_zero"] == np.mean(err > zero)
     assert readout_sign(model) == -1
     assert model_readout_text(model).startswith("readout -1")
 

@@ -109,7 +109,13 @@ def test_selection_rule_picks_the_kept_weights(select, key):
 
 
 def test_trimmed_mean_drops_the_worst_prompt_in_a_hundred():
-    from eagle_probe.train import _trimmed_mean
+    """Training's `--select trimmed`: `evaluate.trimmed_mean` keeping TRIM (99%) of prompts."""
+    from functools import partial
+
+    from eagle_probe.evaluate import trimmed_mean
+    from eagle_probe.train import TRIM
+
+    _trimmed_mean = partial(trimmed_mean, keep=TRIM)
 
     errors = torch.tensor([1.0] * 99 + [1e30])
     assert _trimmed_mean(errors) == 1.0
