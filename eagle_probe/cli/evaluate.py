@@ -15,6 +15,7 @@ from eagle_probe.cli.common import (
     _positive_int,
 )
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.wording import percent
 
 HELP = "test MSE of a checkpoint on fresh prompts"
 
@@ -67,12 +68,18 @@ def run(args: argparse.Namespace) -> int:
         ("zero predictor MSE", result["zero_mse"]),
         ("optimal B A+ C MSE", result["optimal_mse"]),
         ("median prompt MSE", result["median_mse"]),
+        ("0.1%-trimmed MSE", result["trimmed_mse"]),  # the worst 0.1% of prompts dropped
         ("worst prompt MSE", result["worst_mse"]),
     ]
     for name, value in rows:
         print(f"  {name:<22}{value:.3e}")
     versus = against_zero(result["mse"], result["zero_mse"], spec=".1f", mark="x")
     print(f"  {'improvement':<22}{versus}")
+    worse = percent(result["worse_than_zero"], signed=False, spec=".3g")
+    print(
+        f"  {'worse than zero':<22}{worse} of prompts ({result['worse_than_zero_prompts']} of "
+        f"{result['prompts']}: error above the prompt's mean of D²)"
+    )
     print(
         f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
         f"(largest seen {result['max_norm_a']:.2f})"

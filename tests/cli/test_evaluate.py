@@ -22,12 +22,16 @@ def _by_hand(path, batch: int, seed: int) -> dict[str, float]:
         pred = model(p.z0().to(model.cfg.torch_dtype)).to(torch.float64)
     err = (pred - p.D).square().mean(dim=(-1, -2)).numpy()
     zero = p.D.square().mean(dim=(-1, -2)).numpy()
+    assert batch % 2 == 1, "an odd count has one middle value: np.median is torch's"
     return {
         "mse": err.mean(),
         "zero_mse": zero.mean(),
         "median_mse": float(np.median(err)),
+        # the worst 0.1% of prompts dropped, at least one: int(0.999 × batch) kept
+        "trimmed_mse": np.sort(err)[: int(0.999 * batch)].mean(),
         "worst_mse": err.max(),
         "improvement": zero.mean() / err.mean(),
+        "worse_than_zero_prompts": int((err > zero).sum()),
     }
 
 
@@ -38,6 +42,7 @@ def test_evaluate_json(tiny_model, capsys):
     for key, value in _by_hand(tiny_model, 501, 7).items():
         assert result[key] == pytest.approx(value, rel=1e-6), key
     assert result["median_mse"] <= result["mse"] <= result["worst_mse"]
+    assert result["worse_than_zero"] == result["worse_than_zero_prompts"] / 501
     assert result["mse"] < result["zero_mse"], "30 training steps already beat predicting 0"
     # --seed draws other prompts
     assert main(["evaluate", str(tiny_model), "--json", "--batch", "501", "--seed", "8"]) == 0
@@ -59,10 +64,15 @@ def test_evaluate_table(tiny_model, capsys):
         "test MSE": "mse",
         "zero predictor MSE": "zero_mse",
         "median prompt MSE": "median_mse",
+        "0.1%-trimmed MSE": "trimmed_mse",
         "worst prompt MSE": "worst_mse",
     }
     for label, key in rows.items():
         assert printed[label] == f"{want[key]:.3e}", (label, printed)
+    worse = want["worse_than_zero_prompts"]
+    assert printed["worse than zero"].startswith(
+        f"{worse / 101 * 100:.3g}% of prompts ({worse} of 101: error above the prompt's mean of D²)"
+    )
     if want["improvement"] >= 1.05:
         assert f"{want['improvement']:.1f}x below the zero predictor" in out
     else:  # never "below" a predictor it does not beat
