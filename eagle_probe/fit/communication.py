@@ -53,6 +53,32 @@ eagle-distributed writes the n' C/D columns only: (d + d') n' into the shared bl
 (d + d') n' (M − 1) into the M − 1 other copies. (This counts writes; the `sends` line of
 eagle-over-machines in `fit.families` counts each machine broadcasting its own n/M columns
 instead: the same order, O(d n / M).)
+
+Averaging (the paper's architecture only, a C/D copy per machine). Head μ's value reads machine
+μ's own copy; its output writes every copy. The C/D write factor f[μ, ν] is the scalar head μ
+writes into machine ν's C/D slots: the coefficient of I_n' in the least-squares fit of the n' × n'
+block of W_VP^μ from the rows of copy μ to the columns of copy ν by f · I,
+
+    f[μ, ν] = tr(W_VP^μ[copy μ rows, copy ν columns]) / n',
+
+so a layer adds f[μ, ν] · U^μ to copy ν, U^μ being head μ's attention-weighted read of its own
+copy (A^μ A^μᵀ C^μ on the C rows, B^μ A^μᵀ C^μ on the D rows, in eagle-distributed's shape).
+`cd_within` is the mean of f[μ, μ] over machines (own update into own copy), `cd_cross` the mean
+of f[μ, ν] over the M (M − 1) pairs μ ≠ ν (own update into another machine's copy), `cd_ratio`
+= `cd_cross` / `cd_within`; `cd_factor_residual` is ‖blocks − f I‖_F / ‖blocks‖_F over every
+such block of the layer (how far the blocks are from scalar multiples of I). eagle-distributed
+has f[μ, ν] = −c for every pair (`families._embed`): with equal factors copy ν receives
+f Σ_μ U^μ, the same sum on every machine, i.e. the paper's C = mean_μ C'^μ, D = mean_μ D'^μ up
+to the factor M folded into c, and copies that start equal stay equal. With f[μ, μ] = f_w and
+f[μ, ν] = f_x otherwise, copy ν receives f_x Σ_μ U^μ + (f_w − f_x) U^ν: the mean plus an extra
+step on its own machine's update, and the copies part.
+
+The copies' divergence is read from the activations: after each layer, per prompt, the largest
+over machines of ‖X^ν − X̄‖_F / ‖X̄‖_F (X^ν machine ν's copy, X̄ their mean, internal units,
+the C/D columns unscaled), median over the scored prompts: `d_spread` for D, `c_spread` for C
+(C shrinks towards 0 as the iteration converges, so its relative spread grows late). The
+prediction is the mean of the D copies (`Geometry.read_d`); a C spread feeds the later layers'
+updates.
 """
 
 from __future__ import annotations
@@ -64,7 +90,7 @@ from eagle_probe import drawing as draw
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.fit.verdict import USED_BLOCK
-from eagle_probe.wording import percent, times
+from eagle_probe.wording import percent, times, value
 
 # a column of W_VP^μ counts as written when it holds at least this share of ‖W_VP^μ‖²_F; the
 # shipped distributed model's cross columns hold 0.2–16% each in layers 0–2, its last layer
@@ -73,16 +99,6 @@ WRITE_SHARE = 1e-3
 # held-out prompts the ablations are scored on (paired: the same prompts for every ratio); 512
 # keeps the view well under a second at the paper's sizes
 PROMPTS = 512
-
-
-SHARES = (
-    "cross_a_share",
-    "cross_cd_share",
-    "own_share",
-    "cd_from_a_share",
-    "off_family_share",
-    "cross_a_any_share",
-)
 
 
 def machine_of(n: int, machines: int) -> np.ndarray:
@@ -172,6 +188,84 @@ def without(
             if reads:
                 out[layer, head][cols, :] = 0.0
     return out
+
+
+# The paper (NeurIPS 2025, §4 "Distributed setting", Communication Structure) on W_VP^μ:
+#   "Across-machine blocks. Off-diagonal blocks are diag(0_n, α2_ℓ I_n′): i.e. only the
+#   incomplete columns (C_ℓ, D_ℓ) are transmitted, and with the very same factor α2_ℓ as the
+#   within machine blocks." … "Since attention heads are simply added, every machine averages its
+#   received blocks, leading to C_{ℓ+1} = M⁻¹ Σ_μ C′^μ, D_{ℓ+1} = M⁻¹ Σ_μ D′^μ. The shared columns
+#   are thus identical across all μ at all ℓ, recovering Alg. 1 with S = I_n and M > 1."
+# Measured here (benchmarks/distributed_averaging.py, docs/results.md): distributed.pt writes the
+# other machines' copies with cross/within factor ×1.04, ×0.87, ×1.50, ×0.99 in layers 0-3, and
+# its D copies part by 3% (median prompt) after layer 2; over the ten distributed seeds layer 2
+# reads ×1.5 to ×2.8, layers 0, 1 and 3 ×0.87 to ×1.05. The "very same factor" holds to a few
+# percent in the first and last layers and not in layer 2.
+
+
+def _cd_blocks(vp_layer: np.ndarray, geo: Geometry) -> np.ndarray:
+    """The n' × n' blocks W_VP^μ[copy μ rows, copy ν columns]: (M, M, n', n')."""
+    n, n_prime, M = geo.n, geo.n_prime, geo.copies
+    # head μ, row copy, its row, column copy, its column
+    V = vp_layer[:M, n:, n:].reshape(M, M, n_prime, M, n_prime)
+    return np.stack([V[mu, mu].swapaxes(0, 1) for mu in range(M)])
+
+
+def averaging(vp_layer: np.ndarray, geo: Geometry) -> dict:
+    """One layer's C/D write factors (module text): `cd_factors` (M × M), `cd_within`,
+    `cd_cross`, `cd_ratio` (cross / within; 1 where both are 0, infinite where only the
+    within factor is) and `cd_factor_residual`."""
+    blocks = _cd_blocks(vp_layer, geo)
+    f = np.trace(blocks, axis1=-2, axis2=-1) / geo.n_prime  # (M, M)
+    M = f.shape[0]
+    off = ~np.eye(M, dtype=bool)
+    within, cross = float(np.mean(np.diag(f))), float(np.mean(f[off]))
+    if within != 0.0:
+        ratio = cross / within
+    else:
+        ratio = 1.0 if cross == 0.0 else float("inf")
+    rest = blocks - f[..., None, None] * np.eye(geo.n_prime)
+    total = float(np.sum(blocks**2))
+    return {
+        "cd_factors": f.tolist(),
+        "cd_within": within,
+        "cd_cross": cross,
+        "cd_ratio": ratio,
+        "cd_factor_residual": float(np.sqrt(np.sum(rest**2) / total)) if total > 0 else 0.0,
+    }
+
+
+def copy_spread(Z: np.ndarray, geo: Geometry) -> tuple[float, float]:
+    """The machines' copies' divergence in a stream Z (b, T, E): (C, D), each per prompt the
+    largest over machines of ‖X^ν − X̄‖_F / ‖X̄‖_F, median over prompts (module text); a prompt
+    whose copies are all 0 counts 0."""
+    d, n, M, n_prime = geo.d, geo.n, geo.copies, geo.n_prime
+    out = []
+    for X in (Z[:, :d, n:], Z[:, d:, n:]):
+        X = X.reshape(X.shape[0], X.shape[1], M, n_prime).swapaxes(1, 2)  # (b, M, rows, n')
+        mean = X.mean(1)
+        dev = np.linalg.norm(X - mean[:, None], axis=(-2, -1)).max(1)
+        size = np.linalg.norm(mean, axis=(-2, -1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(dev == 0, 0.0, dev / size)
+        out.append(float(np.median(rel)) if rel.size else 0.0)
+    return out[0], out[1]
+
+
+def _averaging_sentence(layers: list[dict]) -> str:
+    """What the C/D factors and the copies' spread say about the paper's plain average."""
+    ratios = ", ".join(f"×{value(lay['cd_ratio'])}" for lay in layers)
+    # a spread at round-off (a plant's copies: 1e-16) reads 0%
+    spreads = ", ".join(
+        _pc(lay["d_spread"] if lay["d_spread"] >= 1e-9 else 0.0, ".2g") for lay in layers
+    )
+    return (
+        f"Averaging: each head writes the other machines' C/D copies {ratios} as strongly as "
+        f"its own in layers 0–{len(layers) - 1} (cross-machine over within-machine factor; the "
+        "paper's eagle-distributed: ×1, 'the very same factor'), and the machines' D copies "
+        f"differ from their mean by {spreads} after each layer (median prompt, the copy "
+        "furthest from the mean)."
+    )
 
 
 SENT_SHARE = 0.05  # a head writing this share of its ‖W_VP‖² across machines sends A columns
@@ -326,6 +420,8 @@ def communication_view(ctx: Context) -> ViewResult:
     geo = ctx.geometry
     M, L = geo.machines, geo.layers
     copies = geo.copies > 1
+    # the factors pair head μ with machine μ's copy: one head per machine
+    averaged = copies and ctx.vp.shape[1] == geo.copies
     floats_col = geo.d + geo.d_prime  # one stream column: d + d' tokens
     # passes: the stream, each layer's ablations from that layer on, every layer ablated at once
     kinds = 3 if copies else 2
@@ -375,7 +471,11 @@ def communication_view(ctx: Context) -> ViewResult:
             or _sent(any_ratio)
             or max(h["cross_a_any_share"] for h in heads) >= SENT_SHARE,
         }
-        if copies:
+        if averaged:
+            entry["cross_cd_ablation"] = ratios[2]
+            entry.update(averaging(ctx.vp[layer], geo))
+            entry["c_spread"], entry["d_spread"] = copy_spread(stream[layer + 1], geo)
+        elif copies:
             entry["cross_cd_ablation"] = ratios[2]
         layers.append(entry)
     whole = []
@@ -413,7 +513,8 @@ def communication_view(ctx: Context) -> ViewResult:
         "write_share": WRITE_SHARE,
         "network_mse": base,
         "prompts": held.prompts,
-        "sentence": _sentence(layers, sent, ratio, any_ratio, floats, M, cd_ratio),
+        "sentence": _sentence(layers, sent, ratio, any_ratio, floats, M, cd_ratio)
+        + (" " + _averaging_sentence(layers) if averaged else ""),
     }
     if copies:
         out["cross_cd_ablation"] = cd_ratio

@@ -145,3 +145,100 @@ def test_the_report_draws_the_heatmap_only_where_the_view_ran():
     assert "communication" in extraction_figures(ex)
     ex.views.pop("communication")
     assert "communication" not in extraction_figures(ex)
+
+
+# --- averaging: the C/D write factors and the copies' spread (the paper's architecture) ---------
+
+
+def _context(model):
+    return make_context(model, TaskConfig(n=6, d=6, rank=3), probes=16, held_out=256)
+
+
+def _scaled(cfg: ModelConfig, layer: int, pairs, factor: float):
+    """The paper's plant with head μ's write into machine ν's C/D copy times `factor` in `layer`,
+    for every (μ, ν) of `pairs`."""
+    qk, vp = layouts.state_products(layouts.plant(cfg, A_STEPS, C_STEPS))
+    n, n_prime = cfg.n, cfg.n_prime
+    for mu, nu in pairs:
+        rows = slice(n + mu * n_prime, n + (mu + 1) * n_prime)
+        cols = slice(n + nu * n_prime, n + (nu + 1) * n_prime)
+        vp[layer, mu, rows, cols] *= factor
+    model = LinearTransformer(cfg)
+    model.load_state_dict(layouts.narrow_products_to_state(cfg, qk, vp))
+    return model.eval()
+
+
+def _cross_pairs(machines: int) -> list[tuple[int, int]]:
+    return [(mu, nu) for mu in range(machines) for nu in range(machines) if mu != nu]
+
+
+@pytest.mark.parametrize("machines", [2, 3, 6])
+def test_paper_plant_averages_with_one_factor_and_its_copies_stay_equal(machines):
+    view = _view(layouts.plant(_config(machines), A_STEPS, C_STEPS)).json
+    for lay, c in zip(view["layers"], C_STEPS, strict=True):
+        # the plant writes −c from every machine's copy into every copy (normalize none: units 1)
+        assert np.array(lay["cd_factors"]) == pytest.approx(np.full((machines,) * 2, -c))
+        assert lay["cd_within"] == pytest.approx(-c, rel=1e-12)
+        assert lay["cd_cross"] == pytest.approx(-c, rel=1e-12)
+        assert lay["cd_ratio"] == pytest.approx(1.0, abs=1e-12)
+        assert lay["cd_factor_residual"] <= 1e-12
+        assert lay["d_spread"] <= 1e-12 and lay["c_spread"] <= 1e-12
+    assert "Averaging: each head writes the other machines' C/D copies ×1, ×1 " in view["sentence"]
+    assert "D copies differ from their mean by 0%, 0% after each layer" in view["sentence"]
+
+
+def test_the_open_architecture_has_no_copies_to_average():
+    view = _view(layouts.plant(_config(3, "distributed-open"), A_STEPS, C_STEPS)).json
+    assert not {"cd_ratio", "d_spread"} & set(view["layers"][0])
+    assert "Averaging" not in view["sentence"]
+
+
+@pytest.mark.parametrize("machines", [2, 3])
+def test_a_scaled_cross_machine_factor_comes_out_with_the_copies_spread(machines):
+    """Every cross-machine C/D block of layer 0 times s: cross / within = s in that layer only,
+    and the copies' spread after it is that of the update written out here in NumPy,
+    D^ν = −c (B^ν A^νᵀ C + s Σ_{μ≠ν} B^μ A^μᵀ C), C^ν = C − c (G^ν C + s Σ_{μ≠ν} G^μ C)."""
+    cfg, s, c = _config(machines), 1.7, C_STEPS[0]
+    ctx = _context(_scaled(cfg, 0, _cross_pairs(machines), s))
+    view = VIEWS["communication"].run(ctx).json
+    first, second = view["layers"]
+    assert first["cd_ratio"] == pytest.approx(s, rel=1e-12)
+    assert first["cd_cross"] == pytest.approx(-s * c, rel=1e-12)
+    assert first["cd_within"] == pytest.approx(-c, rel=1e-12)
+    assert first["cd_factor_residual"] <= 1e-12
+    assert second["cd_ratio"] == pytest.approx(1.0, abs=1e-12)
+    # the first layer, from equal copies (normalize none: the prompt as the layer sees it)
+    z0 = ctx.held_out.z0[: view["prompts"]]
+    d, n, size = cfg.d, cfg.n, cfg.n // machines
+    A, B, C = z0[:, :d, :n], z0[:, d:, :n], z0[:, :d, n:]
+    parts = [slice(m * size, (m + 1) * size) for m in range(machines)]
+    UC = np.stack([A[..., p] @ A[..., p].swapaxes(-1, -2) @ C for p in parts], 1)  # (b, M, d, n')
+    UD = np.stack([B[..., p] @ A[..., p].swapaxes(-1, -2) @ C for p in parts], 1)
+    f = np.full((machines, machines), -s * c)
+    np.fill_diagonal(f, -c)
+    copies_c = C[:, None] + np.einsum("mv,bmij->bvij", f, UC)  # copy ν: C + Σ_μ f[μ, ν] U^μ
+    copies_d = np.einsum("mv,bmij->bvij", f, UD)
+
+    def spread(X):
+        mean = X.mean(1)
+        dev = np.linalg.norm(X - mean[:, None], axis=(-2, -1)).max(1)
+        return float(np.median(dev / np.linalg.norm(mean, axis=(-2, -1))))
+
+    assert first["c_spread"] == pytest.approx(spread(copies_c), rel=1e-9)
+    assert first["d_spread"] == pytest.approx(spread(copies_d), rel=1e-9)
+    assert first["d_spread"] > 0.01 and second["d_spread"] > 0.01  # parted, and stay parted
+
+
+def test_one_scaled_block_is_its_own_factor():
+    """Head 0's write into machine 1's copy in layer 1 times 3: f[0, 1] = 3 f[0, 0], the mean over
+    the six cross pairs (5 + 3) / 6, the other layer and pairs untouched."""
+    machines, s, c = 3, 3.0, C_STEPS[1]
+    view = _view(_scaled(_config(machines), 1, [(0, 1)], s)).json
+    first, second = view["layers"]
+    f = np.array(second["cd_factors"])
+    expected = np.full((machines, machines), -c)
+    expected[0, 1] = -s * c
+    assert f == pytest.approx(expected, rel=1e-12)
+    assert second["cd_ratio"] == pytest.approx((5 + s) / 6, rel=1e-12)
+    assert first["cd_ratio"] == pytest.approx(1.0, abs=1e-12)
+    assert first["d_spread"] <= 1e-12 and second["d_spread"] > 0.01
