@@ -30,6 +30,7 @@ from eagle_probe.capture import (
 )
 from eagle_probe.checkpoint import jsonable
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.evaluate import tails
 from eagle_probe.fit import families
 from eagle_probe.fit.base import VIEWS, Context, HeldOut, ViewResult, affordable
 from eagle_probe.fit.eagle import choose_family
@@ -597,12 +598,37 @@ def extract(
         info=model_info(model, task, ctx, probe_batch_size, control_results, seed, gains),
         views=dict(ctx.results),
         control=control_results,
-        network={"mse": ctx.network_mse, "zero_mse": ctx.zero_mse},
+        network=network_numbers(ctx),
         geometry=ctx.geometry,
         timings=timings,
         held_out=ctx.held_out,
         network_pred=ctx.network_pred,
     )
+
+
+# the tail of the held-out errors the `network` entry carries beside its mean (`evaluate.tails`)
+NETWORK_TAILS = (
+    "prompts",
+    "median_mse",
+    "trimmed_mse",
+    "trimmed_prompts",
+    "worst_mse",
+    "worse_than_zero",
+    "worse_than_zero_prompts",
+)
+
+
+def network_numbers(ctx: Context) -> dict[str, Any]:
+    """The `network` entry of extraction.json: the network's held-out MSE `mse` and the zero
+    predictor's `zero_mse` (the means over every entry of D the verdict reads), with the tail
+    of the network's per-prompt errors beside them (NETWORK_TAILS, `evaluate.tails` against
+    each prompt's mean of D²): its median, its mean without the worst 0.1% of prompts, its
+    worst prompt and the share of prompts it predicts worse than zero."""
+    held = ctx.held_out
+    with np.errstate(over="ignore", invalid="ignore"):
+        errors = ((ctx.network_pred - held.D) ** 2).mean(axis=(-1, -2))
+    stats = tails(errors, (held.D**2).mean(axis=(-1, -2)))
+    return {"mse": ctx.network_mse, "zero_mse": ctx.zero_mse} | {k: stats[k] for k in NETWORK_TAILS}
 
 
 def model_info(

@@ -20,7 +20,7 @@ import pandas as pd
 from eagle_probe import fit
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.base import Extraction
-from eagle_probe.wording import against_zero, number, plural, readout_text
+from eagle_probe.wording import against_zero, number, plural, readout_text, tails_text
 
 
 def _cell_format(column: str) -> Callable:
@@ -77,13 +77,14 @@ def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
     lines = headline_lines(ex) + readout_lines(ex)
+    tail = tails_text(net)  # its median, trimmed mean, share of prompts worse than zero
     lines += [
         f"{name}: {info['regime']}{layout}, {plural(info['layers'], 'layer')} x "
         f"{plural(info['heads'], 'head')}, probe batch "
         f"{info['probe_batch']} (seed {info['seed']}); layers 0-based; steps in internal units, "
         "MSE and fidelity in prompt units",
         *([f"architecture: {info['architecture']}"] if info.get("architecture") else []),
-        f"held-out MSE {number(net['mse'])}, "
+        f"held-out MSE {number(net['mse'])}{f' ({tail})' if tail else ''}, "
         f"{against_zero(net['mse'], net['zero_mse'], spec='.1f', mark='x')}",
         "",
     ]

@@ -206,6 +206,36 @@ def test_projecting_a_planted_model_onto_eagle_changes_nothing(planted):
     assert ex.test["projected_mse"] == pytest.approx(ex.test["mse"], rel=RTOL)
 
 
+def test_the_network_entry_carries_the_tail_of_the_held_out_errors():
+    """extraction.json's `network` keeps `mse` and `zero_mse` and adds the tail of the per-prompt
+    errors, computed here from the held-out prompts and the network's predictions on them; the
+    text report's held-out MSE line prints the median and the trimmed mean beside the mean."""
+    from eagle_probe.wording import number
+
+    model, task = planted(*PLANTED_STEPS["spectral"], normalize="spectral")
+    ex = extract(model, task, probe_batch_size=32, control=False, test_batch=65,
+                 tuning_batch=32, views=("eagle", "fidelity"))  # fmt: skip
+    D, pred = ex.held_out.D, ex.network_pred
+    err = ((pred - D) ** 2).mean(axis=(-1, -2))
+    zero = (D**2).mean(axis=(-1, -2))
+    net = ex.to_json()["network"]
+    assert net["mse"] == np.mean((pred - D) ** 2)  # exact: the same NumPy mean as before
+    assert net["zero_mse"] == np.mean(D**2)
+    ordered = np.sort(err)
+    assert net["prompts"] == 65 and net["trimmed_prompts"] == 1  # int(0.999 × 65) = 64 kept
+    assert net["median_mse"] == pytest.approx(ordered[32], rel=RTOL)  # the middle of 65
+    assert net["trimmed_mse"] == pytest.approx(ordered[:64].mean(), rel=RTOL)
+    assert net["worst_mse"] == pytest.approx(ordered[-1], rel=RTOL)
+    assert not np.any(np.isclose(err, zero, rtol=1e-6))  # none within round-off of its zero
+    assert net["worse_than_zero_prompts"] == int((err > zero).sum())
+    assert net["worse_than_zero"] == net["worse_than_zero_prompts"] / 65
+    line = next(t for t in ex.render().splitlines() if t.startswith("held-out MSE"))
+    assert line.startswith(
+        f"held-out MSE {number(net['mse'])} (median {number(net['median_mse'])}, 0.1%-trimmed "
+        f"{number(net['trimmed_mse'])}, "
+    )
+
+
 def test_normalised_planted_model_is_separated_from_its_control(normalize):
     a, c = PLANTED_STEPS[normalize]
     model, task = planted(a, c, normalize=normalize)
