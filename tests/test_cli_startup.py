@@ -103,5 +103,5 @@ def test_every_command_module_has_its_three_names():
     for name in cli.COMMANDS:
         module = cli._module(name)
         assert isinstance(module.HELP, str) and module.HELP
-        assert callable(getattr(module, f"_add_{name}")) and callable(module.run)
+        assert callable(getattr(module, f"add_{name}")) and callable(module.run)
         assert getattr(cli, f"cmd_{name}") is module.run

@@ -3,7 +3,7 @@
 User errors (bad arguments, bad files) print one line and exit with code 2; internal failures exit
 with code 1. `--debug` shows the full traceback instead.
 
-One module per command, each with three names: `HELP` (its one-line help), `_add_<command>(parser)`
+One module per command, each with three names: `HELP` (its one-line help), `add_<command>(parser)`
 (its arguments) and `run(args) -> int` (the work). A command module imports only the standard
 library and `eagle_probe.cli.common` at module level; torch, TransformerLens, pandas, matplotlib and
 the eagle_probe modules that import them are imported inside `run`, so `eagle-probe --help`,
@@ -33,11 +33,11 @@ from eagle_probe.cli.common import (
     EXIT_USER,
     Parser,
     UsageError,
-    _apply_compute,
-    _gib,
-    _threads,
+    apply_compute,
+    gib,
     stop_signals,
     stopped_line,
+    thread_count,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -74,7 +74,7 @@ def _compute_parent(device: str | None) -> Parser:
     compute = Parser(add_help=False)
     compute.add_argument(
         "--threads",
-        type=_threads,
+        type=thread_count,
         default=None,
         help="CPU threads for torch and NumPy (their default)",
     )
@@ -106,7 +106,7 @@ def build_parser() -> Parser:
     )
     common.add_argument(
         "--max-memory",
-        type=_gib,
+        type=gib,
         default=4.0,
         metavar="GIB",
         help="memory budget checked before allocating (4 GiB)",
@@ -120,7 +120,7 @@ def build_parser() -> Parser:
         parents = [common, device] if name in COMPUTING else [common]
         description = module.HELP[0].upper() + module.HELP[1:] + "."
         command = sub.add_parser(name, parents=parents, help=module.HELP, description=description)
-        getattr(module, f"_add_{name}")(command)
+        getattr(module, f"add_{name}")(command)
     return parser
 
 
@@ -187,14 +187,14 @@ def _flushed(code: int | str | None) -> int | str | None:
         try:
             stream.flush()
         except BrokenPipeError:
-            _quiet_stdout()
+            quiet_stdout()
             code = code or EXIT_PIPE
         except (OSError, ValueError):
             code = code or 120
     return code
 
 
-def _stdout_gone() -> bool:
+def stdout_gone() -> bool:
     """Whether stdout's reader has left (what is still buffered cannot be written)."""
     try:
         sys.stdout.flush()
@@ -205,7 +205,7 @@ def _stdout_gone() -> bool:
     return False
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """The reader of stdout has left (`eagle-probe evaluate m.pt | head -1`): what is still
     buffered goes nowhere, so the exit flushes nothing into the closed pipe and the command ends
     without a word, as one that SIGPIPE stopped (its files, if any, are already published)."""
@@ -233,10 +233,10 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
             return EXIT_USER
         run = getattr(sys.modules[__name__], f"cmd_{args.command}")
         # SIGTERM and SIGHUP unwind like SIGINT: the claims below are discarded on the way out
-        with stop_signals(), contextlib.ExitStack() as outputs:  # claims: see common._claim
+        with stop_signals(), contextlib.ExitStack() as outputs:  # claims: see common.enter_claim
             args.outputs = outputs
             with _warnings_as_lines(debug):  # the imports' warnings too, one line each
-                _apply_compute(args)
+                apply_compute(args)
                 code = run(args)
             if code != 0 and code not in EXIT_STOPPED:  # a stopped run publishes what it kept
                 raise _Failed(code)  # leaving the block with an exception discards the claims
@@ -261,8 +261,8 @@ def main(argv: Sequence[str] | None = None, *, whole_process: bool = False) -> i
         )
         return EXIT_USER
     except OSError as exc:
-        if isinstance(exc, BrokenPipeError) and whole_process and _stdout_gone():
-            _quiet_stdout()
+        if isinstance(exc, BrokenPipeError) and whole_process and stdout_gone():
+            quiet_stdout()
             return EXIT_PIPE
         if debug:
             raise

@@ -8,24 +8,24 @@ import sys
 
 from eagle_probe.cli.common import (
     Parser,
-    _add_seed,
-    _budget,
-    _claim_dir,
-    _out_dir,
-    _publish,
+    add_seed,
+    claim_dir,
+    memory_budget,
+    out_dir,
+    publish,
 )
 from eagle_probe.errors import EagleProbeError
 
 HELP = "benchmark the recovered solver against classical ones"
 
 
-def _add_bench(parser: Parser) -> None:
+def add_bench(parser: Parser) -> None:
     parser.add_argument("--suite", default="quick", help="quick, paper or real (quick)")
     parser.add_argument(
         "--out", default="bench-out", help="directory for CSV, PNG and summary.md (bench-out)"
     )
     parser.add_argument("--json", action="store_true", help="print the tables as one JSON object")
-    _add_seed(parser, 0, "the problems")
+    add_seed(parser, 0, "the problems")
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
 
 
@@ -34,13 +34,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.suite not in SUITES:
         raise EagleProbeError(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
-    out = _out_dir(args.out, args.force)
+    out = out_dir(args.out, args.force)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    tmp = _claim_dir(args, out)
+    tmp = claim_dir(args, out)
     tables = run_bench(
-        args.suite, tmp, seed=args.seed, log=log, max_bytes=_budget(args), device=args.device
+        args.suite, tmp, seed=args.seed, log=log, max_bytes=memory_budget(args), device=args.device
     )
-    _publish(args)
+    publish(args)
     if args.json:
         payload = {
             name: json.loads(t.to_json(orient="records"))

@@ -159,7 +159,7 @@ def _int_at_least(text: str, low: int, what: str) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     return _int_at_least(text, 1, "a positive integer")
 
 
@@ -168,7 +168,7 @@ def _at_most(high: int, unit: str, why: str) -> Callable[[str], int]:
     mean), for the options whose size is work or time rather than memory."""
 
     def parse(text: str) -> int:
-        value = _positive_int(text)
+        value = positive_int(text)
         if value > high:
             raise argparse.ArgumentTypeError(
                 f"expected at most {high:,} {unit}, got {text!r} ({why})"
@@ -179,17 +179,17 @@ def _at_most(high: int, unit: str, why: str) -> Callable[[str], int]:
 
 
 MAX_THREADS = 1024  # more CPU threads than this is a typo (OpenMP aborts on a million)
-_threads = _at_most(MAX_THREADS, "threads", "more is a typo, not a machine")
-_steps = _at_most(MAX_STEPS, "steps", "a longer run is months of computing")
-_seeds = _at_most(MAX_SEEDS, "seeds", "the seeds one process trains together")
+thread_count = _at_most(MAX_THREADS, "threads", "more is a typo, not a machine")
+step_count = _at_most(MAX_STEPS, "steps", "a longer run is months of computing")
+seed_count = _at_most(MAX_SEEDS, "seeds", "the seeds one process trains together")
 # compare's extra run of the algorithm, per unit of --more-steps and layer of the model, over the
 # default sweeps (1000 units of a one-layer model: 60 s more, measured on 2 CPU cores)
 SECONDS_PER_MORE_STEP = 0.06
 
 
-def _more_steps(text: str) -> int:
+def more_steps(text: str) -> int:
     """compare --more-steps: at most MAX_MORE_STEPS, a refusal saying how long more would run."""
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > MAX_MORE_STEPS:
         raise argparse.ArgumentTypeError(
             f"expected at most {MAX_MORE_STEPS:,}, got {text!r}: the algorithm would run "
@@ -207,29 +207,29 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2g} s"
 
 
-def _nonneg_int(text: str) -> int:
+def nonneg_int(text: str) -> int:
     return _int_at_least(text, 0, "an integer >= 0")
 
 
 SEED_LIMIT = 2**32  # seeds are combined into generator seeds; larger ones overflow there
 
 
-def _seed(text: str) -> int:
-    value = _nonneg_int(text)
+def seed_value(text: str) -> int:
+    value = nonneg_int(text)
     if value >= SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"expected a seed below 2**32, got {text!r}")
     return value
 
 
-def _gib(text: str) -> float:
-    value = _finite_float(text)
+def gib(text: str) -> float:
+    value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of GiB, got {text!r}")
     return value
 
 
-def _init_std(text: str) -> float:
-    value = _finite_float(text)
+def init_std(text: str) -> float:
+    value = finite_float(text)
     if not 0.0 < value <= MAX_INIT_STD:
         raise argparse.ArgumentTypeError(
             f"expected a standard deviation in (0, {MAX_INIT_STD:g}], got {text!r} (larger "
@@ -241,7 +241,7 @@ def _init_std(text: str) -> float:
 MAX_INIT_STD = 10.0
 
 
-def _finite_float(text: str) -> float:
+def finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -254,10 +254,10 @@ def _finite_float(text: str) -> float:
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 
 
-def _float32(text: str) -> float:
+def finite_float32(text: str) -> float:
     """A finite number within float32's range: what the options the training loop reads may
     hold (the model trains in float32; a larger rate overflows inside the first update)."""
-    value = _finite_float(text)
+    value = finite_float(text)
     if not abs(value) <= FLOAT32_MAX:
         raise argparse.ArgumentTypeError(
             f"expected a number within float32's range (at most {FLOAT32_MAX:.3g} in size, "
@@ -311,7 +311,7 @@ def set_threads(count: int) -> None:
     threadpool_limits(limits=count, user_api="blas")
 
 
-def _apply_compute(args: argparse.Namespace) -> None:
+def apply_compute(args: argparse.Namespace) -> None:
     """--threads and --device of a computing command, checked before any work."""
     if getattr(args, "threads", None):
         set_threads(args.threads)
@@ -327,7 +327,7 @@ def _apply_compute(args: argparse.Namespace) -> None:
 PROBE_PROMPTS = 8  # prompts a model is run on before `plant` writes it or `extract` fits it
 
 
-def _finite_outputs(model, task, what: str, advice: str) -> None:
+def finite_outputs(model, task, what: str, advice: str) -> None:
     """Raise unless `model`'s error on a few prompts of `task` is finite (its outputs do not
     overflow), before any work builds on them."""
     from eagle_probe.evaluate import evaluate
@@ -340,13 +340,13 @@ def _finite_outputs(model, task, what: str, advice: str) -> None:
         )
 
 
-def _budget(args: argparse.Namespace) -> float:
+def memory_budget(args: argparse.Namespace) -> float:
     from eagle_probe.budget import GIB
 
     return args.max_memory * GIB
 
 
-def _out_dir(text: str | None, force: bool) -> Path | None:
+def out_dir(text: str | None, force: bool) -> Path | None:
     """`--out` of a command that writes a directory, checked before any work (None: none)."""
     from eagle_probe import files
 
@@ -355,44 +355,46 @@ def _out_dir(text: str | None, force: bool) -> Path | None:
     return files.check_dir(files.as_path(text, "--out"), force=force)
 
 
-def _claim(args: argparse.Namespace, claim):
+def enter_claim(args: argparse.Namespace, claim):
     """Enter an output claim (`files.output_dir` / `output_files`) for the running command.
 
-    `main` holds every claim of a command: `_publish(args)` moves them into place when the work
+    `main` holds every claim of a command: `publish(args)` moves them into place when the work
     is done; if the command fails or is interrupted first, `main` discards them (nothing is
     left behind)."""
     return args.outputs.enter_context(claim)
 
 
-def _claim_dir(args: argparse.Namespace, out: Path) -> Path:
-    """Claim the output directory `out` (checked by `_out_dir`): the temporary directory to
-    write into, published as `out` by `_publish`."""
+def claim_dir(args: argparse.Namespace, out: Path) -> Path:
+    """Claim the output directory `out` (checked by `out_dir`): the temporary directory to
+    write into, published as `out` by `publish`."""
     from eagle_probe import files
 
-    return _claim(args, files.output_dir(out, force=args.force))
+    return enter_claim(args, files.output_dir(out, force=args.force))
 
 
-def _load_model(args: argparse.Namespace) -> tuple:
+def load_model(args: argparse.Namespace) -> tuple:
     """The model and task of the checkpoint `args.model`, within the --max-memory budget."""
     from eagle_probe import checkpoint
 
-    model, task, _ = checkpoint.load(args.model, max_bytes=_budget(args))
+    model, task, _ = checkpoint.load(args.model, max_bytes=memory_budget(args))
     return model, task
 
 
-def _publish(args: argparse.Namespace) -> None:
+def publish(args: argparse.Namespace) -> None:
     args.outputs.close()
 
 
-def _add_model(parser: Parser) -> None:
+def add_model(parser: Parser) -> None:
     parser.add_argument("model", help="checkpoint file (.pt)")
 
 
-def _add_seed(parser: Parser, default: int, what: str) -> None:
-    parser.add_argument("--seed", type=_seed, default=default, help=f"seed of {what} ({default})")
+def add_seed(parser: Parser, default: int, what: str) -> None:
+    parser.add_argument(
+        "--seed", type=seed_value, default=default, help=f"seed of {what} ({default})"
+    )
 
 
-def _add_results_out(parser: Parser, name: str) -> None:
+def add_results_out(parser: Parser, name: str) -> None:
     """The required `--out DIR` of a command that writes DIR/`name`.json and its figures."""
     parser.add_argument(
         "--out",
@@ -402,13 +404,13 @@ def _add_results_out(parser: Parser, name: str) -> None:
     )
 
 
-def _add_force(parser: Parser) -> None:
+def add_force(parser: Parser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="write into an existing --out (its files replaced)"
     )
 
 
-def _publish_results(
+def publish_results(
     args: argparse.Namespace,
     out: Path,
     tmp: Path,
@@ -425,7 +427,7 @@ def _publish_results(
     payload = result.json
     payload["timings"]["total"] = time.perf_counter() - start
     written = _write_results(tmp, name, payload, figures(payload))
-    _publish(args)
+    publish(args)
     print(result.render())
     print(f"wrote {out / f'{name}.json'} and {', '.join(written)}")
 

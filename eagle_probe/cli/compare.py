@@ -8,27 +8,27 @@ import argparse
 from eagle_probe import names
 from eagle_probe.cli.common import (
     Parser,
-    _add_force,
-    _add_model,
-    _add_results_out,
-    _add_seed,
-    _claim_dir,
-    _load_model,
-    _more_steps,
-    _out_dir,
-    _positive_int,
-    _publish_results,
+    add_force,
+    add_model,
+    add_results_out,
+    add_seed,
+    claim_dir,
+    load_model,
+    more_steps,
+    out_dir,
+    positive_int,
+    publish_results,
 )
 from eagle_probe.errors import EagleProbeError
 
 HELP = "score a checkpoint and its algorithm on shifted prompts"
 
 
-def _add_compare(parser: Parser) -> None:
-    _add_model(parser)
-    _add_results_out(parser, "compare")
+def add_compare(parser: Parser) -> None:
+    add_model(parser)
+    add_results_out(parser, "compare")
     parser.add_argument(
-        "--prompts", type=_positive_int, default=256, help="prompts per sweep point (256)"
+        "--prompts", type=positive_int, default=256, help="prompts per sweep point (256)"
     )
     parser.add_argument(
         "--sweeps",
@@ -39,13 +39,13 @@ def _add_compare(parser: Parser) -> None:
     )
     parser.add_argument(
         "--more-steps",
-        type=_more_steps,
+        type=more_steps,
         default=4,
         help="the algorithm is also run for this many times the network's layers (4; at most "
         "1000; feature layout)",
     )
-    _add_seed(parser, 0, "every prompt drawn")
-    _add_force(parser)
+    add_seed(parser, 0, "every prompt drawn")
+    add_force(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.prompts < 2:
         raise EagleProbeError(f"--prompts must be at least 2, got {args.prompts}")
-    out = _out_dir(args.out, args.force)
-    model, task = _load_model(args)
+    out = out_dir(args.out, args.force)
+    model, task = load_model(args)
     cfg = CompareConfig(
         prompts=args.prompts,
         sweeps=sweeps,
@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         sensitivity_prompts=min(32, args.prompts),
     )
-    tmp = _claim_dir(args, out)
+    tmp = claim_dir(args, out)
     result = compare(model, task, cfg)
     result.json["model"]["checkpoint"] = str(args.model)
     result.json["model"]["sha256"] = checkpoint.sha256(args.model)
-    _publish_results(args, out, tmp, "compare", result, compare_figures, start)
+    publish_results(args, out, tmp, "compare", result, compare_figures, start)
     return 0

@@ -8,11 +8,11 @@ import math
 
 from eagle_probe.cli.common import (
     Parser,
-    _add_model,
-    _add_seed,
-    _budget,
-    _load_model,
-    _positive_int,
+    add_model,
+    add_seed,
+    load_model,
+    memory_budget,
+    positive_int,
 )
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.wording import percent
@@ -20,12 +20,12 @@ from eagle_probe.wording import percent
 HELP = "test MSE of a checkpoint on fresh prompts"
 
 
-def _add_evaluate(parser: Parser) -> None:
-    _add_model(parser)
+def add_evaluate(parser: Parser) -> None:
+    add_model(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_seed(parser, 12345, "the test prompts")
+    add_seed(parser, 12345, "the test prompts")
     parser.add_argument(
-        "--batch", type=_positive_int, default=8192, help="number of test prompts (8192)"
+        "--batch", type=positive_int, default=8192, help="number of test prompts (8192)"
     )
 
 
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
         readout_sign,
     )
 
-    model, task = _load_model(args)
-    budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", _budget(args))
+    model, task = load_model(args)
+    budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", memory_budget(args))
     result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
     bad = [k for k in ("mse", "zero_mse", "worst_mse") if not math.isfinite(result[k])]
     if bad:

@@ -8,16 +8,16 @@ import textwrap
 
 from eagle_probe.cli.common import (
     Parser,
-    _add_force,
-    _add_model,
-    _add_seed,
-    _budget,
-    _claim,
-    _finite_outputs,
-    _load_model,
-    _out_dir,
-    _positive_int,
-    _publish,
+    add_force,
+    add_model,
+    add_seed,
+    enter_claim,
+    finite_outputs,
+    load_model,
+    memory_budget,
+    out_dir,
+    positive_int,
+    publish,
     set_threads,
 )
 from eagle_probe.errors import EagleProbeError
@@ -26,8 +26,8 @@ HELP = "recover the algorithm a checkpoint runs"
 EXPORT_GAP = 0.05  # extract warns when the faithful export is further than this from the network
 
 
-def _add_extract(parser: Parser) -> None:
-    _add_model(parser)
+def add_extract(parser: Parser) -> None:
+    add_model(parser)
     parser.add_argument(
         "--out",
         default=None,
@@ -37,22 +37,22 @@ def _add_extract(parser: Parser) -> None:
     )
     parser.add_argument(
         "--probe-batch",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="prompts in the probe batch (256; fewer for prompts above 2^22 / 256 entries)",
     )
     parser.add_argument(
         "--probe-chunk",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="prompts captured at once, with their query probes (sized to about 256 MiB)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress reports")
-    _add_seed(parser, 0, "the probe prompts")
+    add_seed(parser, 0, "the probe prompts")
     parser.add_argument(
         "--no-control", action="store_true", help="skip the untrained-model control"
     )
-    _add_force(parser)
+    add_force(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.extract import extract, extract_bytes
     from eagle_probe.progress import reporter
 
-    out = _out_dir(args.out, args.force)
-    model, task = _load_model(args)
+    out = out_dir(args.out, args.force)
+    model, task = load_model(args)
     if not args.threads and default_threads(model.cfg) is not None:
         set_threads(default_threads(model.cfg))
     probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)
@@ -77,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
         extract_bytes(model.cfg, probes, args.probe_chunk),
         f"extracting this {model.cfg.n_layers}-layer, {model.cfg.heads}-head model "
         f"(n = {model.cfg.n}, d = {model.cfg.d}) with --probe-batch {probes}",
-        _budget(args),
+        memory_budget(args),
     )
-    _finite_outputs(model, task, str(args.model), "there is no algorithm to extract")
+    finite_outputs(model, task, str(args.model), "there is no algorithm to extract")
     claim = None if out is None else files.output_dir(out, force=args.force, stale=("solver.py",))
-    tmp = _claim(args, claim) if claim is not None else None
+    tmp = enter_claim(args, claim) if claim is not None else None
     result = extract(
         model,
         task,
@@ -146,5 +146,5 @@ def _write(args: argparse.Namespace, result, task, tmp, out, seconds: float) -> 
         written = f"wrote {out / 'extraction.json'}, {out / 'solver.py'} and {out / 'report.html'}"
     (tmp / "extraction.json").write_text(json.dumps(jsonable(payload), indent=2) + "\n")
     write_report(result, tmp, str(args.model))
-    _publish(args)
+    publish(args)
     return [*lines, written]

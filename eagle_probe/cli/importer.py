@@ -6,10 +6,10 @@ import argparse
 
 from eagle_probe.cli.common import (
     Parser,
-    _budget,
-    _claim,
-    _positive_int,
-    _publish,
+    enter_claim,
+    memory_budget,
+    positive_int,
+    publish,
 )
 from eagle_probe.errors import EagleProbeError
 
@@ -26,19 +26,19 @@ def _readout(text: str) -> int:
     return int(text)
 
 
-def _add_import(parser: Parser) -> None:
+def add_import(parser: Parser) -> None:
     parser.add_argument("weights", help="weights file (.pt, .npz or .safetensors)")
     parser.add_argument("--layout", required=True, help="eagle-probe, samples or ahn")
-    parser.add_argument("--n", type=_positive_int, required=True, help="samples n of the prompts")
-    parser.add_argument("--n-prime", type=_positive_int, default=1, help="queries n' (1)")
-    parser.add_argument("--d", type=_positive_int, default=None, help="feature layout: rows d of A")
-    parser.add_argument("--d-prime", type=_positive_int, default=None, help="outputs d' (1)")
+    parser.add_argument("--n", type=positive_int, required=True, help="samples n of the prompts")
+    parser.add_argument("--n-prime", type=positive_int, default=1, help="queries n' (1)")
+    parser.add_argument("--d", type=positive_int, default=None, help="feature layout: rows d of A")
+    parser.add_argument("--d-prime", type=positive_int, default=None, help="outputs d' (1)")
     parser.add_argument(
         "--dtype", default="float64", help="float64 or float32 (float64: exact to round-off)"
     )
     parser.add_argument(
         "--heads",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="heads side by side in each nn.Linear projection (read from 3-D weights, else 1)",
     )
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     out = None
     if not args.dry_run:
         out = files.check_file(files.as_path(args.out, "-o/--out"), force=args.force)
-    arrays = read_arrays(args.weights, max_bytes=_budget(args))
+    arrays = read_arrays(args.weights, max_bytes=memory_budget(args))
     # printed once the import has worked: a refused input gets its one line and nothing else
     lines = [readout_text(float(args.readout), samples=args.layout != "eagle-probe")]
     if args.layout != "ahn":
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         heads=args.heads,
         readout=args.readout,
-        max_bytes=_budget(args),
+        max_bytes=memory_budget(args),
     )
     cfg = model.cfg
     # the readout sign never silent: the negated predictions against the truth on fresh prompts
@@ -101,9 +101,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"dry run, nothing written: would write {what}")
         return 0
-    claim = _claim(args, files.output_files([out], force=args.force))
+    claim = enter_claim(args, files.output_files([out], force=args.force))
     metrics = {"imported": {"layout": args.layout, "from": str(args.weights)}}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
-    _publish(args)
+    publish(args)
     print(f"wrote {out}: {what}")
     return 0

@@ -8,24 +8,24 @@ import math
 from eagle_probe.cli.common import (
     PROBE_PROMPTS,
     Parser,
-    _budget,
-    _claim,
-    _finite_float,
-    _finite_outputs,
-    _nonneg_int,
-    _positive_int,
-    _publish,
+    enter_claim,
+    finite_float,
+    finite_outputs,
+    memory_budget,
+    nonneg_int,
+    positive_int,
+    publish,
 )
 from eagle_probe.errors import EagleProbeError
 
 HELP = "write a model whose weights run given EAGLE steps (any regime)"
 
 
-def _add_plant(parser: Parser) -> None:
-    parser.add_argument("--n", type=_positive_int, default=18, help="columns of A (18)")
-    parser.add_argument("--d", type=_positive_int, default=18, help="rows of A (18)")
-    parser.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
-    parser.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
+def add_plant(parser: Parser) -> None:
+    parser.add_argument("--n", type=positive_int, default=18, help="columns of A (18)")
+    parser.add_argument("--d", type=positive_int, default=18, help="rows of A (18)")
+    parser.add_argument("--n-prime", type=positive_int, default=2, help="columns of C, D (2)")
+    parser.add_argument("--d-prime", type=positive_int, default=2, help="rows of B, D (2)")
     parser.add_argument("--a-steps", required=True, help="comma-separated a_0,…,a_{L-1}")
     parser.add_argument("--c-steps", required=True, help="comma-separated c_0,…,c_{L-1}")
     parser.add_argument(
@@ -38,23 +38,23 @@ def _add_plant(parser: Parser) -> None:
     )
     parser.add_argument(
         "--cross-a",
-        type=_finite_float,
+        type=finite_float,
         default=0.0,
         help="distributed regimes: every head also writes this multiple of its A/B update into "
         "the next machine's A/B columns (A traffic the family never has; 0)",
     )
     parser.add_argument(
-        "--machines", type=_positive_int, default=3, help="distributed: machines M (3)"
+        "--machines", type=positive_int, default=3, help="distributed: machines M (3)"
     )
     parser.add_argument(
-        "--rank", type=_positive_int, default=5, help="constrained: sketch rank r (5)"
+        "--rank", type=positive_int, default=5, help="constrained: sketch rank r (5)"
     )
     parser.add_argument(
-        "--sketch-seed", type=_nonneg_int, default=0, help="constrained: seed of the sketches (0)"
+        "--sketch-seed", type=nonneg_int, default=0, help="constrained: seed of the sketches (0)"
     )
     parser.add_argument(
         "--heads",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="heads per layer (1; distributed regimes: one per machine)",
     )
@@ -118,15 +118,15 @@ def run(args: argparse.Namespace) -> int:
     task = TaskConfig(
         n=args.n, d=args.d, n_prime=args.n_prime, d_prime=args.d_prime, rank=min(10, args.n, args.d)
     )
-    budget.check_model(cfg, _budget(args))
+    budget.check_model(cfg, memory_budget(args))
     budget.check(
         max(budget.plant_bytes(cfg), budget.forward_bytes(cfg, PROBE_PROMPTS)),
         f"planting {len(a_steps)} layer(s) of width {cfg.width} (n = {cfg.n})",
-        _budget(args),
+        memory_budget(args),
     )
-    claim = _claim(args, files.output_files([out], force=args.force))
+    claim = enter_claim(args, files.output_files([out], force=args.force))
     model = plant(cfg, a_steps, c_steps, sketch_seed=args.sketch_seed, cross_a=args.cross_a)
-    _finite_outputs(model, task, "the planted steps overflow", "plant smaller steps")
+    finite_outputs(model, task, "the planted steps overflow", "plant smaller steps")
     family = spec.families[0]
     planted = {"a_steps": a_steps, "c_steps": c_steps, "family": family}
     if "sketch" in spec.views:
@@ -135,6 +135,6 @@ def run(args: argparse.Namespace) -> int:
         planted["cross_a"] = args.cross_a
     metrics = {"planted": planted}
     claim.write(out, lambda handle: checkpoint.dump(handle, model, task, metrics))
-    _publish(args)
+    publish(args)
     print(f"wrote {out}: {len(a_steps)} planted {family} layers, {cfg.heads} head(s), {args.dtype}")
     return 0

@@ -9,22 +9,22 @@ from eagle_probe.cli.common import (
     EXIT_USER,
     SEED_LIMIT,
     Parser,
-    _budget,
-    _claim,
-    _claim_dir,
-    _float32,
-    _nonneg_int,
-    _out_dir,
-    _positive_int,
-    _publish,
-    _steps,
+    claim_dir,
+    enter_claim,
+    finite_float32,
+    memory_budget,
+    nonneg_int,
+    out_dir,
+    positive_int,
+    publish,
+    step_count,
 )
 from eagle_probe.errors import EagleProbeError
 
 HELP = "train and extract seeds x regimes, or plan them for Slurm"
 
 
-def _add_sweep(parser: Parser) -> None:
+def add_sweep(parser: Parser) -> None:
     parser.add_argument(
         "--regimes",
         default="centralized,distributed,constrained",
@@ -35,22 +35,22 @@ def _add_sweep(parser: Parser) -> None:
         default="0,1,2",
         help="comma-separated seeds (one seed: 5,), or a count like 10 (0,1,2)",
     )
-    parser.add_argument("--steps", type=_steps, default=500, help="steps per run (500)")
-    parser.add_argument("--batch", type=_positive_int, default=256, help="batch per run (256)")
+    parser.add_argument("--steps", type=step_count, default=500, help="steps per run (500)")
+    parser.add_argument("--batch", type=positive_int, default=256, help="batch per run (256)")
     parser.add_argument(
-        "--parallel", type=_positive_int, default=None, help="runs at a time (the CPU count)"
+        "--parallel", type=positive_int, default=None, help="runs at a time (the CPU count)"
     )
     parser.add_argument("--normalize", default="spectral", help="prompt normalisation (spectral)")
     parser.add_argument(
         "--schedule", default="warmup_cosine", help="learning-rate schedule (warmup_cosine)"
     )
-    parser.add_argument("--lr", type=_float32, default=1e-3, help="Adam learning rate (1e-3)")
+    parser.add_argument("--lr", type=finite_float32, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
-        "--gain-lr", type=_float32, default=0.0, help="rate of the head log-gains (0: off)"
+        "--gain-lr", type=finite_float32, default=0.0, help="rate of the head log-gains (0: off)"
     )
     parser.add_argument("--select", default="mean", help="mean, median or trimmed (mean)")
     parser.add_argument(
-        "--eval-batch", type=_positive_int, default=2048, help="held-out validation prompts (2048)"
+        "--eval-batch", type=positive_int, default=2048, help="held-out validation prompts (2048)"
     )
     parser.add_argument(
         "--name", default="{regime}_seed{seed}", help="checkpoint file stem ({regime}_seed{seed})"
@@ -61,14 +61,14 @@ def _add_sweep(parser: Parser) -> None:
     parser.add_argument("--force", action="store_true", help="write into an existing --out")
     parser.add_argument(
         "--save-every",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="each run keeps a checkpoint every K steps in NAME.steps/ (train --save-every)",
     )
     parser.add_argument(
         "--ensemble",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="train up to K consecutive seeds of a regime together in one process (1)",
@@ -79,7 +79,7 @@ def _add_sweep(parser: Parser) -> None:
     )
     cluster.add_argument("--run", default=None, metavar="FILE", help="run one line of a plan")
     cluster.add_argument(
-        "--index", type=_nonneg_int, default=None, metavar="I", help="the line --run runs"
+        "--index", type=nonneg_int, default=None, metavar="I", help="the line --run runs"
     )
     cluster.add_argument(
         "--collect",
@@ -93,12 +93,12 @@ def _add_sweep(parser: Parser) -> None:
     cluster.add_argument("--submit", action="store_true", help="with --slurm: sbatch FILE")
     cluster.add_argument("--slurm-time", default="04:00:00", help="time per task (04:00:00)")
     cluster.add_argument(
-        "--slurm-cpus", type=_positive_int, default=1, help="CPUs (threads) per task (1)"
+        "--slurm-cpus", type=positive_int, default=1, help="CPUs (threads) per task (1)"
     )
     cluster.add_argument("--slurm-mem", default="4G", help="memory per task (4G)")
     cluster.add_argument("--slurm-partition", default=None, help="partition (the default one)")
     cluster.add_argument(
-        "--slurm-max-parallel", type=_positive_int, default=None, help="tasks at once (no cap)"
+        "--slurm-max-parallel", type=positive_int, default=None, help="tasks at once (no cap)"
     )
     cluster.add_argument(
         "--sbatch",
@@ -186,8 +186,8 @@ def run(args: argparse.Namespace) -> int:
         return _write_plan(args, regimes, seeds, extra)
     if args.slurm is not None or args.submit or args.sbatch:
         raise EagleProbeError("--slurm, --submit and --sbatch write a plan's script: add --plan")
-    out = _out_dir(args.out, args.force)
-    tmp = _claim_dir(args, out)
+    out = out_dir(args.out, args.force)
+    tmp = claim_dir(args, out)
     table = run_sweep(
         regimes,
         seeds,
@@ -199,18 +199,18 @@ def run(args: argparse.Namespace) -> int:
         name=args.name,
         ensemble=args.ensemble,
         published=out,
-        max_bytes=_budget(args),
+        max_bytes=memory_budget(args),
     )
-    _publish(args)
+    publish(args)
     return _report(table, out, len(seeds) * len(regimes))
 
 
 def _train_parser() -> Parser:
     """The options of `eagle-probe train` (without the parents every command shares)."""
-    from eagle_probe.cli.train import _add_train
+    from eagle_probe.cli.train import add_train
 
     parser = Parser(prog="eagle-probe train", add_help=False)
-    _add_train(parser)
+    add_train(parser)
     return parser
 
 
@@ -259,7 +259,7 @@ def _write_plan(args: argparse.Namespace, regimes: list[str], seeds: list[int], 
             lines.append(plan.plan_line(len(lines), regime, group, outputs, options, full))
     plan_path = files.as_path(args.plan, "--plan")
     targets = [plan_path] + ([files.as_path(args.slurm, "--slurm")] if args.slurm else [])
-    claim = _claim(args, files.output_files(targets, force=args.force))
+    claim = enter_claim(args, files.output_files(targets, force=args.force))
     claim.write_text(plan_path, plan.plan_text(lines))
     if args.slurm:
         script = plan.slurm_script(
@@ -277,7 +277,7 @@ def _write_plan(args: argparse.Namespace, regimes: list[str], seeds: list[int], 
         )
         claim.write_text(targets[1], script)
         Path(targets[1]).chmod(0o755)
-    _publish(args)
+    publish(args)
     print(f"wrote {plan_path}: {len(lines)} runs, outputs in {out}")
     if args.slurm:
         print(f"wrote {args.slurm}: sbatch array 0-{len(lines) - 1}")
@@ -318,15 +318,15 @@ def _collect(args: argparse.Namespace) -> int:
     from eagle_probe import files, plan
     from eagle_probe.sweep import collect
 
-    lines = plan.read_plan(args.collect, max_bytes=_budget(args))
+    lines = plan.read_plan(args.collect, max_bytes=memory_budget(args))
     out = files.as_path(args.out, "--out")
     if (out / "sweep.csv").exists() and not args.force:
         files.check_file(out / "sweep.csv", force=False)  # one line before any work
     table = collect(lines)
     out.mkdir(parents=True, exist_ok=True)
-    claim = _claim(args, files.output_files([out / "sweep.csv"], force=args.force))
+    claim = enter_claim(args, files.output_files([out / "sweep.csv"], force=args.force))
     claim.write_text(out / "sweep.csv", table.to_csv(index=False))
-    _publish(args)
+    publish(args)
     return _report(table, out, sum(len(line["outputs"]) for line in lines))
 
 
@@ -340,7 +340,9 @@ def _run_line(args: argparse.Namespace) -> int:
 
     if args.run is None or args.index is None:
         raise EagleProbeError("--run FILE and --index I go together")
-    line = plan.select(plan.read_plan(args.run, max_bytes=_budget(args)), args.index, args.run)
+    line = plan.select(
+        plan.read_plan(args.run, max_bytes=memory_budget(args)), args.index, args.run
+    )
     for output in line["outputs"]:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     targs = build_parser().parse_args([*line["argv"], "--max-memory", repr(args.max_memory)])

@@ -6,30 +6,30 @@ import argparse
 
 from eagle_probe.cli.common import (
     Parser,
-    _add_force,
-    _add_results_out,
-    _add_seed,
-    _budget,
-    _claim_dir,
-    _out_dir,
-    _positive_int,
-    _publish_results,
+    add_force,
+    add_results_out,
+    add_seed,
+    claim_dir,
+    memory_budget,
+    out_dir,
+    positive_int,
+    publish_results,
 )
 
 HELP = "extract each checkpoint of a train --save-every run"
 
 
-def _add_timeline(parser: Parser) -> None:
+def add_timeline(parser: Parser) -> None:
     parser.add_argument("run_dir", help="run directory of train --save-every (MODEL.steps/)")
-    _add_results_out(parser, "timeline")
+    add_results_out(parser, "timeline")
     parser.add_argument(
         "--test-batch",
-        type=_positive_int,
+        type=positive_int,
         default=1024,
         help="held-out prompts of each checkpoint's test MSE (1024)",
     )
-    _add_seed(parser, 0, "the prompts")
-    _add_force(parser)
+    add_seed(parser, 0, "the prompts")
+    add_force(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe.timeline import run_checkpoints, timeline
 
     run_checkpoints(args.run_dir)  # a directory without checkpoints fails before --out is made
-    out = _out_dir(args.out, args.force)
-    tmp = _claim_dir(args, out)
+    out = out_dir(args.out, args.force)
+    tmp = claim_dir(args, out)
     result = timeline(
-        args.run_dir, seed=args.seed, test_batch=args.test_batch, max_bytes=_budget(args)
+        args.run_dir, seed=args.seed, test_batch=args.test_batch, max_bytes=memory_budget(args)
     )
-    _publish_results(args, out, tmp, "timeline", result, timeline_figures, start)
+    publish_results(args, out, tmp, "timeline", result, timeline_figures, start)
     return 0

@@ -15,15 +15,15 @@ from typing import Any
 from eagle_probe import __version__
 from eagle_probe.cli.common import (
     Parser,
-    _budget,
-    _claim,
-    _float32,
-    _init_std,
-    _positive_int,
-    _publish,
-    _seed,
-    _seeds,
-    _steps,
+    enter_claim,
+    finite_float32,
+    init_std,
+    memory_budget,
+    positive_int,
+    publish,
+    seed_count,
+    seed_value,
+    step_count,
 )
 from eagle_probe.errors import EagleProbeError, Terminated
 from eagle_probe.names import (
@@ -53,7 +53,7 @@ def _check_share_heads(args: argparse.Namespace) -> None:
         )
 
 
-def _add_train(parser: Parser) -> None:
+def add_train(parser: Parser) -> None:
     _add_architecture(parser)
     _add_prompt_task(parser)
     _add_model_form(parser)
@@ -70,17 +70,17 @@ def _add_architecture(parser: Parser) -> None:
         "architectures; distributed-open lets values read every machine)",
     )
     parser.add_argument("--task", default="paper", help=f"one of {', '.join(TASKS)} (paper)")
-    parser.add_argument("--layers", type=_positive_int, default=4, help="attention layers (4)")
+    parser.add_argument("--layers", type=positive_int, default=4, help="attention layers (4)")
     parser.add_argument(
         "--heads",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="heads per layer (1; distributed: one per machine; constrained: more than the "
         "paper's one builds the multi-head variant)",
     )
     parser.add_argument(
         "--machines",
-        type=_positive_int,
+        type=positive_int,
         default=3,
         help="distributed: machines M, must divide n (3)",
     )
@@ -92,38 +92,36 @@ def _add_architecture(parser: Parser) -> None:
         "--no-share-heads gives each machine its own (an ablation)",
     )
     parser.add_argument(
-        "--rank", type=_positive_int, default=5, help="constrained: query/key width r <= n (5)"
+        "--rank", type=positive_int, default=5, help="constrained: query/key width r <= n (5)"
     )
 
 
 def _add_prompt_task(parser: Parser) -> None:
     """The prompt sizes and the task distribution."""
     # --columns/--rows: aliases that torchrun's own option parser does not mistake for its own
-    parser.add_argument(
-        "--n", "--columns", type=_positive_int, default=18, help="columns of A (18)"
-    )
-    parser.add_argument("--d", "--rows", type=_positive_int, default=18, help="rows of A (18)")
-    parser.add_argument("--n-prime", type=_positive_int, default=2, help="columns of C, D (2)")
-    parser.add_argument("--d-prime", type=_positive_int, default=2, help="rows of B, D (2)")
+    parser.add_argument("--n", "--columns", type=positive_int, default=18, help="columns of A (18)")
+    parser.add_argument("--d", "--rows", type=positive_int, default=18, help="rows of A (18)")
+    parser.add_argument("--n-prime", type=positive_int, default=2, help="columns of C, D (2)")
+    parser.add_argument("--d-prime", type=positive_int, default=2, help="rows of B, D (2)")
     parser.add_argument(
         "--task-rank",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="rank s of the prompt matrices X, at most min(n, d) (10, or min(n, d) if smaller)",
     )
     parser.add_argument(
         "--alpha",
-        type=_float32,
+        type=finite_float32,
         default=0.7,
         help="anisotropy α of the paper distribution (0.7)",
     )
     parser.add_argument(
         "--kappa",
-        type=_float32,
+        type=finite_float32,
         default=None,
         help="prescribe the condition number of A instead",
     )
-    parser.add_argument("--noise", type=_float32, default=0.0, help="noise variance σ² (0)")
+    parser.add_argument("--noise", type=finite_float32, default=0.0, help="noise variance σ² (0)")
 
 
 def _add_model_form(parser: Parser) -> None:
@@ -147,7 +145,7 @@ def _add_model_form(parser: Parser) -> None:
         help="token layout: features (d + d' rows, the default) or samples",
     )
     parser.add_argument(
-        "--init-std", type=_init_std, default=0.02, help="std of the random initialisation (0.02)"
+        "--init-std", type=init_std, default=0.02, help="std of the random initialisation (0.02)"
     )
     parser.add_argument(
         "--init-from",
@@ -162,22 +160,25 @@ def _add_optimiser(parser: Parser) -> None:
     """The optimiser, its schedule and clips, and how batches are drawn."""
     parser.add_argument(
         "--steps",
-        type=_steps,
+        type=step_count,
         default=None,
         help=f"optimiser steps ({DEFAULT_STEPS}; with --resume: the checkpoint's)",
     )
-    parser.add_argument("--batch", type=_positive_int, default=1024, help="prompts per step (1024)")
-    parser.add_argument("--lr", type=_float32, default=1e-3, help="Adam learning rate (1e-3)")
+    parser.add_argument("--batch", type=positive_int, default=1024, help="prompts per step (1024)")
+    parser.add_argument("--lr", type=finite_float32, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument(
         "--schedule", default="constant", help=f"one of {', '.join(SCHEDULES)} (constant)"
     )
     parser.add_argument(
-        "--warmup", type=_float32, default=0.1, help="warm-up fraction for warmup_cosine (0.1)"
+        "--warmup",
+        type=finite_float32,
+        default=0.1,
+        help="warm-up fraction for warmup_cosine (0.1)",
     )
-    parser.add_argument("--clip", type=_float32, default=0.1, help="gradient-norm clip (0.1)")
+    parser.add_argument("--clip", type=finite_float32, default=0.1, help="gradient-norm clip (0.1)")
     parser.add_argument(
         "--weight-decay",
-        type=_float32,
+        type=finite_float32,
         default=0.0,
         help="decoupled AdamW weight decay (0: plain Adam, the paper's)",
     )
@@ -189,19 +190,19 @@ def _add_optimiser(parser: Parser) -> None:
     )
     parser.add_argument(
         "--gain-lr",
-        type=_float32,
+        type=finite_float32,
         default=0.0,
         help="learning rate of a trained log-gain per layer and head, folded into W_P (0: off)",
     )
     parser.add_argument(
         "--clip-qk",
-        type=_float32,
+        type=finite_float32,
         default=0.0,
         help="separate clip for W_Q/W_K gradients (0: off)",
     )
     parser.add_argument(
         "--freeze-values-last",
-        type=_float32,
+        type=finite_float32,
         default=0.0,
         help="fraction of steps at the end with W_V, W_P frozen (0)",
     )
@@ -209,7 +210,7 @@ def _add_optimiser(parser: Parser) -> None:
     parser.add_argument("--skip-spikes", action="store_true", help="skip loss-spike updates")
     parser.add_argument(
         "--data-shards",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="draw each batch as this many seeded chunks, a multiple of the torchrun processes "
         "(default: one per process, so 1 without torchrun)",
@@ -219,15 +220,15 @@ def _add_optimiser(parser: Parser) -> None:
 def _add_run(parser: Parser) -> None:
     """Validation, seeds, progress, resuming, timeline steps and the output."""
     parser.add_argument(
-        "--eval-every", type=_positive_int, default=250, help="validation period in steps (250)"
+        "--eval-every", type=positive_int, default=250, help="validation period in steps (250)"
     )
     parser.add_argument(
-        "--eval-batch", type=_positive_int, default=8192, help="held-out validation prompts (8192)"
+        "--eval-batch", type=positive_int, default=8192, help="held-out validation prompts (8192)"
     )
-    parser.add_argument("--seed", type=_seed, default=0, help="random seed (0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="random seed (0)")
     parser.add_argument(
         "--seeds",
-        type=_seeds,
+        type=seed_count,
         default=1,
         metavar="K",
         help="train seeds --seed … --seed+K-1 together in one process, one checkpoint each: "
@@ -243,7 +244,7 @@ def _add_run(parser: Parser) -> None:
     )
     parser.add_argument(
         "--save-every",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="also keep the weights of step 0, every K steps and the last in OUT.steps/ "
@@ -459,7 +460,7 @@ def _check_budget(args: argparse.Namespace, model_cfg, train_cfg) -> None:
     """Refuse a model, --batch, --eval-batch or --seeds beyond the memory budget."""
     from eagle_probe import budget
 
-    limit = _budget(args)
+    limit = memory_budget(args)
     budget.check_model(model_cfg, limit)
     budget.check(budget.forward_bytes(model_cfg, train_cfg.batch, training=True), "--batch", limit)
     budget.check(
@@ -494,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
     _check_combinations(args)
     source = None
     if args.init_from is not None:
-        source, _, _ = checkpoint.load(args.init_from, max_bytes=_budget(args))
+        source, _, _ = checkpoint.load(args.init_from, max_bytes=memory_budget(args))
     out = files.as_path(args.out, "-o/--out")
     paths = _run_paths(args, out)
     outputs = [p for path in paths for p in _train_outputs(path)]
@@ -509,10 +510,10 @@ def run(args: argparse.Namespace) -> int:
     if not _lead_process():
         return _train_and_finish(args, out, paths, model_cfg, task, train_cfg, resume, None)
     replace = outputs if resume is not None else []
-    claim = _claim(args, files.output_files(outputs, force=args.force, replace=replace))
+    claim = enter_claim(args, files.output_files(outputs, force=args.force, replace=replace))
     if args.save_every is not None:  # the run directory of `timeline`, published with the rest
         steps_dir = files.check_dir(out.with_suffix(".steps"), force=args.force, what="run dir")
-        args.steps_dir = _claim(args, files.output_dir(steps_dir, force=args.force))
+        args.steps_dir = enter_claim(args, files.output_dir(steps_dir, force=args.force))
     return _train_and_finish(args, out, paths, model_cfg, task, train_cfg, resume, claim)
 
 
@@ -665,7 +666,7 @@ def _run_training(args, out, paths, model_cfg, task, train_cfg, resume, claim) -
             f"({against_zero(test['mse'], test['zero_mse'], spec='.1f', mark='x')}) | "
             f"{_spikes(metrics)}"
         )
-    _publish(args)
+    publish(args)
     if len(results) == 1:
         print(final_line(first, out))
         return _exit_code(first)
@@ -719,7 +720,7 @@ def _resumed(args, paths: list[Path]):
     if missing:
         what = "an existing checkpoint at" if len(paths) == 1 else "the seeds' checkpoints: no"
         raise EagleProbeError(f"--resume needs {what} {', '.join(missing)}")
-    loaded = [checkpoint.load(p, max_bytes=_budget(args)) for p in paths]
+    loaded = [checkpoint.load(p, max_bytes=memory_budget(args)) for p in paths]
     records = [_training_record(p, prev) for p, (_, _, prev) in zip(paths, loaded, strict=True)]
     for k, (path, record) in enumerate(zip(paths, records, strict=True)):
         if len(paths) > 1 and record.get("seed") != args.seed + k:

@@ -31,10 +31,10 @@ def _args(max_memory: float = 4.0, **fields) -> argparse.Namespace:
 def test_a_claimed_directory_appears_whole_when_published(tmp_path):
     out = tmp_path / "results"
     args = _args()
-    staging = common._claim_dir(args, out)
+    staging = common.claim_dir(args, out)
     (staging / "a.json").write_text("{}\n")
     assert staging.parent == tmp_path and staging != out and not out.exists()
-    common._publish(args)
+    common.publish(args)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     assert (out / "a.json").read_text() == "{}\n"
 
@@ -43,7 +43,7 @@ def test_a_claim_whose_command_fails_leaves_nothing(tmp_path):
     args = _args()
     with pytest.raises(RuntimeError, match="the work failed"):
         with args.outputs:
-            staging = common._claim_dir(args, tmp_path / "results")
+            staging = common.claim_dir(args, tmp_path / "results")
             (staging / "half.json").write_text("{")
             raise RuntimeError("the work failed")
     assert list(tmp_path.iterdir()) == []
@@ -52,12 +52,12 @@ def test_a_claim_whose_command_fails_leaves_nothing(tmp_path):
 def test_of_two_claims_on_one_directory_the_second_is_refused_not_merged(tmp_path):
     out = tmp_path / "results"
     first, second = _args(), _args()
-    a, b = common._claim_dir(first, out), common._claim_dir(second, out)
+    a, b = common.claim_dir(first, out), common.claim_dir(second, out)
     (a / "first.json").write_text("1\n")
     (b / "second.json").write_text("2\n")
-    common._publish(first)
+    common.publish(first)
     with pytest.raises(EagleProbeError, match="filled by another run meanwhile; not overwritten"):
-        common._publish(second)
+        common.publish(second)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     assert sorted(p.name for p in out.iterdir()) == ["first.json"]
 
@@ -66,12 +66,12 @@ def test_load_model_reads_the_checkpoint_within_the_budget(tmp_path):
     model, task = planted_model([0.05, 0.04], [0.09, 0.08])
     path = tmp_path / "planted.pt"
     checkpoint.save(path, model, task)
-    got, got_task = common._load_model(_args(model=path))
+    got, got_task = common.load_model(_args(model=path))
     assert got_task == task and got.cfg == model.cfg
     for name, value in model.state_dict().items():
         assert got.state_dict()[name].equal(value), name
     with pytest.raises(EagleProbeError) as err:
-        common._load_model(_args(model=path, max_memory=1e-6))
+        common.load_model(_args(model=path, max_memory=1e-6))
     text = str(err.value)
     assert "\n" not in text and "above the budget of 1e-06 GiB" in text and "--max-memory" in text
 
@@ -93,8 +93,8 @@ def test_publish_results_writes_the_json_and_one_png_per_figure_then_prints(tmp_
         return {"layers": fig}
 
     out, args = tmp_path / "res", _args()
-    staging = common._claim_dir(args, out)
-    common._publish_results(args, out, staging, "thing", _Result(), figures, start=0.0)
+    staging = common.claim_dir(args, out)
+    common.publish_results(args, out, staging, "thing", _Result(), figures, start=0.0)
     data = json.loads((out / "thing.json").read_text())
     assert data["layers"] == [1, 2] and data["timings"]["work"] == 0.25
     assert data["timings"]["total"] > 0  # the time since `start`
@@ -125,14 +125,14 @@ def test_a_stopped_command_says_so_in_one_line_and_exits_128_plus_the_signal(sto
 @pytest.mark.parametrize(
     "parse, text, words",
     [
-        (common._positive_int, "0", "expected a positive integer, got '0'"),
-        (common._positive_int, "1.5", "expected a positive integer, got '1.5'"),
-        (common._seed, str(2**32), "expected a seed below 2**32"),
-        (common._gib, "nan", "expected a finite number, got 'nan'"),
-        (common._gib, "-1", "expected a positive number of GiB, got '-1'"),
-        (common._threads, "5000", "expected at most 1,024 threads, got '5000'"),
-        (common._float32, "1e39", "within float32's range"),
-        (common._more_steps, "1000000000", "about 694 days per layer"),
+        (common.positive_int, "0", "expected a positive integer, got '0'"),
+        (common.positive_int, "1.5", "expected a positive integer, got '1.5'"),
+        (common.seed_value, str(2**32), "expected a seed below 2**32"),
+        (common.gib, "nan", "expected a finite number, got 'nan'"),
+        (common.gib, "-1", "expected a positive number of GiB, got '-1'"),
+        (common.thread_count, "5000", "expected at most 1,024 threads, got '5000'"),
+        (common.finite_float32, "1e39", "within float32's range"),
+        (common.more_steps, "1000000000", "about 694 days per layer"),
     ],
 )
 def test_argument_types_refuse_in_words_that_name_the_value(parse, text, words):
@@ -142,9 +142,9 @@ def test_argument_types_refuse_in_words_that_name_the_value(parse, text, words):
 
 
 def test_argument_types_accept_their_range():
-    assert common._positive_int("3") == 3 and common._seed("0") == 0
-    assert common._seed(str(2**32 - 1)) == 2**32 - 1 and common._gib("0.5") == 0.5
-    assert common._threads("1024") == 1024
+    assert common.positive_int("3") == 3 and common.seed_value("0") == 0
+    assert common.seed_value(str(2**32 - 1)) == 2**32 - 1 and common.gib("0.5") == 0.5
+    assert common.thread_count("1024") == 1024
 
 
 THREADS_PROBE = """
