@@ -162,7 +162,7 @@ def condition_number(A: np.ndarray) -> float:
     κ̂ of EAGLE's certificate); 1 for a zero A."""
     if not np.any(A):
         return 1.0
-    s, rank, _ = kernel._singular_values(A)
+    s, rank, _ = kernel.singular_values(A)
     return float(s[0] / s[rank - 1])
 
 

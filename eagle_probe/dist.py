@@ -123,7 +123,7 @@ def _report(rounds: int, error: float, stats: dict) -> dict:
 
 def _local_blocks(A: np.ndarray, B: np.ndarray, rank: int, world: int):
     """This rank's own columns A^μ, B^μ (copies), as lists of the one block it holds."""
-    part = eagle._split_columns(A.shape[1], world)[rank]
+    part = eagle.split_columns(A.shape[1], world)[rank]
     return [A[:, part].copy()], [B[:, part].copy()]
 
 
@@ -141,24 +141,24 @@ def eagle_worker(
     """Distributed EAGLE on this rank's column block; the same arithmetic as
     `eagle.complete_distributed` (power-of-two scaling, stopping rule, info) with the
     machine sum done by all_reduce."""
-    rtol, _, maxiter = kernel._check_options(rtol, 0.0, maxiter, eta, gamma)
+    rtol, _, maxiter = kernel.check_options(rtol, 0.0, maxiter, eta, gamma)
     D = np.zeros((B.shape[0], C.shape[1]))
     stats = {"bytes_sent": 0, "messages": 0}
-    counter = kernel._Counter()
+    counter = kernel.StepCounter()
     info, rounds = maxiter, 0
     start = time.perf_counter()
     if not (np.any(A) and np.any(B) and np.any(C)):  # the same on every rank: no messages
         info = 0
     else:
-        part = eagle._split_columns(A.shape[1], world)[rank]
-        As, Bs, C, e_out = eagle._scaled_blocks(A, B, C, [part])
+        part = eagle.split_columns(A.shape[1], world)[rank]
+        As, Bs, C, e_out = eagle.scaled_blocks(A, B, C, [part])
 
         def all_ranks(updates):  # one message a round: [dC; dD] summed over the ranks
             ((dC, dD),) = updates
             both = _allreduce(np.concatenate([dC, dD], axis=0), stats)
             return both[: dC.shape[0]], both[dC.shape[0] :]
 
-        D, info, rounds = eagle._column_rounds(
+        D, info, rounds = eagle.column_rounds(
             As,
             Bs,
             C,
@@ -173,7 +173,7 @@ def eagle_worker(
             e=e_out,
         )
         if info >= 0:
-            D, ok = kernel._finish(D, e_out)
+            D, ok = kernel.finish(D, e_out)
             info = info if ok else eagle.UNREPRESENTABLE
     return {
         "D": D,

@@ -43,18 +43,18 @@ from eagle_probe.solver_template import (
     THEORY_ETA,
     THEORY_GAMMA,
     UNREPRESENTABLE,
-    _check_blocks,
-    _check_options,
-    _Counter,
-    _exponent,
-    _finish,
-    _finished,
-    _norm,
-    _schedule,
-    _top_eig,
+    StepCounter,
+    check_blocks,
+    check_options,
     complete,
+    exponent,
+    finish,
+    finished,
     lstsq,
     recovered_layers,
+    safe_norm,
+    step_coefficients,
+    top_eig,
 )
 
 __all__ = [
@@ -83,14 +83,14 @@ __all__ = [
 CHECK_SLACK = 100.0
 
 
-def _spectral_norm(A):
+def spectral_norm(A):
     """‖A‖₂ without overflow or underflow."""
-    return _norm(A, spectral=True)
+    return safe_norm(A, spectral=True)
 
 
 def schedule(step, eta=None, gamma=None):
     """(η, γ) of `step`: the recovered per-layer values, then the theory's 1/3 and 1."""
-    return _schedule(step, eta, gamma)[:2]
+    return step_coefficients(step, eta, gamma)[:2]
 
 
 def _check_count(name, value, n):
@@ -107,7 +107,7 @@ def _local_round(Am, Bm, C, e, g):
     A^μ and B^μ come back divided together by ‖A^μ‖₂ (the updates are invariant under that joint
     scaling), so they stay of order one however many rounds run."""
     K = Am.T @ Am
-    lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else _top_eig(K)[0]
+    lam = float(np.linalg.eigvalsh(K)[-1]) if K.shape[0] <= 64 else top_eig(K)[0]
     if not (lam > 0.0 and math.isfinite(lam)):
         return np.zeros_like(C), np.zeros((Bm.shape[0], C.shape[1])), Am, Bm
     s = math.sqrt(lam)
@@ -116,21 +116,21 @@ def _local_round(Am, Bm, C, e, g):
     return -g * (Am @ AtC), g * (Bm @ AtC), Am - e * (Am @ K), Bm - e * (Bm @ K)
 
 
-def _scaled_blocks(A, B, C, parts):
+def scaled_blocks(A, B, C, parts):
     """Exact power-of-two scaling for the column-split solvers: C by its own exponent, each
     machine's (A^μ, B^μ) jointly by the exponent of A^μ (B^μ A^μ⁺ is unchanged), B̂ by its own
     exponent first. Returns (As, Bs, Ĉ, exponent of D)."""
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    ea, eb, ec = exponent(A), exponent(B), exponent(C)
     As, Bs = [], []
     for p in parts:
         Am, Bm = np.ldexp(A[:, p], -ea), np.ldexp(B[:, p], -eb)
-        em = _exponent(Am)
+        em = exponent(Am)
         As.append(np.ldexp(Am, -em))
         Bs.append(np.ldexp(Bm, -em))
     return As, Bs, np.ldexp(C, -ec), eb + ec - ea
 
 
-def _split_columns(n, machines):
+def split_columns(n, machines):
     bounds = np.linspace(0, n, machines + 1).round().astype(int)
     return [slice(bounds[i], bounds[i + 1]) for i in range(machines)]
 
@@ -148,10 +148,10 @@ def _centralized_check(A, B, C, D, rtol):
         return False, "not certified", extra
     bound_c = st.get("bound", 0.0)
     tol = CHECK_SLACK * max(rtol, bound_c)
-    e = _exponent(Dc) if np.any(Dc) else _exponent(D)
+    e = exponent(Dc) if np.any(Dc) else exponent(D)
     with np.errstate(over="ignore", under="ignore"):
-        gap = _norm(np.ldexp(D, -e) - np.ldexp(Dc, -e))
-    size = _norm(np.ldexp(Dc, -e))
+        gap = safe_norm(np.ldexp(D, -e) - np.ldexp(Dc, -e))
+    size = safe_norm(np.ldexp(Dc, -e))
     estimate = gap / size if size > 0 else (0.0 if gap == 0 else math.inf)
     extra |= {"error_estimate": estimate, "bound": tol + bound_c}
     return estimate <= tol, "certified" if estimate <= tol else "not certified", extra
@@ -176,14 +176,14 @@ def complete_distributed(
     kappa, bound and the steps by source of (η, γ).
     callback(D_k) runs after every round.
     """
-    A, B, C = _check_blocks(A, B, C)
-    rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma, callback)
+    A, B, C = check_blocks(A, B, C)
+    rtol, _, maxiter = check_options(rtol, 0.0, maxiter, eta, gamma, callback)
     n = A.shape[1]
     machines = _check_count("machines", machines, n)
-    parts = _split_columns(n, machines)
+    parts = split_columns(n, machines)
     D = np.zeros((B.shape[0], C.shape[1]))
     per_round = (A.shape[0] + B.shape[0]) * C.shape[1]
-    counter = _Counter()
+    counter = StepCounter()
     info, rounds = maxiter, 0
 
     def stats():
@@ -197,7 +197,7 @@ def complete_distributed(
         info = 0
         counter.extra["reason"] = "exact"
         return D, stats()
-    As, Bs, Cs, e_out = _scaled_blocks(A, B, C, parts)
+    As, Bs, Cs, e_out = scaled_blocks(A, B, C, parts)
 
     def machine_sum(updates):
         dC, dD = np.zeros_like(Cs), np.zeros_like(D)
@@ -206,7 +206,7 @@ def complete_distributed(
             dD += dD_mu
         return dC, dD
 
-    D, info, rounds = _column_rounds(
+    D, info, rounds = column_rounds(
         As,
         Bs,
         Cs,
@@ -227,10 +227,10 @@ def complete_distributed(
     return D, stats()
 
 
-def _column_rounds(As, Bs, C, reduce, *, machines, rtol, maxiter, eta, gamma, counter, callback, e):
+def column_rounds(As, Bs, C, reduce, *, machines, rtol, maxiter, eta, gamma, counter, callback, e):
     """The rounds of distributed EAGLE, written once for the in-process simulation and the worker
     processes: each round this process updates the machines' blocks it holds (As, Bs, scaled by
-    `_scaled_blocks`) with `_local_round`, reduce([(dC_μ, dD_μ), ...]) -> (ΣdC, ΣdD) sums the
+    `scaled_blocks`) with `_local_round`, reduce([(dC_μ, dD_μ), ...]) -> (ΣdC, ΣdD) sums the
     updates over all `machines`, and C and D take their mean. Stops when a round changes D by at
     most rtol · ‖D‖_F (info 0), at maxiter (info maxiter) or on a non-finite D (-2).
     callback(D_k · 2ᵉ) after every round. Returns (D, info, rounds), D in scaled units."""
@@ -249,8 +249,8 @@ def _column_rounds(As, Bs, C, reduce, *, machines, rtol, maxiter, eta, gamma, co
         if not np.all(np.isfinite(D)):
             return D, NONFINITE, rounds
         if callback is not None:
-            callback(_finish(D, e)[0].copy())
-        if _norm(step) <= rtol * _norm(D):
+            callback(finish(D, e)[0].copy())
+        if safe_norm(step) <= rtol * safe_norm(D):
             return D, 0, rounds
     return D, maxiter, rounds
 
@@ -258,7 +258,7 @@ def _column_rounds(As, Bs, C, reduce, *, machines, rtol, maxiter, eta, gamma, co
 def _certify_split(D, e_out, info, steps, A0, B0, C0, rtol, counter):
     """The column-split solvers' finish: D in prompt units and its info, 0 only when D agrees
     with the certified `complete` answer (`_centralized_check`)."""
-    D, ok = _finished(D, e_out, counter)
+    D, ok = finished(D, e_out, counter)
     if not ok:
         return D, UNREPRESENTABLE
     ok, reason, extra = _centralized_check(A0, B0, C0, D, rtol)
@@ -278,8 +278,8 @@ def complete_sketched(
     (D, stats) with iterations, info, reason, error_estimate, kappa, bound and the steps by
     source of (η, γ). callback(D_k) runs after every step.
     """
-    A, B, C = _check_blocks(A, B, C)
-    rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma, callback)
+    A, B, C = check_blocks(A, B, C)
+    rtol, _, maxiter = check_options(rtol, 0.0, maxiter, eta, gamma, callback)
     n = A.shape[1]
     r = _check_count("sketch size r", r, n)
     if not isinstance(rng, np.random.Generator):
@@ -287,13 +287,13 @@ def complete_sketched(
             f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), got {rng!r}"
         )
     D = np.zeros((B.shape[0], C.shape[1]))
-    counter = _Counter()
+    counter = StepCounter()
     info, it = maxiter, 0
     if not (np.any(A) and np.any(B) and np.any(C)):
         counter.extra["reason"] = "exact"
         return D, counter.stats(0, 0)
     A0, B0, C0 = A, B, C
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    ea, eb, ec = exponent(A), exponent(B), exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
     e_out = eb + ec - ea
     quiet = 0
@@ -311,15 +311,15 @@ def complete_sketched(
         A = A - e / lam * (As @ Ks @ S.T)
         B = B - e / lam * (Bs @ Ks @ S.T)
         # Keep A of order one: (A, B) scaled together by a power of two changes no update.
-        shift = _exponent(A)
+        shift = exponent(A)
         A, B = np.ldexp(A, -shift), np.ldexp(B, -shift)
         D = D + dD
         if not np.all(np.isfinite(D)):
             info = NONFINITE
             break
         if callback is not None:
-            callback(_finish(D, e_out)[0].copy())
-        quiet = quiet + 1 if _norm(dD) <= rtol * _norm(D) else 0
+            callback(finish(D, e_out)[0].copy())
+        quiet = quiet + 1 if safe_norm(dD) <= rtol * safe_norm(D) else 0
         if quiet >= 3:  # a random sketch can miss the remaining error once; ask for three
             info = 0
             break

@@ -106,9 +106,9 @@ def complete(
     C_l the C block) is applied up to REFINE times, and its size plus twice the current increment
     from A's null space must be at most bound / CERT_MARGIN of ‖D‖. info 0 then states
     ‖D − B A⁺ C‖ ≲ bound · ‖D‖ for prompts with rank X = rank A."""
-    A, B, C = _check_blocks(A, B, C)
-    rtol, _, maxiter = _check_options(rtol, 0.0, maxiter, eta, gamma)
-    counter = _Counter()
+    A, B, C = check_blocks(A, B, C)
+    rtol, _, maxiter = check_options(rtol, 0.0, maxiter, eta, gamma)
+    counter = StepCounter()
 
     def result(D: Array, info: int, iterations: int) -> Any:
         if return_stats:
@@ -128,7 +128,7 @@ def complete(
         counter.extra["reason"] = "exact"
         return result(D, 0, 0)
     # A = 2^ea Â, B = 2^eb B̂, C = 2^ec Ĉ, so D = 2^(eb+ec-ea) B̂ Â⁺ Ĉ
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    ea, eb, ec = exponent(A), exponent(B), exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
 
     def checker(Al: Array, Bl: Array, Cl: Array, D: Array, e: float, sv: tuple) -> tuple:
@@ -137,7 +137,7 @@ def complete(
     loop = _certified(A, B, C, rtol, maxiter, eta, gamma, counter, checker if check else None)
     D, info, counter.extra["reason"], it = loop
     if info >= 0:
-        D, ok = _finished(D, eb + ec - ea, counter)
+        D, ok = finished(D, eb + ec - ea, counter)
         info = info if ok else UNREPRESENTABLE
     return result(D, info, it)
 
@@ -173,27 +173,27 @@ def lstsq(
          bound / CERT_MARGIN of ‖x‖.
     atol > 0: ‖b − A x_k‖ ≤ atol also stops with info 0 (a residual test only). callback(x_k)
     once per iteration. A dict passed as stats receives what `complete` reports."""
-    A = _check_matrix("A", A)
+    A = check_matrix("A", A)
     b_in = np.asarray(b)
     vector = b_in.ndim == 1
-    b = _check_matrix("b", b_in.reshape(-1, 1) if vector else b_in)
+    b = check_matrix("b", b_in.reshape(-1, 1) if vector else b_in)
     if b.shape[0] != A.shape[0]:
         raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
-    rtol, atol, maxiter = _check_options(rtol, atol, maxiter, eta, gamma, callback)
+    rtol, atol, maxiter = check_options(rtol, atol, maxiter, eta, gamma, callback)
     n = A.shape[1]
     if x0 is not None and vector and np.shape(x0) != (n,):
         raise ValueError(f"x0 has shape {np.shape(x0)}; a vector b needs an x0 of shape {(n,)}")
     if x0 is None:
         x0 = np.zeros((n, b.shape[1]))
     else:
-        x0 = _check_matrix("x0", np.asarray(x0).reshape(-1, 1) if vector else x0)
+        x0 = check_matrix("x0", np.asarray(x0).reshape(-1, 1) if vector else x0)
     if x0.shape != (n, b.shape[1]):
         raise ValueError(f"x0 has shape {x0.shape}, expected {(n, b.shape[1])}")
 
     def shape(v: Array) -> Array:
         return v[:, 0] if vector else v
 
-    counter = _Counter()
+    counter = StepCounter()
     options = (rtol, atol, maxiter, callback, eta, gamma, check)
     x, info, it = _lstsq(A, b, x0, options, counter, shape)
     if stats is not None:
@@ -201,19 +201,19 @@ def lstsq(
     return shape(x), info
 
 
-def _lstsq(A: Array, b: Array, x0: Array, options: tuple, counter: "_Counter", shape: Callable):
+def _lstsq(A: Array, b: Array, x0: Array, options: tuple, counter: "StepCounter", shape: Callable):
     """`lstsq` on checked arrays: (x, info, iterations)."""
     rtol, atol, maxiter, callback, eta, gamma, check = options
-    ea = _exponent(A)
+    ea = exponent(A)
     if ea == 0 and not np.any(A):
         counter.extra["reason"] = "exact"
         return x0.copy(), 0, 0
     At = np.ldexp(A, -ea)  # Ã = 2^-ea A, max|Ã| in [0.5, 1)
     # the residual in units of 2^k: r̃0 = 2^-k (b − A x0), computed without overflow
-    k = max(_exponent(b), ea + _exponent(x0)) if np.any(x0) else _exponent(b)
+    k = max(exponent(b), ea + exponent(x0)) if np.any(x0) else exponent(b)
     with np.errstate(under="ignore"):
         r = np.ldexp(b, -k) - At @ np.ldexp(x0, ea - k)
-    kr = _exponent(r)
+    kr = exponent(r)
     if not np.any(r):
         counter.extra["reason"] = "exact"
         return x0.copy(), 0, 0
@@ -229,13 +229,13 @@ def _lstsq(A: Array, b: Array, x0: Array, options: tuple, counter: "_Counter", s
 
     def checker(Al: Array, M: Array, C: Array, y: Array, e: float, sv: tuple) -> tuple:
         s, rank = sv[0], sv[1]
-        r0_err = EPS * (_norm(bt) + float(s[0]) * _norm(xs)) / float(s[rank - 1])
+        r0_err = EPS * (safe_norm(bt) + float(s[0]) * safe_norm(xs)) / float(s[rank - 1])
         return _lstsq_check(At, M, y, r, xs, sv, rtol, e, r0_err if np.any(x0) else 0.0), C
 
     def after(y: Array) -> bool:
         if callback is not None:
             callback(shape(iterate(y)))
-        return tol_abs > 0 and _norm(r - At @ y) <= tol_abs
+        return tol_abs > 0 and safe_norm(r - At @ y) <= tol_abs
 
     # A_l = Ã m_l(ÃᵀÃ), B_l = M_l = m_l(ÃᵀÃ) from B = I; the D block is ỹ
     loop = _certified(
@@ -280,9 +280,9 @@ def _faithful(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
     elif LOCAL_SCALE:  # each machine its own scale on its A, B columns; C and D in prompt units
         block = n // MACHINES
         machines = [A[:, m * block : (m + 1) * block] for m in range(MACHINES)]
-        cols, s = np.repeat([_norm(Am, spectral) for Am in machines], block), 1.0
+        cols, s = np.repeat([safe_norm(Am, spectral) for Am in machines], block), 1.0
     else:
-        cols = s = _norm(A, spectral)
+        cols = s = safe_norm(A, spectral)
     D = np.zeros((B.shape[0], C.shape[1]))
     if not np.all(cols > 0.0):
         return D, len(LAYERS), len(LAYERS), "fixed depth"
@@ -321,7 +321,7 @@ def _algorithm1(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
         if PROJECTORS is None or len(PROJECTORS) < steps or len(PROJECTORS[0]) != n:
             raise ValueError(f"Algorithm 1 on the network's sketches takes their size, not n = {n}")
         sketches = [np.asarray(P, dtype=np.float64) for P in PROJECTORS[:steps]]
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    ea, eb, ec = exponent(A), exponent(B), exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
     D = np.zeros((B.shape[0], C.shape[1]))
     block = n // machines
@@ -339,7 +339,7 @@ def _algorithm1(A: Array, B: Array, C: Array) -> tuple[Array, int, int, str]:
     if not np.all(np.isfinite(D)):
         _warn("Algorithm 1 overflowed with the network's constants on this prompt")
         return D, NONFINITE, steps, "non-finite"
-    D, ok = _finish(D, eb + ec - ea)
+    D, ok = finish(D, eb + ec - ea)
     if not ok:
         _warn("D is not representable in float64 at this scale")
         return D, UNREPRESENTABLE, steps, "unrepresentable"
@@ -352,7 +352,7 @@ def _update(A: Array, B: Array, C: Array, D: Array, eta: float, gamma: float, P:
     C′ ← C − γρ Ã Ãᵀ C, D′ ← D + γρ B̃ Ãᵀ C"; with Q = A P = Ã Sᵀ and R = B P = B̃ Sᵀ these are
     Q (QᵀQ), R (QᵀQ), Q (QᵀC) and R (QᵀC), and ‖Ã‖₂ = ‖Q‖₂."""
     Q, R = (A, B) if P is None else (A @ P, B @ P)
-    norm = _norm(Q, spectral=True)
+    norm = safe_norm(Q, spectral=True)
     rho = 1.0 / norm**2 if norm > 0.0 else 0.0
     K, QtC = Q.T @ Q, Q.T @ C
     return (
@@ -394,7 +394,7 @@ def step_rule(layer: dict | None, regime: str = "centralized") -> tuple[float, f
     return min(float(e), ETA_MAX), min(float(g), GAMMA_MAX), "clipped"
 
 
-def _schedule(step: int, eta: Num, gamma: Num) -> tuple[float, float, str]:
+def step_coefficients(step: int, eta: Num, gamma: Num) -> tuple[float, float, str]:
     """(η, γ, source) of `step`: `step_rule` of LAYERS[step]; eta=, gamma= given to the solver
     replace them ("given" when both are)."""
     e, g, source = step_rule(LAYERS[step] if step < len(LAYERS) else None, REGIME)
@@ -408,7 +408,7 @@ def recovered_layers() -> list[int]:
     return [i for i, lay in enumerate(LAYERS) if step_rule(lay, REGIME)[2] == "recovered"]
 
 
-class _Counter:
+class StepCounter:
     """A call's steps by the source of their (η, γ), and what else it reports."""
 
     def __init__(self) -> None:
@@ -417,7 +417,7 @@ class _Counter:
         self.last = "theory"
 
     def step(self, step: int, eta: Num, gamma: Num) -> tuple[float, float]:
-        e, g, self.last = _schedule(step, eta, gamma)
+        e, g, self.last = step_coefficients(step, eta, gamma)
         self.counts[self.last] += 1
         return e, g
 
@@ -437,7 +437,7 @@ def _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check, *, after=None
     (value, info, reason, iterations).
 
     check(A_l, B_l, C_l, D, η, sv) -> (_Check, C_l) is the certificate at a candidate stop (sv:
-    `_singular_values` of the starting A, computed at the first check); None: stop at the first
+    `singular_values` of the starting A, computed at the first check); None: stop at the first
     step ≤ rtol without it ("unchecked"). after(D) -> True, run after every finite step, stops
     with info 0 ("atol"); watch_a: a non-finite A_l stops too."""
     A0 = A
@@ -450,7 +450,7 @@ def _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check, *, after=None
 
     def look(C):
         nonlocal sv, checks
-        sv = _singular_values(A0) if sv is None else sv
+        sv = singular_values(A0) if sv is None else sv
         checks += 1
         return check(A, B, C, D, e, sv)
 
@@ -479,12 +479,12 @@ def _certified(A, B, C, rtol, maxiter, eta, gamma, counter, check, *, after=None
             return D, NONFINITE, "non-finite", it
         if after is not None and after(D):
             return D, 0, "atol", it
-        rel_step = _norm(dD) / max(_norm(D), TINY)
+        rel_step = safe_norm(dD) / max(safe_norm(D), TINY)
         if check is None:
             if rel_step <= rtol:
                 return D, it, "unchecked", it
             continue
-        stop = _candidate(rel_step, prev_step, rtol)
+        stop = candidate_stop(rel_step, prev_step, rtol)
         prev_step = rel_step
         if stop and it >= next_check:
             last, C = look(C)
@@ -510,7 +510,7 @@ def _normalized_gram(A: Array, B: Array, v: Array | None) -> tuple | None:
     """(A/‖A‖₂, B/‖A‖₂, their AᵀA, v, ‖A‖₂): ρ = 1 (v warm-starts the power iteration; ‖A‖₂ with
     its 2% headroom), or None when ‖A‖₂ is zero or not finite."""
     K = A.T @ A
-    lam, v = _top_eig(K, v)
+    lam, v = top_eig(K, v)
     if not math.isfinite(lam) or lam <= 0.0:
         return None
     s = math.sqrt(lam)
@@ -523,14 +523,14 @@ def _eagle_update(A: Array, B: Array, C: Array, K: Array, e: float, g: float) ->
     return A - e * (A @ K), B - e * (B @ K), C - g * (A @ AtC), g * (B @ AtC)
 
 
-def _candidate(rel_step, prev_step, rtol):
+def candidate_stop(rel_step, prev_step, rtol):
     """A candidate stop: a step of at most rtol, or a small step that did not halve (the
     iteration has reached its rounding floor, or a singular value is still far from resolved).
     Floats or tensors of them (a torch batch): | and &, not `or`, so both work."""
     return (rel_step <= rtol) | ((rel_step <= STALL_STEP) & (rel_step > 0.5 * prev_step))
 
 
-def _outcome(counter: _Counter, check: "_Check", checks: int) -> None:
+def _outcome(counter: StepCounter, check: "_Check", checks: int) -> None:
     counter.extra.update(
         kappa=check.kappa, error_estimate=check.estimate, bound=check.bound, checks=checks
     )
@@ -554,7 +554,7 @@ _CHECK_REASON = {
 }
 
 
-def _singular_values(A: Array) -> tuple[Array, int, float]:
+def singular_values(A: Array) -> tuple[Array, int, float]:
     """(σ, rank, cutoff): A's singular values, the numerical rank with numpy.linalg.lstsq's
     cutoff max(shape) · eps · σ_1, and the cutoff."""
     s = np.linalg.svd(A, compute_uv=False)
@@ -643,7 +643,7 @@ def _lstsq_check(At, M, y, r0, xs, sv, rtol, eta, r0_err):
     # is about 1/σ_r (κ̂ · eps, far inside the bound), but a numerical null space makes M grow
     # there by 1/(1 − η) a step: a rank-2 3 × 3 problem at κ̂ = 6.5e9, scaled by 1e-100, reached
     # a rounding of 0.13, and its estimate said 1.2e-6 of an error of 2.3e-2.
-    top_m = _top_eig(M)[0]  # ‖M‖₂: M = m_l(ÃᵀÃ) is symmetric positive definite
+    top_m = top_eig(M)[0]  # ‖M‖₂: M = m_l(ÃᵀÃ) is symmetric positive definite
     rounding = EPS * float(s[0]) * top_m / math.sqrt(max(low, TINY))
     leak, Q = 0.0, None
     if W0 is not None:
@@ -664,8 +664,8 @@ def _lstsq_check(At, M, y, r0, xs, sv, rtol, eta, r0_err):
         # d = P M (ÃM)⁺ r is exactly the range error Ã⁺r of y (any invertible M): the
         # correction to y and, by its norm, the error estimate
         d = project(M @ solve(G.T @ (r0 - At @ y)))
-        size = max(_norm(xs + y), TINY)
-        estimate = (_norm(d) + leak * _norm(y) + r0_err) / size
+        size = max(safe_norm(xs + y), TINY)
+        estimate = (safe_norm(d) + leak * safe_norm(y) + r0_err) / size
         if estimate < best.estimate:
             best = _Check("inaccurate", y, estimate, kappa, bound)
         if estimate * CERT_MARGIN <= bound:
@@ -698,13 +698,13 @@ def _complete_check(A0, Al, Bl, C, D, sv, rtol, eta):
             return _Check("unresolved", D, kappa=kappa, bound=bound), C
         # the null-space increments grow geometrically (by 1/(1 − η)² a step), so what D holds
         # from A's null space is about twice the current one
-        null_part = 2.0 * _norm((Bl @ W0) @ (W0.T @ (Al.T @ C)))
+        null_part = 2.0 * safe_norm((Bl @ W0) @ (W0.T @ (Al.T @ C)))
     best = _Check("inaccurate", D, kappa=kappa, bound=bound)
     for _ in range(REFINE):
         X = solve(Al.T @ C)
         dD = Bl @ X
-        size = max(_norm(D), TINY)
-        estimate = (_norm(dD) + null_part) / size + leak
+        size = max(safe_norm(D), TINY)
+        estimate = (safe_norm(dD) + null_part) / size + leak
         if estimate < best.estimate:
             best = _Check("inaccurate", D, estimate, kappa, bound)
         if estimate * CERT_MARGIN <= bound:
@@ -715,16 +715,16 @@ def _complete_check(A0, Al, Bl, C, D, sv, rtol, eta):
 
 
 # --- numbers at any scale ------------------------------------------------------------------
-def _exponent(M: Array) -> int:
+def exponent(M: Array) -> int:
     """e with max|M| · 2⁻ᵉ in [0.5, 1) (0 for a zero M): scaling by 2⁻ᵉ is exact."""
     top = float(np.max(np.abs(M))) if np.size(M) else 0.0
     return math.frexp(top)[1] if top > 0.0 and math.isfinite(top) else 0
 
 
-def _norm(M: Array, spectral: bool = False) -> float:
+def safe_norm(M: Array, spectral: bool = False) -> float:
     """‖M‖_F, or ‖M‖₂ (exact, from the smaller Gram matrix) when spectral, without overflow or
     underflow: M is scaled by a power of two first."""
-    e = _exponent(M)
+    e = exponent(M)
     M = np.ldexp(M, -e)
     if not spectral:
         return math.ldexp(float(np.linalg.norm(M)), e)
@@ -732,7 +732,7 @@ def _norm(M: Array, spectral: bool = False) -> float:
     return math.ldexp(math.sqrt(max(float(np.linalg.eigvalsh(G)[-1]), 0.0)), e)
 
 
-def _top_eig(K: Array, v: Array | None = None, iters: int = 30) -> tuple[float, Array]:
+def top_eig(K: Array, v: Array | None = None, iters: int = 30) -> tuple[float, Array]:
     """Largest eigenvalue of the symmetric PSD K by power iteration (v: warm start), with 2%
     headroom: a Rayleigh quotient underestimates, and ηρλ_max must stay below η."""
     n, lam = K.shape[0], 0.0
@@ -750,21 +750,21 @@ def _top_eig(K: Array, v: Array | None = None, iters: int = 30) -> tuple[float, 
     return 1.02 * max(lam, float(v @ (K @ v))), v
 
 
-def _finish(D: Array, e: int) -> tuple[Array, bool]:
+def finish(D: Array, e: int) -> tuple[Array, bool]:
     """(D · 2ᵉ, representable): finite and, unless zero, at least the smallest normal number."""
     finite = bool(np.all(np.isfinite(D)))
     if not (finite and np.any(D)):
         return D, finite
-    top = _exponent(D) + e
+    top = exponent(D) + e
     with np.errstate(over="ignore", under="ignore"):
         out = np.ldexp(D, e)
     return out, np.finfo(np.float64).minexp + 1 <= top <= np.finfo(np.float64).maxexp
 
 
-def _finished(D: Array, e: int, counter: _Counter) -> tuple[Array, bool]:
+def finished(D: Array, e: int, counter: StepCounter) -> tuple[Array, bool]:
     """(D · 2ᵉ, representable), with a RuntimeWarning (at the solver's caller) and reason
     "unrepresentable" when float64 cannot hold it."""
-    D, ok = _finish(D, e)
+    D, ok = finish(D, e)
     if not ok:
         _warn("D = B A⁺ C is not representable in float64 at this scale")
         counter.extra["reason"] = "unrepresentable"
@@ -786,7 +786,7 @@ def _warn(message: str) -> None:
 
 
 # --- input checks ---------------------------------------------------------------------------
-def _check_matrix(name: str, M: Any, ndim: int = 2) -> Array:
+def check_matrix(name: str, M: Any, ndim: int = 2) -> Array:
     """A float64 copy of M: an `ndim`-d, non-empty, finite, real array (not masked)."""
     if isinstance(M, np.ma.MaskedArray):
         raise ValueError(
@@ -808,8 +808,8 @@ def _check_matrix(name: str, M: Any, ndim: int = 2) -> Array:
     return M
 
 
-def _check_blocks(A: Any, B: Any, C: Any) -> tuple[Array, Array, Array]:
-    A, B, C = _check_matrix("A", A), _check_matrix("B", B), _check_matrix("C", C)
+def check_blocks(A: Any, B: Any, C: Any) -> tuple[Array, Array, Array]:
+    A, B, C = check_matrix("A", A), check_matrix("B", B), check_matrix("C", C)
     if B.shape[1] != A.shape[1]:
         raise ValueError(f"B has {B.shape[1]} columns but A has {A.shape[1]}")
     if C.shape[0] != A.shape[0]:
@@ -829,7 +829,7 @@ def _check_number(name: str, value: Any, low: float, high: float, closed: bool =
     return x
 
 
-def _check_options(rtol, atol=0.0, maxiter=None, eta=None, gamma=None, callback=None):
+def check_options(rtol, atol=0.0, maxiter=None, eta=None, gamma=None, callback=None):
     """The shared keyword arguments, validated: (rtol, atol, maxiter). rtol in [0, 1), atol ≥ 0,
     maxiter ≥ 1, η in (0, 1) and γ in (0, 2) (the ranges where one step contracts)."""
     rtol = _check_number("rtol", rtol, 0.0, 1.0, closed=True)
@@ -876,21 +876,21 @@ def certify(A: Any, B: Any, C: Any, D: Any, *, rtol: float = 1e-10) -> Stats:
     kappa (κ̂ = σ_1/σ_r, r the numerical rank with numpy's lstsq cutoff max(d, n)·eps·σ_1) and
     rank. certified: the estimate is at most bound / 4 (the SVD's own rounding is about κ̂·eps).
     For lstsq's x: certify(A, np.eye(n), b[:, None], x[:, None])."""
-    A, B, C = _check_blocks(A, B, C)
-    D = _check_matrix("D", D)
+    A, B, C = check_blocks(A, B, C)
+    D = check_matrix("D", D)
     if D.shape != (B.shape[0], C.shape[1]):
         raise ValueError(f"D has shape {D.shape}, expected {(B.shape[0], C.shape[1])}")
     rtol = _check_number("rtol", rtol, 0.0, 1.0, closed=True)
-    ea, eb, ec = _exponent(A), _exponent(B), _exponent(C)
+    ea, eb, ec = exponent(A), exponent(B), exponent(C)
     A, B, C = np.ldexp(A, -ea), np.ldexp(B, -eb), np.ldexp(C, -ec)
     U, s, Vt = np.linalg.svd(A, full_matrices=False)
     rank = int(np.sum(s > max(A.shape) * EPS * s[0])) if s[0] > 0 else 0
     kappa = float(s[0] / s[rank - 1]) if rank else 1.0
     want = (B @ Vt[:rank].T) @ ((U[:, :rank].T @ C) / s[:rank, None])
-    e = _exponent(want)
+    e = exponent(want)
     with np.errstate(over="ignore", under="ignore"):
         got = np.ldexp(D, -(eb + ec - ea) - e)
-    gap, size = _norm(got - np.ldexp(want, -e)), _norm(np.ldexp(want, -e))
+    gap, size = safe_norm(got - np.ldexp(want, -e)), safe_norm(np.ldexp(want, -e))
     estimate = gap / size if size > 0 else (0.0 if gap == 0 else math.inf)
     bound = max(rtol, CERT_FLOOR * kappa * EPS)
     certified = bool(bound < 1.0 and CERT_MARGIN * estimate <= bound)

@@ -46,13 +46,13 @@ def _scale_free(method: Solver) -> Solver:
 
     def solve(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None):
         A, b, x = _prepare(A, b, x0)
-        rtol, atol, _ = kernel._check_options(rtol, atol, None, None, None, callback)
+        rtol, atol, _ = kernel.check_options(rtol, atol, None, None, None, callback)
         if maxiter is not None:
-            kernel._check_options(rtol, atol, maxiter)
-        ea = kernel._exponent(A)
-        k = kernel._exponent(b)
+            kernel.check_options(rtol, atol, maxiter)
+        ea = kernel.exponent(A)
+        k = kernel.exponent(b)
         if np.any(x):
-            k = max(k, ea + kernel._exponent(x))
+            k = max(k, ea + kernel.exponent(x))
         with np.errstate(under="ignore"):
             At, bt, xt = np.ldexp(A, -ea), np.ldexp(b, -k), np.ldexp(x, ea - k)
 
@@ -93,11 +93,11 @@ def _scale_free(method: Solver) -> Solver:
 
 
 def _prepare(A, b, x0):
-    A = kernel._check_matrix("A", A)
-    b = kernel._check_matrix("b", np.asarray(b), ndim=1)
+    A = kernel.check_matrix("A", A)
+    b = kernel.check_matrix("b", np.asarray(b), ndim=1)
     if b.shape[0] != A.shape[0]:
         raise ValueError(f"b has {b.shape[0]} rows but A has {A.shape[0]}")
-    x = np.zeros(A.shape[1]) if x0 is None else kernel._check_matrix("x0", x0, ndim=1)
+    x = np.zeros(A.shape[1]) if x0 is None else kernel.check_matrix("x0", x0, ndim=1)
     if x.shape != (A.shape[1],):
         raise ValueError(f"x0 has shape {x.shape}, expected ({A.shape[1]},)")
     return A, b, x.copy()
@@ -207,7 +207,7 @@ def solve_gd(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=None
     """Gradient descent with step 1/σ_max(A)²."""
     A, b, x = _prepare(A, b, x0)
     maxiter = 100 * A.shape[1] if maxiter is None else maxiter
-    norm_a = eagle._spectral_norm(A)
+    norm_a = eagle.spectral_norm(A)
     if norm_a == 0:
         return x, 0
     step = 1.0 / norm_a**2
@@ -226,7 +226,7 @@ def solve_lbfgs(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, callback=N
     """L-BFGS-B (scipy.optimize) on ½‖A x − b‖²; gtol scaled by ‖A‖₂‖b‖."""
     A, b, x = _prepare(A, b, x0)
     maxiter = 20 * A.shape[1] if maxiter is None else maxiter
-    norm_a = eagle._spectral_norm(A)
+    norm_a = eagle.spectral_norm(A)
 
     def fun(v):
         r = A @ v - b
@@ -254,7 +254,7 @@ def solve_newton_schulz(A, b, x0=None, *, rtol=1e-10, atol=0.0, maxiter=None, ca
     """Newton–Schulz iteration for A⁺: X ← X (2I − A X), X_0 = Aᵀ/σ_max², x = X b."""
     A, b, x = _prepare(A, b, x0)
     maxiter = 200 if maxiter is None else maxiter
-    norm_a = eagle._spectral_norm(A)
+    norm_a = eagle.spectral_norm(A)
     if norm_a == 0:
         return x, 0
     r0 = b - A @ x
@@ -401,7 +401,7 @@ def run(name: str, A, b, *, reference=None, rtol=1e-10, maxiter=None, record=Tru
 
 
 def _split(A, B, machines):
-    parts = eagle._split_columns(A.shape[1], machines)
+    parts = eagle.split_columns(A.shape[1], machines)
     return [A[:, p] for p in parts], [B[:, p] for p in parts]
 
 
@@ -453,7 +453,7 @@ def gd_rounds(A, As, Bs, C, reference, reduce, eps, maxiter):
     (D* = `reference`) or at maxiter. Written once for the simulation here (reduce = sum) and
     the worker processes (`dist.gd_worker`: all_reduce). Returns (w, rounds, error)."""
     w = np.zeros((Bs[0].shape[0], A.shape[0]))
-    step = 1.0 / max(eagle._spectral_norm(A) ** 2, 1e-300)
+    step = 1.0 / max(eagle.spectral_norm(A) ** 2, 1e-300)
     error = _rel(w @ C, reference)
     rounds = 0
     for rounds in range(1, maxiter + 1):  # noqa: B007 - the count is returned
@@ -483,7 +483,7 @@ def admm(A, B, C, machines, reference, *, eps=1e-8, maxiter=20000, rho=None):
 
 def admm_rho(A, machines, rho=None) -> float:
     """ADMM's penalty: `rho` when given, else ‖A‖₂² / M."""
-    return eagle._spectral_norm(A) ** 2 / machines if rho is None else rho
+    return eagle.spectral_norm(A) ** 2 / machines if rho is None else rho
 
 
 def admm_rounds(As, Bs, C, reference, rho, machines, reduce, eps, maxiter):

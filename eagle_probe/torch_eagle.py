@@ -166,7 +166,7 @@ def solve_eagle_torch(
     module text for the stopping rule and info. Returns (x, info): x (n,) or (p, n) on that
     device; info an int or an int64 tensor (p,). callback(x_k) once per iteration with the
     batch's current iterate (finished problems hold their answer). Inputs are never modified."""
-    rtol, atol, maxiter = template._check_options(rtol, atol, maxiter, None, None, callback)
+    rtol, atol, maxiter = template.check_options(rtol, atol, maxiter, None, None, callback)
     A = _as_tensor("A", A)
     single = A.dim() == 2
     if A.dim() not in (2, 3):
@@ -270,7 +270,7 @@ def _solve(A, b, x0, rtol, atol, maxiter, callback):
         # ‖I − K/μ‖_F² = ‖K‖_F² / μ² − n for K = A_lᵀA_l, μ = trace K / n
         early = alive & ~tried & ((gram**2 - edge**2) * n**2 <= trace**2 * (n + EARLY**2))
         tried = tried | early
-        candidate = alive & (template._candidate(rel, prev, rtol) | early)
+        candidate = alive & (template.candidate_stop(rel, prev, rtol) | early)
         prev = rel
         finite = finite | ~alive  # a finished problem's numbers no longer matter
         leave = ~finite  # non-finite ones: the NumPy solver below

@@ -236,7 +236,7 @@ def test_each_step_takes_the_networks_a_clipped_or_the_theorys_steps_and_says_wh
     assert stats["info"] == 0 and stats["iterations"] > 4
     assert (stats["recovered_steps"], stats["clipped_steps"]) == (1, 1)
     assert stats["theory_steps"] == stats["iterations"] - 2 and stats["given_steps"] == 0
-    assert [ns["_schedule"](i, None, None) for i in range(5)] == [
+    assert [ns["step_coefficients"](i, None, None) for i in range(5)] == [
         (0.3, 1.0, "recovered"),
         (0.6, 1.95, "clipped"),
         (1 / 3, 1.0, "theory"),

@@ -40,7 +40,7 @@ from eagle_probe.fit.geometry import Geometry
 RANGE_RTOL = 1e-6
 
 
-def _embed(
+def embed(
     geo: Geometry, a_part: np.ndarray | None, c_part: float = 0.0, head: int | None = None
 ) -> np.ndarray:
     """diag(a_part, c_part I) as an E × E matrix (a_part k × k over the first coordinate kind,
@@ -158,41 +158,41 @@ class Family:
             a, c = float(a) / geo.key_scale, geo.step_sign * float(c) / geo.key_scale
             for head in range(h):
                 if self.name == "eagle":
-                    qk[layer, head] = _embed(geo, np.eye(n))
-                    vp[layer, head] = _embed(geo, -a / h * np.eye(n), -c / h)
+                    qk[layer, head] = embed(geo, np.eye(n))
+                    vp[layer, head] = embed(geo, -a / h * np.eye(n), -c / h)
                 elif self.name == "eagle-distributed":
                     own = own_block(geo, head)
-                    qk[layer, head] = _embed(geo, own)
-                    vp[layer, head] = _embed(geo, -a * own, -c, head)
+                    qk[layer, head] = embed(geo, own)
+                    vp[layer, head] = embed(geo, -a * own, -c, head)
                 elif self.name == "eagle-over-machines":
-                    qk[layer, head] = _embed(geo, own_block(geo, head))
-                    vp[layer, head] = _embed(geo, -a * np.eye(n), -c)
+                    qk[layer, head] = embed(geo, own_block(geo, head))
+                    vp[layer, head] = embed(geo, -a * np.eye(n), -c)
                 elif self.name == "eagle-sketched":
                     P = (geo.projector if projectors is None else projectors)[layer]
-                    qk[layer, head] = _embed(geo, P)
-                    vp[layer, head] = _embed(geo, -a / h * P, -c / h)
+                    qk[layer, head] = embed(geo, P)
+                    vp[layer, head] = embed(geo, -a / h * P, -c / h)
                 else:  # pragma: no cover - every registered family is handled above
                     raise ValueError(f"family {self.name!r} has no plant")
         return qk, vp
 
 
 def _isotropic(geo: Geometry, head: int, qk_head: np.ndarray):
-    eye, c_only = np.eye(geo.split[0]), _embed(geo, None, 1.0)
-    return [_embed(geo, eye), c_only], [_embed(geo, eye), c_only], ("q", "q_c"), ("v", "w")
+    eye, c_only = np.eye(geo.split[0]), embed(geo, None, 1.0)
+    return [embed(geo, eye), c_only], [embed(geo, eye), c_only], ("q", "q_c"), ("v", "w")
 
 
 def _local(geo: Geometry, head: int, qk_head: np.ndarray):
-    own = _embed(geo, own_block(geo, head))
-    return [own], [own, _embed(geo, None, 1.0, head)], ("q",), ("v", "w")
+    own = embed(geo, own_block(geo, head))
+    return [own], [own, embed(geo, None, 1.0, head)], ("q",), ("v", "w")
 
 
 def _over_machines(geo: Geometry, head: int, qk_head: np.ndarray):
     own, eye = own_block(geo, head), np.eye(geo.n)
-    return [_embed(geo, own)], [_embed(geo, eye), _embed(geo, None, 1.0)], ("q",), ("v", "w")
+    return [embed(geo, own)], [embed(geo, eye), embed(geo, None, 1.0)], ("q",), ("v", "w")
 
 
 def _sketched(geo: Geometry, head: int, qk_head: np.ndarray):
-    P, c_only = _embed(geo, head_range(qk_head, geo.split[0])), _embed(geo, None, 1.0)
+    P, c_only = embed(geo, head_range(qk_head, geo.split[0])), embed(geo, None, 1.0)
     return [P, c_only], [P, c_only], ("q", "q_c"), ("v", "w")
 
 

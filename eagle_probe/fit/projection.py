@@ -35,7 +35,7 @@ import pandas as pd
 from eagle_probe import drawing as draw
 from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
-from eagle_probe.fit.families import Family, _embed
+from eagle_probe.fit.families import Family, embed
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.wording import change, number, value
 
@@ -54,8 +54,8 @@ def preconditioned_family(geo: Geometry) -> list[np.ndarray]:
         for j in range(d):
             unit = np.zeros((d, d))
             unit[i, j] = 1.0
-            out.append(_embed(geo, unit))
-    return out + [_embed(geo, None, 1.0)]
+            out.append(embed(geo, unit))
+    return out + [embed(geo, None, 1.0)]
 
 
 def project(M: np.ndarray, basis: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
