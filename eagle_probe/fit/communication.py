@@ -67,7 +67,7 @@ copy (A^μ A^μᵀ C^μ on the C rows, B^μ A^μᵀ C^μ on the D rows, in eagle
 of f[μ, ν] over the M (M − 1) pairs μ ≠ ν (own update into another machine's copy), `cd_ratio`
 = `cd_cross` / `cd_within`; `cd_factor_residual` is ‖blocks − f I‖_F / ‖blocks‖_F over every
 such block of the layer (how far the blocks are from scalar multiples of I). eagle-distributed
-has f[μ, ν] = −c for every pair (`families._embed`): with equal factors copy ν receives
+has f[μ, ν] = −c for every pair (`families.embed`): with equal factors copy ν receives
 f Σ_μ U^μ, the same sum on every machine, i.e. the paper's C = mean_μ C'^μ, D = mean_μ D'^μ up
 to the factor M folded into c, and copies that start equal stay equal. With f[μ, μ] = f_w and
 f[μ, ν] = f_x otherwise, copy ν receives f_x Σ_μ U^μ + (f_w − f_x) U^ν: the mean plus an extra
