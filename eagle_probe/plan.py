@@ -7,8 +7,9 @@
 A plan line is a JSON object: its `index`, `regime`, `seeds` (one, or a group of consecutive seeds
 trained together with `train --seeds`), the `outputs` it writes (absolute paths), and `options`,
 every option of `eagle-probe train` with its value, defaults included, so a line is the run's
-full configuration and does not change meaning when a default does. `argv` is the same as the
-`train` command line it runs. The Slurm script is a job array over the lines, one task a line.
+full configuration and does not change meaning when a default does. `argv` is the `train`
+command line it runs, stating the same values (less --machines and --rank where the regime takes
+none: `train` refuses them there). The Slurm script is a job array over the lines, one task a line.
 """
 
 from __future__ import annotations

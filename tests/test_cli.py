@@ -17,6 +17,17 @@ from eagle_probe.cli import main
         (["train", "--regime", "federated", "-o", "x.pt"], "unknown regime 'federated'"),
         (["train", "--regime", "constrained", "--rank", "40", "-o", "x.pt"], "must not exceed"),
         (["train", "--regime", "distributed", "--machines", "4", "-o", "x.pt"], "must divide"),
+        # an option of another regime is refused, given even at its default, not ignored
+        (
+            ["train", "--regime", "distributed", "--rank", "5", "-o", "x.pt"],
+            "--rank (the query/key width r) applies to the constrained regime only, not to "
+            "distributed",
+        ),
+        (
+            ["train", "--regime", "centralized", "--machines", "3", "-o", "x.pt"],
+            "--machines (the column blocks M) applies to the distributed and distributed-open "
+            "regimes only, not to centralized",
+        ),
         (["train", "--regime", "centralized", "--steps", "0", "-o", "x.pt"], "positive integer"),
         (["train", "--regime", "centralized", "--task", "sudoku", "-o", "x.pt"], "unknown task"),
         (["evaluate", "missing.pt"], "does not exist"),

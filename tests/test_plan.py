@@ -93,6 +93,9 @@ def test_plan_lines_state_every_train_option(tmp_path):
     # defaults are written out, not left to the version that runs the line
     assert options["clip"] == 0.1 and options["layers"] == 4 and options["schedule"]
     assert "--clip" in lines[0]["argv"] and "--init-std" in lines[0]["argv"]
+    # the options of other regimes keep their values but are not stated: train refuses them
+    assert options["rank"] == 5 and options["machines"] == 3
+    assert "--rank" not in lines[0]["argv"] and "--machines" not in lines[0]["argv"]
     assert lines[2]["outputs"] == [str((tmp_path / "o" / "centralized_seed2.pt").resolve())]
     assert not (tmp_path / "o").exists()  # nothing trained
 

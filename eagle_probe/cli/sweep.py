@@ -216,12 +216,18 @@ def _train_parser() -> Parser:
 
 def _full_options(argv: list[str]) -> tuple[dict, list[str]]:
     """Every `train` option with its value for the command `argv` (defaults included), and the
-    command line that states them all."""
+    command line that states them all but those its regime does not take (`train` refuses
+    --machines and --rank there: `foreign_options`)."""
+    from eagle_probe.cli.train import foreign_options
+
     parser = _train_parser()
     options = vars(parser.parse_args(argv))
     options.pop("given")  # which options the command line named (`Parser`): not an option
+    foreign = set(foreign_options(options["regime"]))
     full = ["train"]
     for action in parser._actions:
+        if action.dest in foreign:
+            continue
         value = options[action.dest]
         flag = next(o for o in action.option_strings if o.startswith("--"))
         if action.nargs == 0:  # a switch

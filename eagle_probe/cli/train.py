@@ -53,6 +53,41 @@ def _check_share_heads(args: argparse.Namespace) -> None:
         )
 
 
+# the options that shape one kind of regime: destination -> (the `Regime` flag of the regimes
+# that take it, what it sets there)
+REGIME_ONLY = {
+    "machines": ("machines", "the column blocks M"),
+    "rank": ("ranked", "the query/key width r"),
+}
+
+
+def foreign_options(regime: str) -> list[str]:
+    """The destinations in REGIME_ONLY that `regime` does not take (none for a name the registry
+    does not hold: the model's configuration refuses it by name)."""
+    from eagle_probe import regimes
+
+    if regime not in regimes.REGIMES:
+        return []
+    spec = regimes.get(regime)
+    return [dest for dest, (flag, _) in REGIME_ONLY.items() if not getattr(spec, flag)]
+
+
+def _check_regime_options(args: argparse.Namespace) -> None:
+    """--machines only in the regimes with machines, --rank only in the one of rank r: elsewhere
+    they would shape nothing. Left out, they keep their defaults (unused there)."""
+    from eagle_probe import regimes
+
+    given = getattr(args, "given", set())
+    for dest in foreign_options(args.regime):
+        if dest in given:
+            flag, what = REGIME_ONLY[dest]
+            takers = [name for name, spec in regimes.REGIMES.items() if getattr(spec, flag)]
+            which = f"{' and '.join(takers)} regime{'s' if len(takers) > 1 else ''}"
+            raise EagleProbeError(
+                f"--{dest} ({what}) applies to the {which} only, not to {args.regime}"
+            )
+
+
 def add_train(parser: Parser) -> None:
     _add_architecture(parser)
     _add_prompt_task(parser)
@@ -493,6 +528,7 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
 
     _check_combinations(args)
+    _check_regime_options(args)
     source = None
     if args.init_from is not None:
         source, _, _ = checkpoint.load(args.init_from, max_bytes=memory_budget(args))
