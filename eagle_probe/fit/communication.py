@@ -415,6 +415,28 @@ def caption(ex: Extraction) -> str:
 
 
 @register("communication", figures=figures, captions={"communication": caption})
+def head_writes(vp: np.ndarray, geo) -> tuple[list[dict], list[tuple[int, int]]]:
+    """Per head of one layer (vp: (heads, E, E)): where its W_VP writes (`shares`), the floats it
+    sends a round (one stream column is d + d' floats) and ‖W_VP‖²; and each head's count of
+    other machines' (A/B, C/D) columns written."""
+    floats_col = geo.d + geo.d_prime
+    heads, cols = [], []
+    for head in range(vp.shape[0]):
+        written = written_outside(vp[head], geo, head)
+        cols.append(written)
+        heads.append(
+            {
+                "head": head,
+                **shares(vp[head], geo, head),
+                "floats_sent": floats_col * sum(written),
+                "floats_a": floats_col * written[0],
+                "floats_cd": floats_col * written[1],
+                "norm2": float(np.sum(vp[head] ** 2)),
+            }
+        )
+    return heads, cols
+
+
 def communication_view(ctx: Context) -> ViewResult:
     """Per layer and head where W_VP writes; per layer and all at once what the cross-machine
     A writes (and, with C/D copies, the C/D writes) are worth in held-out MSE (module text)."""
@@ -435,23 +457,9 @@ def communication_view(ctx: Context) -> ViewResult:
         [("cross_cd", False)] if copies else []
     )
     for layer in range(L):
-        heads = []
-        for head in range(ctx.vp.shape[1]):
-            s = shares(ctx.vp[layer, head], geo, head)
-            cols = written_outside(ctx.vp[layer, head], geo, head)
-            written = max(written, cols, key=sum)
-            norm2 = float(np.sum(ctx.vp[layer, head] ** 2))
-            heads.append(
-                {
-                    "head": head,
-                    **s,
-                    "floats_sent": floats_col * sum(cols),
-                    "floats_a": floats_col * cols[0],
-                    "floats_cd": floats_col * cols[1],
-                    "norm2": norm2,
-                }
-            )
-            rows.append({"layer": layer, **heads[-1]})
+        heads, cols = head_writes(ctx.vp[layer], geo)
+        written = max([written, *cols], key=sum)
+        rows += [{"layer": layer, **h} for h in heads]
         # the layers before `layer` are unchanged: run on from their stream
         ratios = []
         for kind, reads in ablations:
