@@ -414,7 +414,6 @@ def caption(ex: Extraction) -> str:
     )
 
 
-@register("communication", figures=figures, captions={"communication": caption})
 def head_writes(vp: np.ndarray, geo) -> tuple[list[dict], list[tuple[int, int]]]:
     """Per head of one layer (vp: (heads, E, E)): where its W_VP writes (`shares`), the floats it
     sends a round (one stream column is d + d' floats) and ‖W_VP‖²; and each head's count of
@@ -437,6 +436,7 @@ def head_writes(vp: np.ndarray, geo) -> tuple[list[dict], list[tuple[int, int]]]
     return heads, cols
 
 
+@register("communication", figures=figures, captions={"communication": caption})
 def communication_view(ctx: Context) -> ViewResult:
     """Per layer and head where W_VP writes; per layer and all at once what the cross-machine
     A writes (and, with C/D copies, the C/D writes) are worth in held-out MSE (module text)."""
