@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import inspect
 import io
 import math
 import textwrap
@@ -158,13 +159,15 @@ SAMPLE_TABLE_NOTE = (
 
 
 def caption(name: str, ex: Extraction) -> str:
-    """The one-sentence caption of figure `name`: of the captions the views registered, that of
-    the longest figure name (or start of names) `name` begins with."""
+    """The caption of figure `name`: of the captions the views registered, that of the longest
+    figure name (or start of names) `name` begins with. A caption that takes a second argument is
+    given the figure's name, so that each of a view's figures (`weights_layer0`, …) has its own."""
     table = {k: fn for spec in fit.VIEWS.values() for k, fn in spec.captions.items()}
     keys = [k for k in table if name.startswith(k)]
     if not keys:
         return ""
-    return table[max(keys, key=len)](ex)
+    fn = table[max(keys, key=len)]
+    return fn(ex, name) if len(inspect.signature(fn).parameters) > 1 else fn(ex)
 
 
 def png_bytes(fig) -> bytes:

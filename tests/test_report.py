@@ -232,3 +232,58 @@ def test_a_throwaway_view_shows_its_text_and_figure_and_leaves_the_registry(extr
     assert "throwaway" not in VIEWS and "throwaway" not in fit.shown("text")
     assert "throwaway_steps" not in plots.extraction_figures(ex)
     assert "throwaway view" not in render_text(ex, "m.pt")
+
+
+# plants of several families and layouts, each with a report of several figures: (plants.eagle
+# keywords, or the sample layout's GD++), the family its weights caption names
+CAPTION_PLANTS = {
+    "centralized, 3 heads": ({"heads": 3}, "centralized family (eagle)"),
+    "distributed": ({"regime": "distributed", "machines": 3, "heads": 3}, "eagle-distributed"),
+    "constrained": ({"regime": "constrained", "rank": 3, "heads": 1}, "sketch projector"),
+    "GD++": (None, "GD++ adds a scalar XX block"),
+}
+SMALL = {"probe_batch_size": 32, "test_batch": 128, "tuning_batch": 32}
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in text.replace("; ", ". ").split(". ") if len(s.strip()) >= 25]
+
+
+@pytest.mark.parametrize("name", list(CAPTION_PLANTS))
+def test_no_caption_text_is_repeated_across_the_figures_of_a_report(name):
+    from eagle_probe import layouts
+    from eagle_probe.extract import extract
+    from eagle_probe.fit.weights import figure_layers
+    from eagle_probe.report import caption
+    from eagle_probe.tasks import TaskConfig
+
+    kw, family = CAPTION_PLANTS[name]
+    if kw is None:
+        qk, vp = layouts.gdpp_products(4, 1, [0.5, 0.4], [0.3, 0.2])
+        task = TaskConfig(task="least_squares", n=10, d=4, n_prime=1, d_prime=1, alpha=1.0)
+        model = plants.samples(qk, vp, n=10, d=4)
+    else:
+        model, task = plants.eagle(
+            [0.35, 0.3, 0.25], [0.8, 0.7, 0.6], n=6, d=6, normalize="spectral", **kw
+        )
+    ex = extract(model, task, **SMALL)
+    names = list(plots.extraction_figures(ex))
+    captions = {fig: caption(fig, ex) for fig in names}
+    assert all(captions.values()), captions
+    assert len(set(captions.values())) == len(captions), captions
+    seen: dict[str, str] = {}
+    for fig, text in captions.items():
+        for sentence in _sentences(text):
+            assert sentence not in seen, f"{fig} repeats {seen.get(sentence)}'s {sentence!r}"
+            seen[sentence] = fig
+    weights = [fig for fig in names if fig.startswith("weights")]
+    assert family in captions[weights[0]]
+    if kw is not None and kw.get("regime") is not None:  # not the centralized family's shape
+        assert "centralized" not in captions[weights[0]]
+    for fig in weights:  # each figure names its own layers' heads, never another figure's
+        shown = figure_layers(fig, ex.info["layers"])
+        for other in set(range(ex.info["layers"])) - set(shown):
+            assert f"layer {other} " not in captions[fig], (fig, captions[fig])
+            assert f"layers {other}–" not in captions[fig], (fig, captions[fig])
+    if name in ("centralized, 3 heads", "distributed"):  # 3 layers of 3 heads: two figures
+        assert weights == ["weights_layers0-1", "weights_layer2"]

@@ -226,11 +226,53 @@ MAX_PANELS = 8  # (layer, head) pairs per heatmap figure
 MAX_COLUMNS = 4  # pairs per line of a heatmap figure; each line is a W_QK row over a W_VP row
 
 
+def grid(layers: list[int], heads: int) -> tuple[int, int, dict[tuple[int, int], tuple[int, int]]]:
+    """(lines, columns, {(layer, head): (line, column)}) of a heatmap figure: a layer's heads are
+    one block that no other layer's heads continue. A layer of at most MAX_COLUMNS heads fills
+    `heads` consecutive columns of one line (MAX_COLUMNS // heads layers to a line); a wider one
+    starts a line of its own and goes on over the next lines, MAX_COLUMNS heads to each."""
+    where = {}
+    if heads <= MAX_COLUMNS:
+        per_line = MAX_COLUMNS // heads
+        cols = min(per_line, len(layers)) * heads
+        for i, layer in enumerate(layers):
+            for h in range(heads):
+                where[layer, h] = (i // per_line, (i % per_line) * heads + h)
+    else:
+        cols, span = MAX_COLUMNS, -(-heads // MAX_COLUMNS)
+        for i, layer in enumerate(layers):
+            for h in range(heads):
+                where[layer, h] = (i * span + h // cols, h % cols)
+    lines = 1 + max(line for line, _ in where.values())
+    return lines, cols, where
+
+
+def figure_name(layers: list[int], all_layers: int) -> str:
+    """The name of the heatmap figure of `layers`: `weights` when it shows every layer, else
+    `weights_layer{l}` or `weights_layers{a}-{b}`."""
+    if len(layers) == all_layers:
+        return "weights"
+    if len(layers) == 1:
+        return f"weights_layer{layers[0]}"
+    return f"weights_layers{layers[0]}-{layers[-1]}"
+
+
+def figure_layers(name: str, all_layers: int) -> list[int]:
+    """The layers heatmap figure `name` shows (`figure_name` read back)."""
+    if name.startswith("weights_layers"):
+        first, last = name.removeprefix("weights_layers").split("-")
+        return list(range(int(first), int(last) + 1))
+    if name.startswith("weights_layer"):
+        return [int(name.removeprefix("weights_layer"))]
+    return list(range(all_layers))
+
+
 def figures(ex: Extraction) -> Figures:
     """W_QK over W_VP for every layer and head, each panel with its colour bar, diverging colours
     centred at 0 and the A|C feature boundary dashed. Whole layers per figure, at most MAX_PANELS
-    (layer, head) pairs, in lines of MAX_COLUMNS: one figure `weights` when everything fits, else
-    `weights_layer{l}` (or `weights_layers{a}-{b}`)."""
+    (layer, head) pairs, each layer's heads one block of lines of at most MAX_COLUMNS (`grid`):
+    one figure `weights` when everything fits, else `weights_layer{l}` (or
+    `weights_layers{a}-{b}`)."""
     got = network_products(ex)
     if got is None:
         return {}
@@ -238,14 +280,11 @@ def figures(ex: Extraction) -> Figures:
     n, coords = ex.geometry.split[0], ex.geometry.coords
     width = qk.shape[-1]
     L, H = qk.shape[:2]
-    per = max(1, MAX_PANELS // H)  # layers per figure
-    chunks = [list(range(s, min(s + per, L))) for s in range(0, L, per)]
+    chunks = layer_chunks(L, H)
     what = "" if source == "network" else f", projected onto the {draw.family_word(ex)} family"
     figs = {}
     for layers in chunks:
-        pairs = [(layer, h) for layer in layers for h in range(H)]
-        cols = min(MAX_COLUMNS, len(pairs))
-        lines = -(-len(pairs) // cols)
+        lines, cols, where = grid(layers, H)
         w, h = max(2.7 * cols + 0.4, 6.0), 2.75 * 2 * lines + 0.3
         # a fixed grid, not constrained layout: with dozens of colour bars that costs seconds
         fig = draw.figure(w, h, layout=None)
@@ -253,8 +292,7 @@ def figures(ex: Extraction) -> Figures:
         axes = fig.subplots(
             2 * lines, cols, squeeze=False, gridspec_kw={**margins, "wspace": 0.55, "hspace": 0.45}
         )
-        for k, (layer, h) in enumerate(pairs):
-            line, col = divmod(k, cols)
+        for (layer, h), (line, col) in where.items():
             for row, (W, name, xl, yl) in enumerate(
                 (
                     (qk[layer, h], "W_QK", "key feature", "query feature"),
@@ -269,48 +307,111 @@ def figures(ex: Extraction) -> Figures:
                 cb.ax.tick_params(labelsize=6)
                 if col == cols - 1:
                     cb.set_label("entry (dimensionless)", fontsize=7)
-        for k in range(len(pairs), lines * cols):
-            line, col = divmod(k, cols)
-            axes[2 * line][col].set_visible(False)
-            axes[2 * line + 1][col].set_visible(False)
-        if len(chunks) == 1:
-            key = "weights"
-        elif len(layers) == 1:
-            key = f"weights_layer{layers[0]}"
-        else:
-            key = f"weights_layers{layers[0]}-{layers[-1]}"
+        used = set(where.values())
+        for line in range(lines):
+            for col in range(cols):
+                if (line, col) not in used:
+                    axes[2 * line][col].set_visible(False)
+                    axes[2 * line + 1][col].set_visible(False)
         fig.suptitle(
             f"Products per layer{' and head' if H > 1 else ''}{what}: "
             "W_QK = W_Q W_Kᵀ above W_VP = W_V W_Pᵀ",
             fontsize=10,
         )
-        figs[key] = fig
+        figs[figure_name(layers, L)] = fig
     return figs
 
 
-def caption(ex: Extraction) -> str:
+def layer_chunks(layers: int, heads: int) -> list[list[int]]:
+    """The layers of each heatmap figure: whole layers, at most MAX_PANELS (layer, head) pairs."""
+    per = max(1, MAX_PANELS // heads)
+    return [list(range(s, min(s + per, layers))) for s in range(0, layers, per)]
+
+
+# what each family's heads look like in the feature layout: W_QK, then W_VP (`fit.families`)
+FAMILY_SHAPES = {
+    "eagle": (
+        "the centralized family (eagle): in every head W_QK = diag(q I_n, q_c I_n') and "
+        "W_VP = diag(v I_n, w I_n'), a scalar times the identity in each square block"
+    ),
+    "eagle-distributed": (
+        "the distributed family (eagle-distributed): head μ is machine μ, its W_QK q "
+        "times the identity on machine μ's own A columns only (q I[i:j]) and its W_VP v on the "
+        "same columns{sent}"
+    ),
+    "eagle-over-machines": (
+        "the over-machines family (eagle-over-machines): head μ's W_QK q times the "
+        "identity on machine μ's own A columns only (q I[i:j]), its W_VP diag(v I_n, w I_n') "
+        "over every column"
+    ),
+    "eagle-sketched": (
+        "the sketched family (eagle-sketched): in every head the A blocks of W_QK and "
+        "W_VP a scalar times the layer's rank-r sketch projector P = S Sᵀ (dense to the eye, "
+        "named q P_r), the C blocks a scalar times the identity"
+    ),
+}
+
+
+def family_shape(ex: Extraction) -> str:
+    """The shape of the heads of `ex`'s families (those its regime admits, `fit.families`): 'the
+    shape of' a family, its heads' W_QK and W_VP, the families joined by 'or of'."""
+    from eagle_probe.fit import families
+
+    geo = ex.geometry
+    sent = (
+        f", machine μ's copy of the C/D block written into all {geo.copies} copies "
+        "(q I_n' copy μ → all)"
+        if geo.copies > 1
+        else ", w I_n' on the C block"
+    )
+    shapes = [
+        FAMILY_SHAPES.get(fam.name, f"the {fam.name} family").format(sent=sent)
+        for fam in families.for_geometry(geo)
+    ]
+    return "the shape of " + "; or of ".join(shapes)
+
+
+def caption(ex: Extraction, name: str = "weights") -> str:
+    """The caption of heatmap figure `name`: its layers where the products take several figures,
+    the shape to read them against (in the first figure's caption only; the later ones point to
+    it), and the heads of this figure that depart from it."""
+    got = network_products(ex)
+    if got is None:
+        return ""
+    L, H = got[0].shape[:2]
+    layers = figure_layers(name, L)
+    first = figure_name(layer_chunks(L, H)[0], L)
+    if name != first:
+        return f"{_layers_text(layers)}, read against the shape in the caption of {first}." + (
+            "" if ex.geometry.samples or got[2] == "projected" else _weights_here(ex, layers)
+        )
+    where = "" if name == "weights" else f"{_layers_text(layers)}. "
     if ex.geometry.samples:
-        return (
+        return where + (
             "Rows [x, y] of the prompt: X the d features, Y the labels. GD is W_QK = diag(q I, 0) "
             "with W_VP's YY block the step η; GD++ adds a scalar XX block to W_VP (the data "
             "transform γ); preconditioned GD has a non-scalar XX block in W_QK."
         )
-    got = network_products(ex)
-    if got is not None and got[2] == "projected":
-        return (
+    if got[2] == "projected":
+        return where + (
             "The products projected onto the EAGLE family (this extraction does not carry the "
             "network's own products): compare the levels of the diagonal blocks across layers."
         )
-    return (
-        "EAGLE's shape is a scalar times the identity in each square block and zeros across the "
-        "dashed A|C boundary: off-diagonal colour inside a block, or colour across the boundary, "
-        "is structure EAGLE does not have." + _weights_here(ex)
+    shape = family_shape(ex)
+    return where + (
+        f"{shape[0].upper()}{shape[1:]}; zeros across the dashed A|C boundary. Colour off those "
+        "blocks, or across the boundary, is structure the family does not have."
+        + _weights_here(ex, layers)
     )
 
 
-def _weights_here(ex: Extraction) -> str:
-    """This model's heads whose sparsified products are not of EAGLE's plain shape."""
-    heads = ex.views["weights"].json["heads"]
+def _layers_text(layers: list[int]) -> str:
+    return f"Layer {layers[0]}" if len(layers) == 1 else f"Layers {layers[0]}–{layers[-1]}"
+
+
+def _weights_here(ex: Extraction, layers: list[int]) -> str:
+    """The heads of `layers` whose sparsified products are not of the family's plain shape."""
+    heads = [h for h in ex.views["weights"].json["heads"] if h["layer"] in layers]
     odd = [
         f"layer {h['layer']} head {h['head']} {name} = {h[name]}"
         for h in heads
@@ -318,7 +419,10 @@ def _weights_here(ex: Extraction) -> str:
         if "dense" in h[name] or "off-diag" in h[name] or h[name].startswith("[[")
     ]
     if not odd:
-        return f" Here every head's W_QK and W_VP has that shape ({len(heads)} heads)."
+        count = f"{len(heads)} head{'s' if len(heads) != 1 else ''}"
+        every = "every head's" if len(layers) > 1 or len(heads) > 1 else "the head's"
+        of = f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}–{layers[-1]}"
+        return f" Here {every} W_QK and W_VP in {of} has that shape ({count})."
     more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
     return " Here: " + "; ".join(odd[:3]) + more + "."
 

@@ -141,3 +141,72 @@ def test_heatmaps_draw_the_networks_own_products_when_the_weights_view_carries_t
     bare = replace(extraction.views["weights"], extra={})  # without them: the projection's
     ex = replace(extraction, views={**extraction.views, "weights": bare})
     assert "projected" in weights.figures(ex)["weights"].get_suptitle()
+
+
+def _panels(fig) -> dict[tuple[str, int, int], tuple[float, float]]:
+    """{(product, layer, head): (bottom, left)} of a heatmap figure's panels, read from their
+    titles ('W_QK, layer 1 head 2') and their positions on the figure."""
+    out = {}
+    for ax in fig.axes:
+        words = ax.get_title().replace(",", "").split()
+        if not words or not ax.get_visible():
+            continue  # a colour bar, or an unused cell
+        head = int(words[4]) if len(words) > 4 else 0
+        box = ax.get_position()
+        out[words[0], int(words[2]), head] = (round(box.y0, 4), round(box.x0, 4))
+    return out
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 5])
+def test_a_layers_heads_are_one_block_that_no_other_layer_continues(report_planted, heads):
+    extraction = report_planted[2]
+    rng = np.random.default_rng(1)
+    L = 5
+    qk, vp = rng.normal(size=(2, L, heads, 8, 8))
+    carried = replace(extraction.views["weights"], extra={"qk": qk, "vp": vp})
+    ex = replace(extraction, views={**extraction.views, "weights": carried})
+    figs = weights.figures(ex)
+    shown = set()
+    for name, fig in figs.items():
+        panels = _panels(fig)
+        layers = sorted({layer for _, layer, _ in panels})
+        assert layers == weights.figure_layers(name, L)
+        for product in ("W_QK", "W_VP"):
+            rows: dict[float, set[int]] = {}
+            for (p, layer, _head), (y, _) in panels.items():
+                if p == product:
+                    rows.setdefault(y, set()).add(layer)
+            # no line holds heads of a layer together with part of another layer
+            for row_layers in rows.values():
+                if heads > weights.MAX_COLUMNS:
+                    assert len(row_layers) == 1
+            for layer in layers:
+                ys = [y for (p, lay, _), (y, _) in panels.items() if p == product and lay == layer]
+                xs = [x for (p, lay, _), (_, x) in panels.items() if p == product and lay == layer]
+                if heads <= weights.MAX_COLUMNS:
+                    assert len(set(ys)) == 1, f"layer {layer}'s heads span lines in {name}"
+                    # the heads side by side in order, head 0 first
+                    by_head = [panels[product, layer, h][1] for h in range(heads)]
+                    assert by_head == sorted(by_head) and len(set(xs)) == heads
+                else:  # a wider layer starts a line of its own, MAX_COLUMNS heads to each
+                    assert panels[product, layer, 0][1] == min(x for _, x in panels.values())
+                    assert len(set(ys)) == -(-heads // weights.MAX_COLUMNS)
+            shown |= {(layer, h) for (p, layer, h) in panels if p == product}
+        # W_VP right under W_QK, head by head
+        for (p, layer, h), (y, x) in panels.items():
+            if p == "W_QK":
+                below_y, below_x = panels["W_VP", layer, h]
+                assert below_x == x and below_y < y
+    assert shown == {(layer, h) for layer in range(L) for h in range(heads)}
+
+
+def test_three_heads_keep_layer_one_off_layer_zeros_line(report_planted):
+    extraction = report_planted[2]
+    qk, vp = np.random.default_rng(2).normal(size=(2, 3, 3, 8, 8))
+    carried = replace(extraction.views["weights"], extra={"qk": qk, "vp": vp})
+    ex = replace(extraction, views={**extraction.views, "weights": carried})
+    figs = weights.figures(ex)
+    assert list(figs) == ["weights_layers0-1", "weights_layer2"]
+    panels = _panels(figs["weights_layers0-1"])
+    assert panels["W_QK", 1, 0][0] < panels["W_QK", 0, 2][0]  # layer 1 on a line below
+    assert panels["W_QK", 1, 0][1] == panels["W_QK", 0, 0][1]  # starting at the left
