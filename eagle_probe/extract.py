@@ -229,6 +229,7 @@ def build_context(
         validation=validation,
         task=task,
         family_scores=scores or None,  # a forced family scores none
+        network_tails=held_out_tails(held, pred) if score else None,
     )
 
 
@@ -618,16 +619,24 @@ NETWORK_TAILS = (
 )
 
 
+def held_out_tails(held: HeldOut, pred: np.ndarray) -> dict[str, Any]:
+    """`evaluate.tails` of the per-prompt errors of predictions `pred` (b, d', n') on `held`,
+    against each prompt's mean of D² (the zero predictor's error)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        errors = ((pred - held.D) ** 2).mean(axis=(-1, -2))
+    return tails(errors, (held.D**2).mean(axis=(-1, -2)))
+
+
 def network_numbers(ctx: Context) -> dict[str, Any]:
     """The `network` entry of extraction.json: the network's held-out MSE `mse` and the zero
-    predictor's `zero_mse` (the means over every entry of D the verdict reads), with the tail
-    of the network's per-prompt errors beside them (NETWORK_TAILS, `evaluate.tails` against
-    each prompt's mean of D²): its median, its mean without the worst 0.1% of prompts, its
-    worst prompt and the share of prompts it predicts worse than zero."""
-    held = ctx.held_out
-    with np.errstate(over="ignore", invalid="ignore"):
-        errors = ((ctx.network_pred - held.D) ** 2).mean(axis=(-1, -2))
-    stats = tails(errors, (held.D**2).mean(axis=(-1, -2)))
+    predictor's `zero_mse` (the means over every entry of D), with the tail of the network's
+    per-prompt errors beside them (NETWORK_TAILS, `held_out_tails`): its median, its mean
+    without the worst 0.1% of prompts (`trimmed_mse`: what the verdict holds against the zero
+    predictor, `Context.working_mse`), its worst prompt and the share of prompts it predicts
+    worse than zero."""
+    stats = ctx.network_tails
+    if stats is None:
+        stats = held_out_tails(ctx.held_out, ctx.network_pred)
     return {"mse": ctx.network_mse, "zero_mse": ctx.zero_mse} | {k: stats[k] for k in NETWORK_TAILS}
 
 

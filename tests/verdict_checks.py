@@ -49,6 +49,14 @@ def _base(name: str) -> str:
     return name.replace("W", "").replace("*", "")
 
 
+def _working(net: dict) -> bool:
+    """The zero-predictor test on the JSON's numbers: the held-out MSE without the worst 0.1% of
+    prompts (`trimmed_mse`; the mean in an extraction written before it) finite and at most
+    ZERO_FRACTION × the zero predictor's."""
+    mse = net.get("trimmed_mse", net["mse"])
+    return mse is not None and math.isfinite(mse) and mse <= ZERO_FRACTION * net["zero_mse"]
+
+
 def feature_label_problems(js: dict) -> list[str]:
     """The feature layout's label against the rule table's conditions, on the JSON's numbers."""
     v, net = js["views"]["verdict"], js["network"]
@@ -68,7 +76,7 @@ def feature_label_problems(js: dict) -> list[str]:
             out.append(f"layer {lay['layer']} is {lay['label']} with the control at {ctrl}")
     if label == "not EAGLE":
         return out
-    if not (math.isfinite(net["mse"]) and net["mse"] <= ZERO_FRACTION * net["zero_mse"]):
+    if not _working(net):
         out.append(f"{label} claimed for a model no better than the zero predictor")
     labels = {lay["label"] for lay in v["layers"]}
     if not labels <= {"EAGLE", "EAGLE-like"}:
@@ -106,8 +114,7 @@ def sample_label_problems(js: dict) -> list[str]:
     """The sample layout's label: the most general of its layers' names, or unrecognised."""
     v, net = js["views"]["verdict"], js["network"]
     label, names = v["model"]["label"], [lay["label"] for lay in v["layers"]]
-    working = math.isfinite(net["mse"]) and net["mse"] <= ZERO_FRACTION * net["zero_mse"]
-    if not working or "unrecognised" in names:
+    if not _working(net) or "unrecognised" in names:
         expected = "unrecognised"
     else:
         expected = max(names, key=SAMPLE_ORDER.index)

@@ -104,10 +104,23 @@ class Context:
     # every family's scores as the family choice computed them (`fit.eagle.choose_family`), for
     # view `eagle` to report instead of scoring the families again; None: not computed
     family_scores: list | None = None
+    # the tail of the network's per-prompt errors on `held_out` (`evaluate.tails` against each
+    # prompt's mean of D², computed by `extract.build_context`); None: the network was not scored
+    network_tails: dict[str, Any] | None = None
 
     @property
     def network_mse(self) -> float:
         return self.held_out.mse(self.network_pred)
+
+    @property
+    def working_mse(self) -> float:
+        """The held-out MSE the verdict holds against the zero predictor's (rule
+        `no_better_than_zero`): the network's mean without its worst 0.1% of prompts
+        (`network_tails`), which one prompt whose error explodes cannot move; the mean where no
+        tail was computed."""
+        if self.network_tails is None:
+            return self.network_mse
+        return float(self.network_tails["trimmed_mse"])
 
     @property
     def zero_mse(self) -> float:

@@ -117,8 +117,8 @@ RULES: tuple[Rule, ...] = (
         "model",
         "not EAGLE",
         "no_better_than_zero",
-        "held-out MSE not finite or above zero_fraction ({zero_fraction}) × the zero "
-        "predictor's: no algorithm is claimed",
+        "held-out MSE without its worst 0.1% of prompts not finite or above zero_fraction "
+        "({zero_fraction}) × the zero predictor's: no algorithm is claimed",
         lambda f: not f["working"],
     ),
     Rule(
@@ -218,8 +218,8 @@ RULES: tuple[Rule, ...] = (
         "sample model",
         "unrecognised",
         "no_better_than_zero",
-        "held-out MSE not finite or above zero_fraction ({zero_fraction}) × the zero "
-        "predictor's: its fits describe no working algorithm",
+        "held-out MSE without its worst 0.1% of prompts not finite or above zero_fraction "
+        "({zero_fraction}) × the zero predictor's: its fits describe no working algorithm",
         lambda f: not f["working"],
     ),
     Rule(

@@ -109,7 +109,7 @@ def test_verdict_is_eagle_in_every_layer(planted_extraction):
     ex, _, _ = planted_extraction
     v = ex.views["verdict"].json
     assert [lay["label"] for lay in v["layers"]] == ["EAGLE"] * len(VIEW_STEPS[0])
-    if ex.network["mse"] <= 0.8 * ex.network["zero_mse"]:
+    if ex.network["trimmed_mse"] <= 0.8 * ex.network["zero_mse"]:  # what the verdict reads
         assert v["model"]["label"] == "EAGLE"
         assert not [w for w in ex.warnings if "fail on others" not in w]
     else:
@@ -117,6 +117,35 @@ def test_verdict_is_eagle_in_every_layer(planted_extraction):
         # barely solved: the model runs EAGLE exactly but is no better than predicting zero
         assert v["model"]["label"] == "not EAGLE"
         assert any("zero predictor" in w for w in ex.warnings)
+
+
+def test_one_prompt_cannot_make_a_working_model_no_better_than_zero():
+    """4,096 held-out prompts predicted at a quarter of D's error and one at 10⁴ (the mean far
+    above the zero predictor's): the zero-predictor test reads the mean without the worst 0.1% of
+    prompts (5 of them), so the model works, and the sentence that says why quotes the trimmed
+    MSE. A context without the tail (a network not scored) reads the mean, as before."""
+    import numpy as np
+
+    from eagle_probe.evaluate import tails
+    from eagle_probe.fit.base import Context, HeldOut
+    from eagle_probe.fit.verdict import _tail_sentence, _zero_read, working
+
+    rng = np.random.default_rng(0)
+    D = rng.standard_normal((4096, 2, 2))
+    pred = 0.5 * D  # each prompt's error a quarter of its zero predictor's
+    pred[17] = 1e4
+    held = HeldOut(z0=np.zeros((4096, 1, 1)), D=D)
+    errors, zero = ((pred - D) ** 2).mean(axis=(-1, -2)), (D**2).mean(axis=(-1, -2))
+    ctx = Context(*[None] * 4, held, None, pred, network_tails=tails(errors, zero))
+    assert ctx.network_mse > 1e4 * ctx.zero_mse  # the mean alone: no better than predicting zero
+    assert working(ctx) and ctx.working_mse < 0.3 * ctx.zero_mse
+    assert _zero_read(ctx) == (ctx.working_mse, "0.1%-trimmed MSE")
+    assert "without its worst 5 prompts of 4096" in _tail_sentence(ctx)
+    bare = Context(*[None] * 4, held, None, pred)
+    assert not working(bare) and _zero_read(bare) == (bare.network_mse, "MSE")
+    assert _tail_sentence(bare) is None
+    fine = Context(*[None] * 4, held, None, 0.5 * D, network_tails=tails(zero / 4, zero))
+    assert working(fine) and _zero_read(fine)[1] == "MSE" and _tail_sentence(fine) is None
 
 
 def test_untrained_model_is_not_eagle_and_says_so():
