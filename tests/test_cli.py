@@ -28,6 +28,18 @@ from eagle_probe.cli import main
             "--machines (the column blocks M) applies to the distributed and distributed-open "
             "regimes only, not to centralized",
         ),
+        (
+            ["plant", "--regime", "centralized", "--a-steps", "0.1", "--c-steps", "0.1"]
+            + ["--rank", "5", "-o", "x.pt"],
+            "--rank (the query/key width r) applies to the constrained regime only, not to "
+            "centralized",
+        ),
+        (
+            ["plant", "--regime", "constrained", "--a-steps", "0.1", "--c-steps", "0.1"]
+            + ["--machines", "3", "-o", "x.pt"],
+            "--machines (the column blocks M) applies to the distributed and distributed-open "
+            "regimes only, not to constrained",
+        ),
         (["train", "--regime", "centralized", "--steps", "0", "-o", "x.pt"], "positive integer"),
         (["train", "--regime", "centralized", "--task", "sudoku", "-o", "x.pt"], "unknown task"),
         (["evaluate", "missing.pt"], "does not exist"),

@@ -75,6 +75,7 @@ def _steps(text: str, name: str) -> list[float]:
 
 def run(args: argparse.Namespace) -> int:
     from eagle_probe import budget, checkpoint, files, regimes
+    from eagle_probe.cli.train import check_regime_options
     from eagle_probe.layouts import plant
     from eagle_probe.model import DTYPES, ModelConfig
     from eagle_probe.tasks import TaskConfig
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise EagleProbeError(
             f"unknown regime {args.regime!r}; choose from {', '.join(regimes.REGIMES)}"
         )
+    check_regime_options(args)  # --machines, --rank only where the regime takes them
     spec = regimes.get(args.regime)
     if spec.machines and args.n % args.machines:
         raise EagleProbeError(f"--machines {args.machines} must divide --n {args.n}")

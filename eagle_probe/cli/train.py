@@ -72,7 +72,7 @@ def foreign_options(regime: str) -> list[str]:
     return [dest for dest, (flag, _) in REGIME_ONLY.items() if not getattr(spec, flag)]
 
 
-def _check_regime_options(args: argparse.Namespace) -> None:
+def check_regime_options(args: argparse.Namespace) -> None:
     """--machines only in the regimes with machines, --rank only in the one of rank r: elsewhere
     they would shape nothing. Left out, they keep their defaults (unused there)."""
     from eagle_probe import regimes
@@ -528,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
     from eagle_probe import checkpoint, files
 
     _check_combinations(args)
-    _check_regime_options(args)
+    check_regime_options(args)
     source = None
     if args.init_from is not None:
         source, _, _ = checkpoint.load(args.init_from, max_bytes=memory_budget(args))
