@@ -240,15 +240,11 @@ def _table_html(ex: Extraction) -> str:
     )
 
 
-def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
-    """The report page: verdict, warnings, per-layer table, figures (PNG bytes, embedded)."""
-    e = html.escape
+def _meta(ex: Extraction) -> str:
+    """The model, the probes and the held-out MSE against the zero predictor, in one line."""
     info, net = ex.info, ex.network
-    verdict = ex.verdict
-    label = verdict.get("label", "")
-    css = LABEL_CLASS.get(label, "")
     below = against_zero(net["mse"], net["zero_mse"], spec=".1f")
-    meta = (
+    return (
         f"{info['regime']} regime, {plural(info['layers'], 'layer')} "
         f"× {plural(info['heads'], 'head')}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
@@ -256,6 +252,15 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
         f"seed {info['seed']}. Held-out MSE {number(net['mse'])}, {below}. Layers are 0-based; "
         f"{info.get('units', '')}."
     )
+
+
+def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
+    """The report page: verdict, warnings, per-layer table, figures (PNG bytes, embedded)."""
+    e = html.escape
+    verdict = ex.verdict
+    label = verdict.get("label", "")
+    css = LABEL_CLASS.get(label, "")
+    meta = _meta(ex)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -304,6 +309,58 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+# the page's look inside a notebook cell: every rule under the fragment's own class, so nothing
+# of the notebook's own page changes
+NOTEBOOK_STYLE = """
+.eagle-probe .verdict { border-left: 6px solid #888; padding: 0.4em 0.8em; margin: 0.4em 0; }
+.eagle-probe .verdict.eagle { border-color: #2a9d2a; }
+.eagle-probe .verdict.eagle-like { border-color: #e69500; }
+.eagle-probe .verdict.not-eagle { border-color: #c62828; }
+.eagle-probe .meta, .eagle-probe .note { color: #555; font-size: 0.9em; }
+.eagle-probe table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.eagle-probe th, .eagle-probe td { border: 1px solid #ccc; padding: 0.2em 0.4em;
+  text-align: right; white-space: nowrap; }
+.eagle-probe th .unit { display: block; font-weight: normal; color: #666; font-size: 0.85em; }
+.eagle-probe td.eagle { color: #1b7a1b; font-weight: bold; }
+.eagle-probe td.eagle-like { color: #a86a00; font-weight: bold; }
+.eagle-probe td.not-eagle { color: #b71c1c; font-weight: bold; }
+.eagle-probe .scroll { overflow-x: auto; }
+.eagle-probe .warnings li { color: #8a4b00; }
+"""
+
+
+def notebook_html(ex: Extraction) -> str:
+    """An extraction as Jupyter shows it (`Extraction._repr_html_`): the verdict's headline (the
+    label, its family, the confidence and the numbers it rests on), the model and its held-out
+    MSE, the warnings and the per-layer table with its units. An HTML fragment with its style
+    scoped to it, no script and nothing loaded from outside; the figures are on the page
+    `write_report` writes."""
+    e = html.escape
+    verdict = ex.verdict
+    label = verdict.get("label", "")
+    if not verdict:
+        head = "No verdict view ran."
+    elif "headline" in verdict:
+        head = verdict["headline"]
+    else:
+        head = (headline_lines(ex) or [f"Verdict: {label}."])[0]
+    parts = [
+        f'<div class="eagle-probe"><style>{NOTEBOOK_STYLE}</style>',
+        f'<div class="verdict {e(LABEL_CLASS.get(label, ""))}"><strong>{e(head)}</strong></div>',
+        f'<p class="meta">{e(_meta(ex))}</p>',
+    ]
+    warnings = ex.warnings
+    if warnings:
+        items = "".join(f"<li>{e(w)}</li>" for w in warnings)
+        parts.append(f"<details><summary>Warnings ({len(warnings)})</summary>")
+        parts.append(f'<ul class="warnings">{items}</ul></details>')
+    parts.append(_table_html(ex))
+    note = SAMPLE_TABLE_NOTE if ex.geometry.samples else TABLE_NOTE
+    parts.append(f'<details class="note"><summary>The columns</summary>{e(note)}</details>')
+    parts.append("</div>")
+    return "\n".join(parts)
 
 
 def write_report(ex: Extraction, out_dir: Path, name: str) -> list[Path]:

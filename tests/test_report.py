@@ -5,6 +5,7 @@ is far worse than the zero predictor: the report must say so first, whatever the
 """
 
 import base64
+import html
 import struct
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -287,3 +288,48 @@ def test_no_caption_text_is_repeated_across_the_figures_of_a_report(name):
             assert f"layers {other}–" not in captions[fig], (fig, captions[fig])
     if name in ("centralized, 3 heads", "distributed"):  # 3 layers of 3 heads: two figures
         assert weights == ["weights_layers0-1", "weights_layer2"]
+
+
+def test_a_notebook_shows_the_verdict_headline_and_the_layer_table(extraction):
+    from eagle_probe.report import UNITS, notebook_html
+
+    ex = replace(extraction, info={**extraction.info, "regime": HOSTILE})
+    fragment = notebook_html(ex)
+    page = Page()
+    page.feed(fragment)
+    page.close()
+    tags = [tag for tag, _ in page.tags]
+    # a fragment for a cell: no page of its own, no script, nothing loaded from outside
+    assert not {"html", "head", "body", "script", "img", "link", "iframe"} & set(tags)
+    assert not any({"src", "href"} & set(attrs) for _, attrs in page.tags)
+    assert 'class="eagle-probe"' in fragment
+    # every style rule is scoped to the fragment
+    style = fragment.split("<style>")[1].split("</style>")[0]
+    rules = [r.split("{")[0].strip() for r in style.split("}") if "{" in r]
+    assert rules and all(
+        sel.strip().startswith(".eagle-probe") for r in rules for sel in r.split(",")
+    )
+    # the headline first: label, family, confidence and the numbers it rests on
+    assert html.escape(extraction.verdict["headline"]) in fragment
+    assert fragment.index("confidence") < fragment.index("<table>")
+    assert 'class="verdict not-eagle"' in fragment  # the planted model is worse than zero
+    # the per-layer table: a row per layer under headers with their units
+    table = extraction.table()
+    assert tags.count("tr") == 1 + len(table)
+    assert tags.count("th") == len(table.columns)
+    for column in table.columns:
+        assert f">{column}<" in fragment
+        if column in UNITS:
+            assert UNITS[column] in fragment
+    # user text escaped
+    assert "<script>alert" not in fragment and "&lt;script&gt;" in fragment
+    # the warnings are there, folded
+    assert f"Warnings ({len(extraction.warnings)})" in fragment
+
+
+def test_jupyter_shows_an_extraction_with_the_notebook_view(extraction):
+    from eagle_probe.report import notebook_html
+
+    if not hasattr(extraction, "_repr_html_"):
+        pytest.skip("Extraction._repr_html_ not defined yet (eagle_probe/extract.py)")
+    assert extraction._repr_html_() == notebook_html(extraction)
