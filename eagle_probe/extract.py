@@ -355,6 +355,12 @@ class Extraction:
     def __str__(self) -> str:
         return self.render()
 
+    def _repr_html_(self) -> str:
+        """What Jupyter shows for an extraction: the verdict's headline and the per-layer table."""
+        from eagle_probe.report import notebook_html
+
+        return notebook_html(self)
+
     def to_json(self) -> dict[str, Any]:
         out = {
             "schema_version": SCHEMA_VERSION,

@@ -330,6 +330,4 @@ def test_a_notebook_shows_the_verdict_headline_and_the_layer_table(extraction):
 def test_jupyter_shows_an_extraction_with_the_notebook_view(extraction):
     from eagle_probe.report import notebook_html
 
-    if not hasattr(extraction, "_repr_html_"):
-        pytest.skip("Extraction._repr_html_ not defined yet (eagle_probe/extract.py)")
     assert extraction._repr_html_() == notebook_html(extraction)

@@ -166,8 +166,9 @@ class ViewSpec:
     run: View
     text: Callable[[Extraction], list[str]] | None = None  # its lines of the text report
     figures: Callable[[Extraction], Figures] | None = None  # its figures
-    # figure name (or the start of its names) -> its caption on the HTML page
-    captions: dict[str, Callable[[Extraction], str]] = field(default_factory=dict)
+    # figure name (or the start of its names) -> its caption on the HTML page: caption(ex) or
+    # caption(ex, name), the figure's own name
+    captions: dict[str, Callable[..., str]] = field(default_factory=dict)
 
 
 VIEWS: dict[str, ViewSpec] = {}  # name -> view, in the order extract runs them
@@ -178,7 +179,7 @@ def register(
     *,
     text: Callable[[Extraction], list[str]] | None = None,
     figures: Callable[[Extraction], Figures] | None = None,
-    captions: dict[str, Callable[[Extraction], str]] | None = None,
+    captions: dict[str, Callable[..., str]] | None = None,
 ) -> Callable[[View], View]:
     """Decorator: add a view to `VIEWS` under `name` (registration order is run order), with its
     lines of the text report, its figures and their captions (`ViewSpec`)."""
