@@ -6,6 +6,7 @@ the bad run directories made from it, are `test_timeline.py`'s."""
 import json
 
 import numpy as np
+from conftest import RTOL
 from plants import eagle as planted_model
 
 from eagle_probe import checkpoint
@@ -50,7 +51,7 @@ def test_planted_checkpoints_read_as_eagle_and_an_occupied_out_needs_force(tmp_p
     for point in data["checkpoints"]:
         layers = point["layers"]
         assert [lay["label"] for lay in layers] == ["EAGLE", "EAGLE"], point
-        np.testing.assert_allclose([lay["a_step"] for lay in layers], A_STEPS, rtol=1e-10)
-        np.testing.assert_allclose([lay["c_step"] for lay in layers], C_STEPS, rtol=1e-10)
+        np.testing.assert_allclose([lay["a_step"] for lay in layers], A_STEPS, rtol=RTOL)
+        np.testing.assert_allclose([lay["c_step"] for lay in layers], C_STEPS, rtol=RTOL)
     assert (out / "notes.txt").read_text() == "kept\n"
     assert (out / "timeline_labels.png").stat().st_size > 1000
