@@ -241,15 +241,18 @@ def _table_html(ex: Extraction) -> str:
 
 
 def _meta(ex: Extraction) -> str:
-    """The model, the probes and the held-out MSE against the zero predictor, in one line."""
+    """The model, the probes and the held-out MSE with its tail against the zero predictor, in one
+    line."""
     info, net = ex.info, ex.network
     below = against_zero(net["mse"], net["zero_mse"], spec=".1f")
+    tail = tails_text(net)  # the mean alone hides its tail
     return (
         f"{info['regime']} regime, {plural(info['layers'], 'layer')} "
         f"× {plural(info['heads'], 'head')}, "
         f"n = {info['n']}, d = {info['d']}, n′ = {info['n_prime']}, d′ = {info['d_prime']}; "
         f"probe batch {info['probe_batch']}, {info.get('held_out_prompts', '?')} held-out prompts, "
-        f"seed {info['seed']}. Held-out MSE {number(net['mse'])}, {below}. Layers are 0-based; "
+        f"seed {info['seed']}. Held-out MSE {number(net['mse'])}"
+        f"{f' ({tail})' if tail else ''}, {below}. Layers are 0-based; "
         f"{info.get('units', '')}."
     )
 

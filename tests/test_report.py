@@ -18,6 +18,7 @@ from eagle_probe import fit, plots
 from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit import VIEWS, ViewResult, register
 from eagle_probe.report import write_report
+from eagle_probe.wording import number
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HOSTILE = 'runs/<script>alert("x")</script>&<img src=x onerror=alert(1)>.pt'
@@ -124,6 +125,16 @@ def test_the_verdict_comes_first_and_the_warnings_follow(report, extraction):
     sections = [attrs.get("id") for tag, attrs in page.tags if tag == "section"]
     assert sections[0] == "verdict"
     assert text.index('id="verdict"') < text.index('id="layers"') < text.index('id="figures"')
+
+
+def test_the_page_gives_the_held_out_mse_with_its_tail(report, extraction):
+    """The page's summary line names the median, the trimmed mean and the share of prompts worse
+    than zero beside the mean (a mean alone hides its tail)."""
+    _, _, _, text, _ = report
+    net = extraction.network
+    assert net["median_mse"] is not None and net["trimmed_mse"] is not None
+    assert f"(median {number(net['median_mse'])}, 0.1%-trimmed {number(net['trimmed_mse'])}" in text
+    assert "of prompts worse than zero)" in text
 
 
 def test_the_layer_table_has_a_row_per_layer_and_units(report, extraction):
