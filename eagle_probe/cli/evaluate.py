@@ -27,6 +27,13 @@ def add_evaluate(parser: Parser) -> None:
     parser.add_argument(
         "--batch", type=positive_int, default=8192, help="number of test prompts (8192)"
     )
+    parser.add_argument(
+        "--draws",
+        type=positive_int,
+        default=1,
+        help="also evaluate on this many draws in all (seeds seed, seed + 1, …) and give each "
+        "MSE's lowest, median and highest over them (1: the one draw)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,13 +42,18 @@ def run(args: argparse.Namespace) -> int:
         against_zero,
         evaluate,
         model_readout_text,
+        over_draws,
         readout_flag,
         readout_sign,
     )
 
     model, task = load_model(args)
     budget.check(budget.forward_bytes(model.cfg, args.batch), "--batch", memory_budget(args))
-    result = evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)
+    model = model.to(args.device)
+    result = evaluate(model, task, batch=args.batch, seed=args.seed)
+    others = [
+        evaluate(model, task, batch=args.batch, seed=args.seed + k) for k in range(1, args.draws)
+    ]
     bad = [k for k in ("mse", "zero_mse", "worst_mse") if not math.isfinite(result[k])]
     if bad:
         raise EagleProbeError(
@@ -52,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     flag = readout_flag(sign, result["mse"], result["flipped_mse"])
     result = {"model": str(args.model), "regime": model.cfg.regime, "task": task.task} | result
     result |= {"readout": sign, "readout_flag": flag}
+    if others:  # one prompt can move a draw's mean: the interval over draws shows by how much
+        result["over_draws"] = over_draws([result, *others])
     if args.json:
         print(json.dumps(checkpoint.jsonable(result)))
         return 0
@@ -84,4 +98,23 @@ def run(args: argparse.Namespace) -> int:
         f"  {'worst prompt ‖A‖₂':<22}{result['worst_norm_a']:.2f} "
         f"(largest seen {result['max_norm_a']:.2f})"
     )
+    if others:
+        print(
+            f"over {args.draws} draws of {args.batch} prompts (seeds {args.seed}–"
+            f"{args.seed + args.draws - 1}): lowest / median / highest"
+        )
+        names = {
+            "mse": "test MSE",
+            "median_mse": "median prompt MSE",
+            "trimmed_mse": "0.1%-trimmed MSE",
+            "worst_mse": "worst prompt MSE",
+        }
+        for key, name in names.items():
+            span = result["over_draws"][key]
+            print(f"  {name:<22}{span['low']:.3e} / {span['median']:.3e} / {span['high']:.3e}")
+        span = result["over_draws"]["worse_than_zero"]
+        shares = " / ".join(
+            percent(span[k], signed=False, spec=".3g") for k in ("low", "median", "high")
+        )
+        print(f"  {'worse than zero':<22}{shares}")
     return 0

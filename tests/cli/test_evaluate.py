@@ -51,6 +51,32 @@ def test_evaluate_json(tiny_model, capsys):
     assert other["mse"] == pytest.approx(_by_hand(tiny_model, 501, 8)["mse"], rel=1e-6)
 
 
+def test_draws_give_each_mse_over_the_draws_of_seeds_seed_on(tiny_model, capsys):
+    """--draws K evaluates on seeds seed … seed + K − 1; each statistic's lowest, median and
+    highest are those of the K single-draw evaluations, computed by hand."""
+    argv = ["evaluate", str(tiny_model), "--json", "--batch", "101", "--seed", "3"]
+    assert main([*argv, "--draws", "3"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    hand = [_by_hand(tiny_model, 101, seed) for seed in (3, 4, 5)]
+    assert result["mse"] == pytest.approx(hand[0]["mse"], rel=1e-6)  # the first draw's, as without
+    for key in ("mse", "median_mse", "trimmed_mse", "worst_mse"):
+        values = sorted(h[key] for h in hand)
+        span = result["over_draws"][key]
+        assert span["draws"] == 3
+        got = [span["low"], span["median"], span["high"]]
+        assert got == pytest.approx(values, rel=1e-6), key
+    shares = sorted(h["worse_than_zero_prompts"] / 101 for h in hand)
+    span = result["over_draws"]["worse_than_zero"]
+    assert [span["low"], span["median"], span["high"]] == pytest.approx(shares)
+    assert main([*argv[:2], *argv[3:], "--draws", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "over 3 draws of 101 prompts (seeds 3–5): lowest / median / highest" in out
+    values = sorted(h["median_mse"] for h in hand)
+    assert f"median prompt MSE     {values[0]:.3e} / {values[1]:.3e} / {values[2]:.3e}" in out
+    # one draw: no interval
+    assert main(argv) == 0 and "over_draws" not in json.loads(capsys.readouterr().out)
+
+
 def test_evaluate_table(tiny_model, capsys):
     assert main(["evaluate", str(tiny_model), "--batch", "101", "--seed", "3"]) == 0
     out = capsys.readouterr().out
