@@ -327,8 +327,8 @@ FAULTS = [
     Fault(
         "evaluate CLI ignores --seed",
         "eagle_probe/cli/evaluate.py",
-        "evaluate(model.to(args.device), task, batch=args.batch, seed=args.seed)",
-        "evaluate(model.to(args.device), task, batch=args.batch, seed=12345)",
+        "result = evaluate(model, task, batch=args.batch, seed=args.seed)",
+        "result = evaluate(model, task, batch=args.batch, seed=12345)",
         ("tests/cli/test_evaluate.py",),
     ),
     Fault(
