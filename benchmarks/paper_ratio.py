@@ -35,19 +35,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from eagle_probe import checkpoint  # noqa: E402
+from eagle_probe.evaluate import trimmed_mean  # noqa: E402
 from eagle_probe.model import readout  # noqa: E402
 from eagle_probe.tasks import make_generator, sample  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("centralized", "distributed", "constrained")
 SEED_RECIPES = ("normalized", "distributed", "constrained")  # normalized: the centralized seeds
-TRIM = 0.001  # the worst 0.1% of prompts dropped
-
-
-def trimmed(errors: np.ndarray) -> float:
-    """The mean of the per-prompt errors without the worst TRIM share."""
-    keep = max(1, int(np.floor(len(errors) * (1 - TRIM))))
-    return float(np.sort(errors)[:keep].mean())
 
 
 @torch.no_grad()
@@ -74,7 +68,7 @@ def statistics(errors: np.ndarray) -> dict[str, np.ndarray]:
     return {
         "mean": errors.mean(1),
         "median": np.median(errors, 1),
-        "trimmed": np.array([trimmed(row) for row in errors]),
+        "trimmed": np.array([trimmed_mean(row) for row in errors]),  # worst 0.1% dropped
     }
 
 
