@@ -59,16 +59,22 @@ class Capture:
 
     def a_norm2(self, layer: int) -> float:
         """The batch-max ‖A‖₂² of the A block entering `layer` (internal units), inf where the
-        stream is not finite (an untrained control's may overflow at large sizes); computed once
-        per layer (an SVD per prompt), for every family the views score on this capture."""
-        norms = self.__dict__.setdefault("_a_norm2", {})  # a cache on a frozen instance
+        stream is not finite (an untrained control's may overflow at large sizes)."""
+        return float(self.a_norms2(layer).max())
+
+    def a_norms2(self, layer: int) -> np.ndarray:
+        """Each probe prompt's ‖A‖₂² entering `layer` (b,), all inf where the stream is not
+        finite; computed once per layer (an SVD per prompt), for every family and resample the
+        views score on this capture. Read-only."""
+        norms = self.__dict__.setdefault("_a_norms2", {})  # a cache on a frozen instance
         if layer not in norms:
             A = self.blocks(layer)[0]
-            norms[layer] = (
-                float(np.linalg.norm(A, ord=2, axis=(-2, -1)).max() ** 2)
-                if np.isfinite(A).all()
-                else float("inf")
-            )
+            if np.isfinite(A).all():
+                each = np.linalg.norm(A, ord=2, axis=(-2, -1)) ** 2
+            else:
+                each = np.full(A.shape[0], np.inf)
+            each.flags.writeable = False
+            norms[layer] = each
         return norms[layer]
 
     def normal_matrix(self) -> np.ndarray:

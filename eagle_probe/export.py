@@ -87,6 +87,7 @@ def solver_source(extraction: dict[str, Any], projectors: list | None = None) ->
     source = TEMPLATE.read_text()
     start, stop = source.index(BEGIN), source.index(END) + len(END)
     header = _header(provenance, layers, regime, verdict, algorithm1)
+    header += "".join(line + "\n" for line in _interval_lines(extraction["layers"]))
     body = source[:start] + constants + source[stop:]
     return header + body
 
@@ -202,6 +203,22 @@ def _schedule_lines(layers: list[dict], regime: str) -> list[str]:
         }[source]
         lines.append(f"#   step {i + 1}: η = {e:.4g}, γ = {g:.4g}, {why}")
     lines.append(f"#   step {len(layers) + 1} and after: {theory}")
+    return lines
+
+
+def _interval_lines(layers: list[dict]) -> list[str]:
+    """The header's account of how well each layer's η_l, γ_l are known: their 95% intervals over
+    the probe prompts (`fit.eagle`), where the extraction has them."""
+    if not layers or "eta_lo" not in layers[0]:
+        return []
+    lines = ["# η_l, γ_l read from the activations, 95% intervals over the probe prompts:"]
+    for i, lay in enumerate(layers):
+        parts = []
+        for key, sym in (("eta", "η"), ("gamma", "γ")):
+            lo, hi = _num(lay.get(f"{key}_lo")), _num(lay.get(f"{key}_hi"))
+            known = "" if lo is None or hi is None else f" ({lo:.4g} to {hi:.4g})"
+            parts.append(f"{sym} = {_plain(_num(lay.get(key)))}{known}")
+        lines.append(f"#   layer {i}: " + ", ".join(parts))
     return lines
 
 

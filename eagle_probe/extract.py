@@ -9,6 +9,7 @@ schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe 
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from eagle_probe.capture import (
     default_probe_batch,
     float64_copy,
     on_device,
+    patched_predict,
     probe_batch,
     probe_chunk,
     probe_flops,
@@ -39,9 +41,10 @@ from eagle_probe.layouts import geometry_of, state_products
 from eagle_probe.model import LinearTransformer
 from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
+from eagle_probe.wording import span
 
 SCHEMA_VERSION = 2
-CONTROL_VIEWS = ("eagle", "fidelity", "polynomial")  # run on the untrained control
+CONTROL_VIEWS = ("eagle", "fidelity", "causal", "polynomial")  # run on the untrained control
 # The control's implicit iterate (for its `polynomial` view) needs d / n' forwards per probe
 # prompt, since an untrained model is not query-separable; above this many flops it is skipped
 # and the control runs `eagle` and `fidelity` only (all the verdict reads).
@@ -230,6 +233,11 @@ def build_context(
         task=task,
         family_scores=scores or None,  # a forced family scores none
         network_tails=held_out_tails(held, pred) if score else None,
+        patched=functools.partial(
+            patched_predict,
+            on_device(m64, device),
+            chunk=probe_chunk(m64.cfg) if chunk is None else chunk,
+        ),
     )
 
 
@@ -261,6 +269,8 @@ class Extraction:
     timings: dict[str, float] = field(default_factory=dict)
     held_out: HeldOut | None = field(default=None, repr=False)  # the prompts the MSEs are on
     network_pred: np.ndarray | None = field(default=None, repr=False)  # (b, d', n') on them
+    # the checkpoint's training record (`training_record`), where the caller loaded one
+    training: dict[str, Any] | None = None
 
     # --- tables for people ------------------------------------------------------------------
 
@@ -377,6 +387,7 @@ class Extraction:
             },
             "warnings": self.warnings,
             "timings": self.timings,
+            "training": self.training,
         }
         return jsonable(out)
 
@@ -394,6 +405,11 @@ def layer_table(ex: Extraction) -> pd.DataFrame:
     cols = {"layer": t.layer, "a (act.)": t.a_step, "c (act.)": t.c_step}
     if not ex.geometry.samples:  # EAGLE's normalised steps; the sample layout's GD++ has none
         cols["eta"], cols["gamma"] = t.eta, t.gamma
+        if "eta_lo" in t:  # their 95% intervals over the probe prompts (`fit.eagle`)
+            cols["eta 95%"] = [span(lo, hi) for lo, hi in zip(t.eta_lo, t.eta_hi, strict=True)]
+            cols["gamma 95%"] = [
+                span(lo, hi) for lo, hi in zip(t.gamma_lo, t.gamma_hi, strict=True)
+            ]
     if "a_weights" in t:
         cols["a (wts)"] = t.a_weights
         cols["c (wts)"] = t.c_weights
@@ -448,6 +464,24 @@ def sample_table(ex: Extraction) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+# what an extraction keeps of a checkpoint's training metrics: the curve, its spikes, the kept step
+TRAINING_KEYS = ("history", "spikes", "best_step", "steps_done", "spike_count")
+
+
+def training_record(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The part of a checkpoint's training metrics (`checkpoint.load`) the report draws: the
+    evaluation history (train loss, held-out mean, median and trimmed MSE every few steps), the
+    loss spikes, the step whose weights were kept; None without a history."""
+    if not metrics or not metrics.get("history"):
+        return None
+    return {k: jsonable(metrics[k]) for k in TRAINING_KEYS if k in metrics}
+
+
+INTERVAL_KEYS = tuple(
+    f"{k}_{end}" for k in ("a_step", "c_step", "eta", "gamma") for end in ("lo", "hi")
+)
+
+
 def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
     """`layers` of extraction.json: the numbers the exported solver and older readers use."""
     out = []
@@ -462,6 +496,8 @@ def _compat_layers(ex: Extraction) -> list[dict[str, Any]]:
             "c_step": row["c_step"],
             "eta": row["eta"],
             "gamma": row["gamma"],
+            # 95% intervals over the probe prompts (`fit.eagle`)
+            **{k: row[k] for k in INTERVAL_KEYS if k in row},
             "fidelity": row["fidelity"],
             "fidelity_one_step": row["fidelity_one_step"],
             "label": row.get("label"),

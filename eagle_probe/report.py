@@ -74,6 +74,21 @@ def readout_lines(ex: Extraction) -> list[str]:
     return [line] + ([f"warning: {flag}"] if flag else [])
 
 
+INTERVAL_COLUMNS = ("eta 95%", "gamma 95%")
+
+
+def interval_line(table: pd.DataFrame) -> str:
+    """The steps' 95% intervals over the probe prompts, one line: "95% intervals over the probe
+    prompts: L0 eta 0.909 to 0.913, gamma 0.994 to 1; …" ("" without them)."""
+    if not all(c in table for c in INTERVAL_COLUMNS):
+        return ""
+    parts = [
+        f"L{int(r['layer'])} eta {r['eta 95%'] or 'none'}, gamma {r['gamma 95%'] or 'none'}"
+        for r in table.to_dict("records")
+    ]
+    return "95% intervals over the probe prompts (bootstrap): " + "; ".join(parts)
+
+
 def render_text(ex: Extraction, name: str = "model") -> str:
     info, net = ex.info, ex.network
     layout = " (sample layout, tokens = rows [x, y])" if ex.geometry.samples else ""
@@ -90,6 +105,9 @@ def render_text(ex: Extraction, name: str = "model") -> str:
         "",
     ]
     table = ex.table()
+    # the steps' intervals as a line under the table: two more columns would wrap it
+    intervals = interval_line(table)
+    table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table])
     with pd.option_context("display.width", WIDTH, "display.max_columns", 40):
         text = table.to_string(
             index=False,
@@ -98,6 +116,7 @@ def render_text(ex: Extraction, name: str = "model") -> str:
             line_width=WIDTH,
         )
         lines += text.replace(" \\\n", "\n").splitlines()
+    lines += [intervals] if intervals else []
     lines.append("")
     for view in fit.shown("text"):
         if view in ex.views:
@@ -118,6 +137,8 @@ UNITS = {  # per-layer table column -> unit shown under its header
     "c (act.)": "internal units",
     "eta": "dimensionless",
     "gamma": "dimensionless",
+    "eta 95%": "over probe prompts",
+    "gamma 95%": "over probe prompts",
     "a (wts)": "internal units",
     "c (wts)": "internal units",
     "fid 1-step": "prompt units",
@@ -138,7 +159,9 @@ UNITS = {  # per-layer table column -> unit shown under its header
 TABLE_NOTE = (
     "a, c: EAGLE's A- and C-step of each layer, read from the activations (act.) and from "
     "the weights' projection onto the EAGLE family (wts); eta, gamma: the same steps times the "
-    "batch-max ‖A_l‖₂², the paper's normalisation; fid: the Table-1 metric "
+    "batch-max ‖A_l‖₂², the paper's normalisation; eta 95%, gamma 95%: their 95% bootstrap "
+    "intervals over the probe prompts (a resample's max ‖A_l‖₂ is never above the batch's, so "
+    "an interval reaches little above its step); fid: the Table-1 metric "
     "‖Z_net − Z_EAGLE‖²_F / #entries, one step at a time (1-step) and with EAGLE run from the "
     "input (e2e); rel 1-step: the one-step gap over the layer's own update ‖Z_{l+1} − Z_l‖²; "
     "proj. cost: change of the held-out MSE with only this layer projected onto the EAGLE "
@@ -162,12 +185,35 @@ def caption(name: str, ex: Extraction) -> str:
     """The caption of figure `name`: of the captions the views registered, that of the longest
     figure name (or start of names) `name` begins with. A caption that takes a second argument is
     given the figure's name, so that each of a view's figures (`weights_layer0`, …) has its own."""
+    if name == "training":
+        return training_caption(ex)
     table = {k: fn for spec in fit.VIEWS.values() for k, fn in spec.captions.items()}
     keys = [k for k in table if name.startswith(k)]
     if not keys:
         return ""
     fn = table[max(keys, key=len)]
     return fn(ex, name) if len(inspect.signature(fn).parameters) > 1 else fn(ex)
+
+
+def training_caption(ex: Extraction) -> str:
+    """The training figure's caption, with the kept step and the spikes of this checkpoint."""
+    t = ex.training
+    history = t["history"]
+    last = history[-1]
+    kept = next((h for h in history if h["step"] == t.get("best_step")), None)
+    where = (
+        f"; the weights kept are step {t['best_step']}'s (held-out mean {number(kept['val_mse'])}, "
+        f"median {number(kept.get('val_median'))})"
+        if kept is not None
+        else ""
+    )
+    spikes = t.get("spike_count", len(t.get("spikes") or []))
+    return (
+        f"The checkpoint's own record of {t.get('steps_done', last['step'])} training steps: the "
+        f"held-out mean, trimmed mean and median MSE at each evaluation and the training loss; "
+        f"red crosses mark the {spikes} batches whose loss spiked (the paper ties spikes to "
+        f"prompts with a large ‖A‖₂){where}."
+    )
 
 
 def png_bytes(fig) -> bytes:
@@ -190,7 +236,12 @@ def figure_pngs(ex: Extraction) -> dict[str, bytes]:
     from eagle_probe.plots import figure_views
 
     drawn = _draw(ex, figure_views(ex))
-    return {name: png for figs in drawn.values() for name, png in figs.items()}
+    out = {}
+    if getattr(ex, "training", None):  # the training curve first, beside the verdict
+        from eagle_probe.plots import training_curve
+
+        out["training"] = png_bytes(training_curve(ex.training))
+    return out | {name: png for figs in drawn.values() for name, png in figs.items()}
 
 
 LABEL_CLASS = {"EAGLE": "eagle", "EAGLE-like": "eagle-like", "not EAGLE": "not-eagle"}
@@ -271,19 +322,33 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
         f"<title>eagle-probe report: {e(name)}</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Which algorithm does <code>{e(name)}</code> run?</h1>",
-        f'<p class="meta">{e(meta)}</p>',
     ]
+    # one screen: the verdict in three lines, the contents, the per-layer table; the verdict's
+    # paragraph, the warnings and the figures after it
+    warnings = ex.warnings
     if verdict:
-        head = ""
-        if "headline" in verdict:  # label, family, confidence and the numbers it rests on
-            head = f'<p class="headline"><strong>{e(verdict["headline"])}</strong></p>'
+        lines = headline_lines(ex)
+        first = lines[0][:1].upper() + lines[0][1:] if lines else ""  # "Verdict: EAGLE (…), …"
+        head = [f'<p class="headline"><strong>{e(first)}</strong></p>'] if lines else []
+        if len(lines) > 1:
+            head.append(f'<p class="reasons">{e(lines[1].strip())}</p>')
+        if not head:
+            head = [f'<p><span class="label">Verdict: {e(label)}.</span></p>']
+    else:
+        head = ["<p>No verdict view ran.</p>"]
+    count = f'<a href="#warnings">{e(plural(len(warnings), "warning"))}</a>'
+    head.append(f'<p class="meta">{e(meta)} {count}.</p>')
+    parts.append(f'<section class="verdict {e(css)}" id="verdict">{"".join(head)}</section>')
+    parts.append(_contents(figures, bool(verdict)))
+    parts.append('<section id="layers"><h2>Per layer</h2>')
+    parts.append(_table_html(ex))
+    note = SAMPLE_TABLE_NOTE if ex.geometry.samples else TABLE_NOTE
+    parts.append(f'<p class="note">{e(note)}</p></section>')
+    if verdict:
         parts.append(
-            f'<section class="verdict {e(css)}" id="verdict">{head}<p><span class="label">'
+            '<section id="verdict-text"><h2>The verdict in full</h2><p><span class="label">'
             f"Verdict: {e(label)}.</span> {e(verdict.get('text', ''))}</p></section>"
         )
-    else:
-        parts.append('<section class="verdict" id="verdict"><p>No verdict view ran.</p></section>')
-    warnings = ex.warnings
     parts.append(f'<section id="warnings"><h2>Warnings ({len(warnings)})</h2>')
     if warnings:
         parts.append(
@@ -292,10 +357,6 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
     else:
         parts.append("<p>None.</p>")
     parts.append("</section>")
-    parts.append('<section id="layers"><h2>Per layer</h2>')
-    parts.append(_table_html(ex))
-    note = SAMPLE_TABLE_NOTE if ex.geometry.samples else TABLE_NOTE
-    parts.append(f'<p class="note">{e(note)}</p></section>')
     parts.append('<section id="figures"><h2>Figures</h2>')
     for k, (fig_name, png) in enumerate(figures.items(), start=1):
         data = base64.b64encode(png).decode("ascii")
@@ -307,11 +368,24 @@ def render_html(ex: Extraction, name: str, figures: dict[str, bytes]) -> str:
         )
     parts.append("</section>")
     parts.append(
-        "<details><summary>The text report (as printed by <code>eagle-probe extract</code>)"
+        '<details id="text"><summary>The text report (as printed by <code>eagle-probe extract'
+        "</code>)"
         f"</summary><pre>{e(render_text(ex, name))}</pre></details>"
     )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _contents(figures: dict[str, bytes], verdict: bool) -> str:
+    """The page's table of contents, one line: its sections and every figure by name."""
+    e = html.escape
+    links = [("layers", "Per layer")]
+    links += [("verdict-text", "The verdict in full")] if verdict else []
+    links += [("warnings", "Warnings"), ("figures", "Figures")]
+    items = [f'<a href="#{k}">{e(t)}</a>' for k, t in links]
+    items += [f'<a href="#fig-{e(n)}">{e(n)}</a>' for n in figures]
+    items.append('<a href="#text">text report</a>')
+    return f'<nav id="contents"><p><b>Contents:</b> {" · ".join(items)}</p></nav>'
 
 
 # the page's look inside a notebook cell: every rule under the fragment's own class, so nothing

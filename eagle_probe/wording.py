@@ -37,6 +37,14 @@ def number(x, digits: int = 3) -> str:
     return _unsigned_zero(f"{x:.{digits}g}")
 
 
+def span(lo, hi, digits: int = 3) -> str:
+    """An interval for a table cell, "1.3 to 1.33" (each end by `number`; a dash would read as a
+    minus); "" where either end is missing or not finite."""
+    if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+        return ""
+    return f"{number(lo, digits)} to {number(hi, digits)}"
+
+
 def value(x: float | None, spec: str = ".3g") -> str:
     """A number for a sentence, written by `spec`: "not finite" for an infinity or NaN,
     "skipped" for None (the number of a view that did not run), never a signed zero."""

@@ -166,6 +166,12 @@ def test_provenance_header(planted):
         step = f"#   step {i + 1}: η = {lay['eta']:.4g}, γ = {lay['gamma']:.4g}"
         assert f"{step}, the network's layer {i}" in text
     assert "#   step 4 and after: the theory's η = 1/3, γ = 1" in text
+    # and how well each is known: its 95% interval over the probe prompts, around it
+    assert "# η_l, γ_l read from the activations, 95% intervals over the probe prompts:" in text
+    for i, lay in enumerate(module.LAYERS):
+        line = next(x for x in text.splitlines() if x.startswith(f"#   layer {i}: η = "))
+        lo, hi = map(float, line.split("(")[1].split(")")[0].split(" to "))
+        assert lo <= lay["eta"] * (1 + 1e-3) and lay["eta"] <= hi * (1 + 1e-3)
     assert module.PROVENANCE["recovered_layers"] == [0, 1, 2]
     assert module.recovered_layers() == [0, 1, 2]
 

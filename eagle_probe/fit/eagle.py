@@ -8,7 +8,11 @@ Per layer the coefficients a_l, c_l of
 update Z_{l+1} − Z_l, jointly over the two blocks that share it and per block as a check.
 η_l = a_l ‖A_l‖², γ_l = c_l ‖A_l‖² with ‖A_l‖₂ the batch-max spectral norm of the A block entering
 layer l (internal units), the paper's normalisation of the steps. The one-step residual is
-relative to the layer's own update.
+relative to the layer's own update. Every step carries a 95% interval over the probe prompts
+(`*_lo`, `*_hi`: the percentile bootstrap of `BOOTSTRAP` resamples of the prompts, each step
+refitted and its ‖A_l‖₂ maximum retaken on the resample), so a difference between layers or
+models can be told from the noise of the batch it was read on. η_l's interval reaches little
+above η_l: a resample's maximum ‖A_l‖₂ is never above the batch's.
 
 Sample layout: the same four directions tied by row (`Geometry.pairs`): a from the feature rows
 A, C (the data transform of GD++, its γ), c from the label rows B, D (the gradient step, its η),
@@ -32,12 +36,58 @@ from eagle_probe.fit import families
 from eagle_probe.fit.base import Context, ViewResult, register
 from eagle_probe.fit.geometry import Geometry
 
+# resamples of the probe prompts behind each step's interval, and the interval's coverage
+BOOTSTRAP = 1000
+COVERAGE = 0.95
+
+
+def _sums(delta: list[np.ndarray], feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt, Σ ⟨Δ, F⟩ and Σ ‖F‖² over the blocks: (b,), (b,)."""
+    num = sum(np.sum(dl * f, axis=(-2, -1)) for dl, f in zip(delta, feats, strict=True))
+    den = sum(np.sum(f * f, axis=(-2, -1)) for f in feats)
+    return num, den
+
 
 def _coef(delta: list[np.ndarray], feats: list[np.ndarray]) -> float:
     """The step s minimising Σ ‖Δ + s F‖² (EAGLE subtracts s F)."""
-    num = sum(float(np.sum(dl * f)) for dl, f in zip(delta, feats, strict=True))
-    den = sum(float(np.sum(f * f)) for f in feats)
-    return -num / den if den > 0 else 0.0
+    num, den = _sums(delta, feats)
+    return float(_ratio(np.sum(num), np.sum(den)))
+
+
+def _ratio(num, den):
+    """−num / den, 0 where den is 0 (no direction to step along)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, -np.asarray(num) / np.where(den > 0, den, 1.0), 0.0)[()]
+
+
+def resample_counts(prompts: int, layer: int) -> np.ndarray:
+    """How often each probe prompt is drawn in each of `BOOTSTRAP` resamples: (BOOTSTRAP, b).
+    Seeded by the layer, so an extraction's intervals are the same on every run."""
+    rng = np.random.default_rng([2026, layer])
+    return rng.multinomial(prompts, np.full(prompts, 1.0 / prompts), size=BOOTSTRAP)
+
+
+def interval(values: np.ndarray) -> tuple[float, float]:
+    """The central `COVERAGE` percentile interval of bootstrap values (NaN where any is not
+    finite)."""
+    if not np.isfinite(values).all():
+        return math.nan, math.nan
+    tail = 50.0 * (1.0 - COVERAGE)
+    lo, hi = np.percentile(values, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def step_intervals(
+    counts: np.ndarray, sums: tuple[np.ndarray, np.ndarray], norms2: np.ndarray
+) -> dict[str, tuple[float, float]]:
+    """The bootstrap intervals of one step s = −Σ num / Σ den over the probe prompts and of its
+    normalised value s · max ‖A_l‖₂² (the max taken over each resample's prompts, as the point
+    estimate takes it over the batch): {"step": (lo, hi), "normalised": (lo, hi)}."""
+    num, den = sums
+    step = _ratio(counts @ num, counts @ den)
+    with np.errstate(invalid="ignore"):
+        top = np.where(counts > 0, norms2, -np.inf).max(axis=1)
+        return {"step": interval(step), "normalised": interval(step * top)}
 
 
 def fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
@@ -62,11 +112,12 @@ def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
         delta = dict(zip("ABCD", geometry.blocks(Z1 - Z), strict=True))
         feats = dict(zip("ABCD", geometry.eagle_features(Z, layer), strict=True))
         (p, q), (r, s) = geometry.pairs  # blocks sharing a, blocks sharing c
-        a = _coef([delta[p], delta[q]], [feats[p], feats[q]])
-        c = _coef([delta[r], delta[s]], [feats[r], feats[s]])
+        a_sums = _sums([delta[p], delta[q]], [feats[p], feats[q]])
+        c_sums = _sums([delta[r], delta[s]], [feats[r], feats[s]])
         last = geometry.samples and layer == cap.layers - 1
         if last:  # only the D slot of the last layer reaches the prediction (module text)
-            c = _coef([delta["D"]], [feats["D"]])
+            c_sums = _sums([delta["D"]], [feats["D"]])
+        a, c = (float(_ratio(np.sum(x), np.sum(y))) for x, y in (a_sums, c_sums))
         # Z1 − EAGLE(Z) from the features already at hand (geometry.eagle_step, unrecomputed)
         step = {p: a, q: a, r: c, s: c}
         with np.errstate(over="ignore", invalid="ignore"):
@@ -88,10 +139,24 @@ def _fit_steps(cap: Capture, geometry: Geometry) -> pd.DataFrame:
             "gamma": c * norm2,
             "one_step_residual": math.sqrt(gap2) / update if update else 0.0,
         }
+        # intervals over the probe prompts (bootstrap), in the row's own units
+        counts = resample_counts(Z.shape[0], layer)
+        norms2 = cap.a_norms2(layer)
+        ia, ic = (step_intervals(counts, sums, norms2) for sums in (a_sums, c_sums))
+        c_ci = tuple(sorted(sign * x for x in ic["step"])) if sign < 0 else ic["step"]
+        a_ci, eta_ci, gamma_ci = ia["step"], ia["normalised"], ic["normalised"]
         if geometry.samples:  # GD++'s names: γ the data transform, η the gradient step
             # (no γ in the last layer: its data never reach the prediction; a_step keeps the fit)
             row["gamma"], row["eta"] = (math.nan if last else a), sign * c
+            gamma_ci, eta_ci = ((math.nan, math.nan) if last else a_ci), c_ci
             row["c_read_from"] = "D" if last else "BD"
+        for name, (lo, hi) in (
+            ("a_step", a_ci),
+            ("c_step", c_ci),
+            ("eta", eta_ci),
+            ("gamma", gamma_ci),
+        ):
+            row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -89,3 +89,43 @@ def test_the_family_choice_compares_the_prediction_gap_where_there_is_one():
     assert eagle.family_key([{"one_step_residual": 0.1, "prediction_gap": 0.2}]) == "prediction_gap"
     assert eagle.family_key([{"one_step_residual": 0.1}]) == "one_step_residual"
     assert eagle.family_key([]) == "one_step_residual"
+
+
+# --- the steps' intervals over the probe prompts (bootstrap) --------------------------------------
+
+
+def test_an_exact_stream_gives_intervals_of_no_width_around_its_steps():
+    """Every prompt of Algorithm 1's own stream gives the same step: each resample does too."""
+    table = eagle.fit_steps(capture(stream()), geometry())
+    for name, want in (("a_step", A_STEPS), ("c_step", C_STEPS)):
+        np.testing.assert_allclose(table[f"{name}_lo"], want, rtol=RTOL)
+        np.testing.assert_allclose(table[f"{name}_hi"], want, rtol=RTOL)
+    # η's maximum ‖A_l‖₂² is retaken on each resample: never above the batch's, so never above η
+    assert (table.eta_hi <= table.eta * (1 + RTOL)).all()
+    assert (table.eta_lo < table.eta).all()
+
+
+def test_a_noisy_stream_gives_intervals_that_hold_the_step_and_shrink_with_more_prompts():
+    Z = stream()
+    rng = np.random.default_rng(3)
+    Z[1:] += 2e-3 * rng.standard_normal(Z[1:].shape)  # every layer's update, noisy per prompt
+    table = eagle.fit_steps(capture(Z), geometry())
+    assert (table.a_step_lo < table.a_step).all() and (table.a_step < table.a_step_hi).all()
+    assert (table.c_step_lo < table.c_step).all() and (table.c_step < table.c_step_hi).all()
+    width = (table.c_step_hi - table.c_step_lo).to_numpy()
+    few = eagle.fit_steps(capture(Z).first(4), geometry())
+    assert ((few.c_step_hi - few.c_step_lo).to_numpy() > width).all()
+
+
+def test_the_bootstrap_interval_covers_a_known_ratio_about_as_often_as_it_claims():
+    """Per-prompt sums with a known ratio of means (−2): over 200 batches of 60 prompts the 95%
+    interval of −Σ num / Σ den holds it 0.88–0.99 of the time (binomial 200 × 0.95: sd 0.015)."""
+    rng = np.random.default_rng(11)
+    counts = eagle.resample_counts(60, 0)
+    held = 0
+    for _ in range(200):
+        den = rng.uniform(0.5, 1.5, 60)
+        num = 2.0 * den + rng.standard_normal(60)
+        lo, hi = eagle.step_intervals(counts, (num, den), np.ones(60))["step"]
+        held += lo <= -2.0 <= hi
+    assert 0.88 <= held / 200 <= 0.99
