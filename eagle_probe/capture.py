@@ -33,7 +33,7 @@ import torch
 
 from eagle_probe.captured import Capture
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.model import LinearTransformer, ModelConfig, d_slot, from_stream
+from eagle_probe.model import LinearTransformer, ModelConfig, d_slot, from_stream, into_stream
 from eagle_probe.progress import Progress
 from eagle_probe.tasks import Prompt, TaskConfig, make_generator, sample
 
@@ -245,6 +245,44 @@ def capture(
         units=units,
         copies=copies,
     )
+
+
+@torch.no_grad()
+def patched_predict(
+    model: LinearTransformer,
+    z0: np.ndarray,
+    layer: int,
+    state: np.ndarray,
+    where: np.ndarray,
+    *,
+    chunk: int = 1024,
+) -> np.ndarray:
+    """The model's predictions (b, d', n') on prompts z0 (b, T, E, prompt units) with its stream
+    entering `layer` replaced by `state` where `where` holds: an interchange intervention through
+    TransformerLens `run_with_hooks` on `blocks.{layer}.hook_resid_pre` (`layer` = n_layers: on
+    the last layer's `hook_resid_post`, the stream the readout reads). `state` (b, T, E) and
+    `where` (T, E) are in block orientation, the state in internal units (the prompt divided by
+    its scale, as `capture` records the stream); the model runs in its own dtype."""
+    cfg = model.cfg
+    L = cfg.n_layers
+    if not 0 <= layer <= L:
+        raise ValueError(f"layer {layer} is not a stream position of a {L}-layer model")
+    name = f"blocks.{layer}.hook_resid_pre" if layer < L else f"blocks.{L - 1}.hook_resid_post"
+    dtype, device = model.readout_scale.dtype, model.readout_scale.device
+    mask = into_stream(cfg, torch.from_numpy(np.asarray(where, dtype=bool)).to(device))
+    out = []
+    for start in range(0, z0.shape[0], chunk):
+        sl = slice(start, start + chunk)
+        source = into_stream(cfg, torch.from_numpy(state[sl]).to(device, dtype))
+
+        def patch(t: torch.Tensor, hook, source=source) -> torch.Tensor:
+            return torch.where(mask, source, t)
+
+        z = torch.from_numpy(z0[sl]).to(device, dtype)
+        out.append(model.run_with_hooks(z, fwd_hooks=[(name, patch)]).cpu().numpy())
+    if not out:
+        return np.zeros((0, cfg.d_prime, cfg.n_prime))
+    return np.concatenate(out).astype(np.float64)
 
 
 def _check_prompt(cfg: ModelConfig, prompt: Prompt) -> None:

@@ -563,6 +563,15 @@ def from_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
     return z if cols is None else z[..., torch.from_numpy(cols[1]).to(z.device)]
 
 
+def into_stream(cfg: ModelConfig, z: torch.Tensor) -> torch.Tensor:
+    """Block orientation (…, d + d', n + c n') → the stream (…, T, E): `from_stream`'s inverse
+    (every C/D copy goes back to its own machine block)."""
+    if cfg.samples:
+        return z.transpose(-1, -2)
+    cols = _columns(cfg)
+    return z if cols is None else z[..., torch.from_numpy(np.argsort(cols[1])).to(z.device)]
+
+
 def grouped_products(cfg: ModelConfig, P):
     """Products (…, E, E) in stream order → block orientation (`from_stream`'s column order); the
     views and the plants read products this way. Works on tensors and arrays alike."""

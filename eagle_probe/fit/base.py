@@ -107,6 +107,10 @@ class Context:
     # the tail of the network's per-prompt errors on `held_out` (`evaluate.tails` against each
     # prompt's mean of D², computed by `extract.build_context`); None: the network was not scored
     network_tails: dict[str, Any] | None = None
+    # the network run with its stream entering a layer replaced by a given state (an interchange
+    # intervention through TransformerLens hooks: `capture.patched_predict`, with the model bound):
+    # patched(z0, layer, state, where) -> predictions (b, d', n'); None: the views' NumPy forward
+    patched: Callable[..., np.ndarray] | None = None
 
     @property
     def network_mse(self) -> float:

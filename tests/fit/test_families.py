@@ -67,7 +67,16 @@ def _cfg(regime, kw, normalize="spectral", dtype="float64"):
 
 TASK = TaskConfig(n=N, d=D, rank=4)
 # the views a family's reading touches (term discovery has its own tests)
-VIEWS = ("eagle", "fidelity", "projection", "weights", "communication", "sketch", "verdict")
+VIEWS = (
+    "eagle",
+    "fidelity",
+    "projection",
+    "weights",
+    "communication",
+    "sketch",
+    "causal",
+    "verdict",
+)
 
 
 @pytest.mark.parametrize(("regime", "kw", "family"), CASES, ids=IDS)
@@ -116,6 +125,22 @@ def test_extraction_recovers_steps_family_and_labels(extracted):
     assert [lay["label"] for lay in verdict["layers"]] == ["EAGLE"] * 3
     assert verdict["model"]["label"] == "EAGLE"
     assert verdict["model"]["family"] == family
+
+
+def test_the_interchange_test_finds_every_exact_plant_carried_and_its_control_not(extracted):
+    """Swapping the family's state into the plant (through its hooks) or the plant's into the
+    family leaves the output as it was, at every interior layer and for every block that the
+    earlier layers change; the untrained control's own fitted family does not."""
+    _, _, result, _ = extracted
+    causal = result.views["causal"].json
+    assert causal["forward"] == "model hooks"
+    for lay in causal["layers"]:
+        for direction in ("algorithm_into_network", "network_into_algorithm"):
+            shares = [x for x in lay[direction].values() if np.isfinite(x)]
+            assert np.isfinite(lay[direction]["all"]), (lay["layer"], direction)
+            assert min(shares) >= 0.999, (lay["layer"], direction, lay[direction])
+    control = result.control["causal"].json["summary"]["algorithm_into_network"]
+    assert control["min"] <= 0.5
 
 
 def test_faithful_export_equals_the_planted_network(extracted):

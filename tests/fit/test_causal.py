@@ -1,0 +1,82 @@
+"""The interchange test (`fit/causal.py`): its swap through the model's hooks is the swap the
+NumPy forward of the products makes, the identity swap changes nothing, a family with the wrong
+steps is found out, and the share's limits (1, 0, undefined) mean what the module text says.
+Exact plants of every family and their untrained controls: tests/fit/test_families.py."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from conftest import RTOL, assert_close
+from probe_context import make_context
+
+from eagle_probe.capture import patched_predict
+from eagle_probe.fit import causal
+from eagle_probe.fit.eagle import fit_steps
+from eagle_probe.layouts import plant
+from eagle_probe.model import ModelConfig, from_stream, into_stream
+from eagle_probe.tasks import TaskConfig
+
+STEPS = ([0.35, 0.3, 0.25], [0.8, 0.7, 0.6])
+
+
+@pytest.fixture(scope="module")
+def distributed():
+    """A planted eagle-distributed model (3 machines, C/D copies on the stream) and its context."""
+    cfg = ModelConfig(regime="distributed", n=6, d=6, n_layers=3, machines=3, normalize="spectral")
+    model = plant(cfg, *STEPS)
+    return model, make_context(model, TaskConfig(n=6, d=6, rank=4), probes=32, held_out=64)
+
+
+def test_into_stream_undoes_from_stream_with_a_copy_per_machine(distributed):
+    model, _ = distributed
+    z = torch.randn(4, model.cfg.n_tokens, model.cfg.width, dtype=torch.float64)
+    assert torch.equal(into_stream(model.cfg, from_stream(model.cfg, z)), z)  # exact: a permutation
+
+
+def test_the_identity_swap_gives_the_networks_own_prediction(distributed):
+    model, ctx = distributed
+    geo, z0 = ctx.geometry, ctx.held_out.z0
+    stream = geo.stream(z0, ctx.qk, ctx.vp)
+    mask = causal.where(geo, stream.shape[-2:], "all")
+    with torch.no_grad():
+        own = model(torch.from_numpy(z0)).numpy()
+    for layer in range(4):
+        assert_close(patched_predict(model, z0, layer, stream[layer], mask), own)
+
+
+def test_a_swap_through_the_hooks_is_the_swap_of_the_numpy_forward(distributed):
+    model, ctx = distributed
+    geo, z0 = ctx.geometry, ctx.held_out.z0
+    stream = geo.stream(z0, ctx.qk, ctx.vp)
+    other = stream[2] + 0.1 * np.random.default_rng(0).standard_normal(stream[2].shape)
+    for block in causal.BLOCKS:
+        mask = causal.where(geo, stream.shape[-2:], block)
+        hooked = patched_predict(model, z0, 2, other, mask)
+        numpy = causal.network_from(
+            dataclasses.replace(ctx, patched=None), z0, stream, 2, other, mask
+        )
+        assert_close(hooked, numpy)
+        assert not np.allclose(hooked, geo.readout_of(stream[-1], z0), rtol=1e-6)
+
+
+def test_a_family_with_the_wrong_steps_does_not_carry_the_output(distributed):
+    _, ctx = distributed
+    steps = fit_steps(ctx.cap, ctx.geometry)
+    a, c = steps.a_step.to_numpy(), steps.c_step.to_numpy()
+    right = causal.interchange(ctx, a, c)
+    wrong = causal.interchange(ctx, 2.0 * a, 0.5 * c)
+    into = "algorithm_into_network"
+    pick = lambda t: t[(t.direction == into) & (t.block == "all")].carried.to_numpy()  # noqa: E731
+    assert (pick(right) >= 1 - RTOL).all()
+    assert (pick(wrong) < 0.99).all()
+
+
+def test_the_share_is_one_for_the_reference_zero_for_the_skip_and_undefined_without_a_skip():
+    rng = np.random.default_rng(1)
+    ref, skip = rng.standard_normal((8, 2, 2)), rng.standard_normal((8, 2, 2))
+    assert causal.carried(ref, skip, ref) == 1.0  # exact: a zero numerator
+    assert causal.carried(skip, skip, ref) == pytest.approx(0.0, abs=RTOL)
+    assert np.isnan(causal.carried(skip, ref, ref))
+    assert causal.share(float("nan")) == "none" and causal.share(0.99962) == "0.9996"
