@@ -134,6 +134,48 @@ def view_figures(ex: Extraction, view: str) -> dict[str, Figure]:
     return {name: draw.without_minor_log_ticks(fig) for name, fig in drawn.items()}
 
 
+TRAINING_CURVES = (  # history key, label, style
+    ("train_loss", "training batch loss (mean)", dict(color="0.6", lw=1.0)),
+    ("val_mse", "held-out MSE, mean", dict(color="C0", lw=1.2)),
+    ("val_trimmed", "held-out MSE, 0.1%-trimmed mean", dict(color="C0", lw=1.2, ls="--")),
+    ("val_median", "held-out MSE, median", dict(color="C2", lw=1.6)),
+)
+
+
+def training_curve(training: dict[str, Any]) -> Figure:
+    """The stored training curve of a checkpoint (`extract.training_record`): the evaluations'
+    held-out mean, trimmed mean and median MSE and the training loss against the step (log y),
+    the loss spikes marked where they happened, and the step whose weights were kept."""
+    history = pd.DataFrame(training["history"])
+    fig = draw.figure(8.0, 3.6)
+    ax = fig.subplots()
+    for key, label, style in TRAINING_CURVES:
+        if key in history and np.isfinite(history[key].to_numpy(float)).any():
+            ax.plot(history.step, draw.positive(history[key], 1e-12), label=label, **style)
+    spikes = [s for s in training.get("spikes") or [] if np.isfinite(s.get("loss", np.nan))]
+    if spikes:
+        steps = [s["step"] for s in spikes]
+        ax.plot(
+            steps,
+            [s["loss"] for s in spikes],
+            "x",
+            color="C3",
+            ms=4,
+            label=f"loss spikes, batch loss ({len(spikes)})",
+        )
+    kept = training.get("best_step")
+    if kept is not None:
+        ax.axvline(kept, color="k", ls=":", lw=1.2, label=f"weights kept (step {kept})")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("MSE (prompt units)")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.suptitle(
+        "Training: the held-out error over the steps, and where the loss spiked", fontsize=10
+    )
+    return draw.without_minor_log_ticks(fig)
+
+
 def extraction_figures(ex: Extraction) -> dict[str, Figure]:
     """Every figure of an extraction, in `fit.FIGURE_ORDER`, for the views it ran."""
     out: dict[str, Figure] = {}

@@ -6,12 +6,14 @@ is far worse than the zero predictor: the report must say so first, whatever the
 
 import base64
 import html
+import re
 import struct
 from dataclasses import replace
 from html.parser import HTMLParser
 
 import plants
 import pytest
+from conftest import ROOT
 from matplotlib.figure import Figure
 
 from eagle_probe import fit, plots
@@ -116,15 +118,32 @@ def test_the_verdict_comes_first_and_the_warnings_follow(report, extraction):
     _, _, _, text, page = report
     assert extraction.network["mse"] > extraction.network["zero_mse"]  # the planted steps diverge
     verdict = page.text["verdict"]
-    assert extraction.verdict["text"] in verdict
-    assert "Verdict: not EAGLE." in verdict
+    assert verdict.startswith("Verdict: not EAGLE, confidence")
+    assert "; ".join(extraction.verdict["reasons"]) in verdict  # the numbers it rests on
+    assert f"{len(extraction.warnings)} warning" in verdict
+    assert extraction.verdict["text"] in page.text["verdict-text"]  # the paragraph, after the table
     assert extraction.warnings
     for warning in extraction.warnings:
         assert warning in page.text["warnings"]
     assert any("zero predictor" in w for w in extraction.warnings)
     sections = [attrs.get("id") for tag, attrs in page.tags if tag == "section"]
-    assert sections[0] == "verdict"
-    assert text.index('id="verdict"') < text.index('id="layers"') < text.index('id="figures"')
+    assert sections == ["verdict", "layers", "verdict-text", "warnings", "figures"]
+    assert text.index('id="verdict"') < text.index('id="contents"') < text.index('id="layers"')
+    # the contents link every section and figure, and every link lands on an id of the page
+    links = [a["href"][1:] for tag, a in page.tags if tag == "a" and a.get("href", "")[:1] == "#"]
+    ids = {a["id"] for _, a in page.tags if "id" in a}
+    assert {"layers", "verdict-text", "warnings", "figures", "text"} <= set(links) <= ids
+    assert {f"fig-{name}" for name in FIGURES} <= set(links)
+
+
+def test_the_first_screen_holds_the_verdict_and_the_table(report):
+    """Before the per-layer table the page has its title, the three-line verdict and the contents
+    line only: at most 900 characters of text (about 8 lines of the page's 0.95em type at 1280 px:
+    the headless-browser measurement is benchmarks/report_layout.py)."""
+    _, _, _, text, _ = report
+    before = text[text.index("<body>") : text.index('id="layers"')]
+    words = html.unescape(re.sub(r"<[^>]+>", " ", before))
+    assert len(" ".join(words.split())) <= 900
 
 
 def test_the_page_gives_the_held_out_mse_with_its_tail(report, extraction):
@@ -144,6 +163,14 @@ def test_the_layer_table_has_a_row_per_layer_and_units(report, extraction):
     assert "prompt units" in table and "internal units" in table
     for column in extraction.table().columns:
         assert column in table
+    # η, γ with their intervals over the probe prompts; the text report puts them under its table
+    assert "eta 95%" in table and "over probe prompts" in table
+    text = extraction.render()
+    assert "95% intervals over the probe prompts (bootstrap): L0 eta " in text
+    steps = extraction.views["eagle"].tables["eagle"]
+    slack = 1e-4 * steps.gamma.abs()  # the float32 plant's steps differ from prompt to prompt
+    assert (steps.gamma_lo <= steps.gamma + slack).all()
+    assert (steps.gamma <= steps.gamma_hi + slack).all()
 
 
 def test_user_text_is_escaped_and_nothing_is_loaded_from_outside(report):
@@ -342,3 +369,24 @@ def test_jupyter_shows_an_extraction_with_the_notebook_view(extraction):
     from eagle_probe.report import notebook_html
 
     assert extraction._repr_html_() == notebook_html(extraction)
+
+
+def test_the_training_curve_comes_first_with_its_kept_step_and_spikes(extraction, tmp_path):
+    """A checkpoint's training record (`extract.training_record` of the shipped centralized
+    model's metrics) is drawn as the first figure, captioned with its kept step and spike count."""
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import training_record
+
+    _, _, metrics = checkpoint.load(ROOT / "trained_models" / "centralized.pt")
+    record = training_record(metrics)
+    assert len(record["history"]) == len(metrics["history"]) and record["best_step"] > 0
+    assert training_record({"history": []}) is None
+    trained = replace(extraction, training=record)
+    write_report(trained, tmp_path, "centralized.pt")
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert (tmp_path / "training.png").stat().st_size > 10_000
+    first = page.index("<figure")
+    assert page.index('id="fig-training"') == first + len("<figure ")
+    assert f"kept are step {record['best_step']}'s" in html.unescape(page)
+    assert f"the {record['spike_count']} batches whose loss spiked" in page
+    assert trained.to_json()["training"]["best_step"] == record["best_step"]

@@ -13,7 +13,6 @@ from eagle_probe.cli.common import (
     add_seed,
     enter_claim,
     finite_outputs,
-    load_model,
     memory_budget,
     out_dir,
     positive_int,
@@ -61,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    from eagle_probe import budget, files
+    from eagle_probe import budget, checkpoint, files
     from eagle_probe.capture import default_probe_batch, default_threads
-    from eagle_probe.extract import extract, extract_bytes
+    from eagle_probe.extract import extract, extract_bytes, training_record
     from eagle_probe.progress import reporter
 
     out = out_dir(args.out, args.force)
-    model, task = load_model(args)
+    model, task, metrics = checkpoint.load(args.model, max_bytes=memory_budget(args))
     if not args.threads and default_threads(model.cfg) is not None:
         set_threads(default_threads(model.cfg))
     probes = args.probe_batch if args.probe_batch is not None else default_probe_batch(model.cfg)
@@ -92,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         progress=None if args.no_progress else reporter(),
     )
+    result.training = training_record(metrics)  # the report draws the training curve
     lines = [result.render(str(args.model))]  # printed once the outputs are written
     if out is not None:
         lines += _write(args, result, task, tmp, out, time.perf_counter() - start)
