@@ -80,8 +80,8 @@ FAULTS = [
     Fault(
         "η, γ with the batch-mean instead of the batch-max ‖A_l‖₂",
         "eagle_probe/captured.py",
-        "axis=(-2, -1)).max() ** 2)",
-        "axis=(-2, -1)).mean() ** 2)",
+        "return float(self.a_norms2(layer).max())",
+        "return float(self.a_norms2(layer).mean())",
         FIT_TESTS,
     ),
     Fault(
@@ -254,8 +254,9 @@ FAULTS = [
     Fault(
         "fitted C-step with the wrong sign",
         "eagle_probe/fit/eagle.py",
-        "        c = _coef([delta[r], delta[s]], [feats[r], feats[s]])\n",
-        "        c = -_coef([delta[r], delta[s]], [feats[r], feats[s]])\n",
+        "        a, c = (float(_ratio(np.sum(x), np.sum(y))) for x, y in (a_sums, c_sums))\n",
+        "        a, c = (float(_ratio(np.sum(x), np.sum(y))) for x, y in (a_sums, c_sums))\n"
+        "        c = -c\n",
         FIT_TESTS,
     ),
     Fault(
