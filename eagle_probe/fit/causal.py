@@ -9,9 +9,11 @@ all of it — by the fitted family's state after l steps on the same prompts (vi
 against the same swap with the block's value before any step (the block of the prompt itself, as
 if the first l layers had left it alone):
 
-    carried = 1 − MSE(ŷ_swapped, ŷ_network) / MSE(ŷ_skipped, ŷ_network)
+    carried = 1 − MSE(ŷ_swapped, ŷ_network) / min(MSE(ŷ_skipped, ŷ_network), mean ŷ_network²)
 
-1: the later layers give the network's own answer from the algorithm's state (an exact plant
+(the skip's error capped at that of predicting zero: where the later layers blow up on a skipped
+state, as a constrained model's large late steps do on the raw prompt, any swap would otherwise
+score nearly 1). 1: the later layers give the network's own answer from the algorithm's state (an exact plant
 scores 1 to rounding); 0: the algorithm's state serves them no better than the untouched prompt;
 below 0, worse. A block the first l layers leave unchanged (a skipped block that moves the
 output by less than DEFINED of its energy) has no score. The converse swap puts the network's
@@ -48,15 +50,17 @@ def where(geo, shape: tuple[int, int], block: str) -> np.ndarray:
 
 
 def carried(swapped: np.ndarray, skipped: np.ndarray, reference: np.ndarray) -> float:
-    """1 − MSE(swapped, reference) / MSE(skipped, reference); NaN where the skip moves the
-    reference by less than DEFINED of its energy (nothing to carry)."""
+    """1 − MSE(swapped, reference) / MSE(skipped, reference), the skip's MSE capped at the
+    reference's energy (that of predicting zero: a skip whose later layers blow up would credit
+    any swap with nearly 1); NaN where the skip moves the reference by less than DEFINED of its
+    energy (nothing to carry)."""
     with np.errstate(over="ignore", invalid="ignore"):
         den = float(np.mean((skipped - reference) ** 2))
         num = float(np.mean((swapped - reference) ** 2))
         energy = float(np.mean(reference**2))
-    if not (np.isfinite(den) and np.isfinite(num)) or den <= DEFINED * energy:
+    if np.isnan(den) or not np.isfinite(num) or den <= DEFINED * energy:
         return float("nan")
-    return 1.0 - num / den
+    return 1.0 - num / min(den, energy)
 
 
 def algorithm_from(geo, Z: np.ndarray, layer: int, steps, z0: np.ndarray) -> np.ndarray:

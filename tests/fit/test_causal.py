@@ -75,8 +75,11 @@ def test_a_family_with_the_wrong_steps_does_not_carry_the_output(distributed):
 
 def test_the_share_is_one_for_the_reference_zero_for_the_skip_and_undefined_without_a_skip():
     rng = np.random.default_rng(1)
-    ref, skip = rng.standard_normal((8, 2, 2)), rng.standard_normal((8, 2, 2))
+    ref = rng.standard_normal((8, 2, 2))
+    skip = ref + 0.3 * rng.standard_normal((8, 2, 2))  # nearer the reference than zero is
     assert causal.carried(ref, skip, ref) == 1.0  # exact: a zero numerator
     assert causal.carried(skip, skip, ref) == pytest.approx(0.0, abs=RTOL)
     assert np.isnan(causal.carried(skip, ref, ref))
+    # a skip that blows up is held at predicting zero: a swap no better than zero scores 0
+    assert causal.carried(np.zeros_like(ref), 1e6 * skip, ref) == pytest.approx(0.0, abs=RTOL)
     assert causal.share(float("nan")) == "none" and causal.share(0.99962) == "0.9996"
