@@ -13,13 +13,14 @@ if the first l layers had left it alone):
 
 (the skip's error capped at that of predicting zero: where the later layers blow up on a skipped
 state, as a constrained model's large late steps do on the raw prompt, any swap would otherwise
-score nearly 1). 1: the later layers give the network's own answer from the algorithm's state (an exact plant
-scores 1 to rounding); 0: the algorithm's state serves them no better than the untouched prompt;
-below 0, worse. A block the first l layers leave unchanged (a skipped block that moves the
-output by less than DEFINED of its energy) has no score. The converse swap puts the network's
-state into the algorithm's remaining steps and scores the algorithm's output the same way
-(network → algorithm). Both also give the swapped output's MSE to the truth, beside the
-network's own. Means over the first `PROMPTS` held-out prompts (prompt units).
+score nearly 1). 1: the later layers give the network's own answer from the algorithm's state
+(an exact plant scores 1 to rounding); 0: the algorithm's state serves them no better than the
+untouched prompt or predicting zero; below 0, worse. A block the first l layers leave unchanged
+(a skipped block that moves the output by less than DEFINED of its energy) has no score. The
+converse swap puts the network's state into the algorithm's remaining steps and scores the
+algorithm's output the same way (network → algorithm). Both also give the swapped output's MSE
+to the truth, beside the network's own. Means over the first `PROMPTS` held-out prompts (prompt
+units).
 """
 
 from __future__ import annotations
