@@ -71,6 +71,46 @@ def layer_span(qk_layer: np.ndarray, n: int) -> int:
     return numerical_rank(np.linalg.eigvalsh(total)[::-1])
 
 
+def layer_basis(qk_layer: np.ndarray, n: int) -> np.ndarray:
+    """Orthonormal columns (n, span) for the range of the heads' W_QK A-blocks together: the
+    subspace of the sample columns the layer sees A through."""
+    total = sum(head_range(W, n) for W in qk_layer)  # (n, n)  Σ_h P_h, PSD
+    w, U = np.linalg.eigh(total)
+    order = np.argsort(w)[::-1]
+    return U[:, order[: numerical_rank(w[order])]]
+
+
+# largest principal angle (degrees) under which two layers' sketches count as one subspace
+SHARED_DEGREES = 5.0
+
+
+def principal_angles(U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The principal angles (degrees, ascending) between the column spaces of orthonormal U and V:
+    as many as the smaller one's dimension."""
+    if not U.shape[1] or not V.shape[1]:
+        return np.zeros(0)
+    cos = np.clip(np.linalg.svd(U.T @ V, compute_uv=False), -1.0, 1.0)
+    return np.sort(np.degrees(np.arccos(cos)))
+
+
+def shared_subspace(qk: np.ndarray, n: int) -> list[dict]:
+    """Per pair of consecutive layers, the principal angles between their sketch ranges
+    (`layer_basis`): whether the layers read A through one subspace or each through its own."""
+    bases = [layer_basis(qk[layer], n) for layer in range(qk.shape[0])]
+    out = []
+    for layer in range(len(bases) - 1):
+        angles = principal_angles(bases[layer], bases[layer + 1])
+        out.append(
+            {
+                "layers": [layer, layer + 1],
+                "angles_deg": [float(a) for a in angles],
+                "largest_deg": float(angles.max()) if angles.size else float("nan"),
+                "median_deg": float(np.median(angles)) if angles.size else float("nan"),
+            }
+        )
+    return out
+
+
 def spectra(qk: np.ndarray, n: int, ranks: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
     """Per layer and head the singular values of W_QK's A-block over its largest, beside those of
     α S Sᵀ (α = 1 after normalising) for a random orthogonal n × r S of the head's rank r:
@@ -95,7 +135,9 @@ def _range(values, fmt: str = ".2g") -> str:
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
 
 
-def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) -> str:
+def _sentence(
+    layers: list[dict], n: int, full: bool, scored_centralized: bool, pairs: list[dict]
+) -> str:
     heads = [h for lay in layers for h in lay["heads"]]
     if not heads:
         return ""
@@ -139,8 +181,19 @@ def _sentence(layers: list[dict], n: int, full: bool, scored_centralized: bool) 
     )
     return (
         head + f"; the heads' ranges together span {where}: the layers see A through that "
-        "sketch (eagle-sketched)."
+        "sketch (eagle-sketched)" + _shared_words(pairs) + "."
     )
+
+
+def _shared_words(pairs: list[dict]) -> str:
+    """ ", one sketch shared by every layer (…)" or ", a different sketch in each layer (…)"."""
+    largest = [p["largest_deg"] for p in pairs if np.isfinite(p["largest_deg"])]
+    if not largest:
+        return ""
+    spread = f"largest principal angle between consecutive layers {_range(largest, '.3g')}°"
+    if max(largest) <= SHARED_DEGREES:
+        return f", one sketch shared by every layer ({spread})"
+    return f", not one shared subspace ({spread}; {SHARED_DEGREES:g}° or less would be one)"
 
 
 # --- what the view shows: its figure and the figure's caption -------------------------------------
@@ -223,8 +276,10 @@ def sketch_view(ctx: Context) -> ViewResult:
     # the views run eagle-sketched with the geometry's projectors: I where Σ_h W_QK^h has rank n
     P = ctx.geometry.projector
     centralized = P is not None and bool(np.allclose(P, np.eye(n), atol=1e-8))
+    pairs = [] if full else shared_subspace(ctx.qk, n)  # a full span is one subspace: R^n
+    sentence = _sentence(layers, n, full, centralized, pairs)
     return ViewResult(
         "sketch",
-        {"layers": layers, "span_full": full, "sentence": _sentence(layers, n, full, centralized)},
+        {"layers": layers, "span_full": full, "shared": pairs, "sentence": sentence},
         {"sketch": pd.DataFrame(rows), "spectra": spectra(ctx.qk, n, ranks, ctx.rng(SALT))},
     )

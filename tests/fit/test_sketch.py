@@ -77,3 +77,22 @@ def test_the_report_draws_the_spectra_only_where_the_view_ran():
     assert "sketch" in extraction_figures(ex)
     ex.views.pop("sketch")
     assert "sketch" not in extraction_figures(ex)
+
+
+def test_the_angles_between_layers_tell_one_shared_sketch_from_one_per_layer():
+    """The plant draws its own sketch per layer: large principal angles, "not one shared
+    subspace". The same sketch in both layers: angles 0, "one sketch shared by every layer"."""
+    from eagle_probe.fit import sketch
+
+    per_layer = _view(3, 1).json
+    assert per_layer["shared"][0]["layers"] == [0, 1]
+    assert per_layer["shared"][0]["largest_deg"] > 20
+    assert "not one shared subspace" in per_layer["sentence"]
+    S = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 3)))[0]
+    P = np.zeros((2, 1, 8, 8))
+    P[:, 0, :6, :6] = S @ S.T
+    same = sketch.shared_subspace(P, 6)
+    assert same[0]["largest_deg"] == pytest.approx(0.0, abs=1e-5)
+    assert len(same[0]["angles_deg"]) == 3
+    tilted = sketch.principal_angles(S, np.linalg.qr(S + 0.1 * np.eye(6, 3))[0])
+    assert 0 < tilted.max() < 90
