@@ -22,7 +22,8 @@ def sparsify(W: np.ndarray) -> np.ndarray:
 
 
 def _describe_block(block: np.ndarray) -> tuple[str, float | None]:
-    """A block after sparsification: '0', 'q I', 'diag', or 'dense' (and its level)."""
+    """A block after sparsification: '0', 'q I', 'q I[i:j]' (on a contiguous range of the
+    coordinates only: a machine's own columns), 'diag', or 'dense' (and its level)."""
     if not np.any(block):
         return "0", 0.0
     if block.shape[0] == block.shape[1]:
@@ -33,6 +34,13 @@ def _describe_block(block: np.ndarray) -> tuple[str, float | None]:
             if np.std(diag) <= 0.1 * abs(level):
                 return f"{level:.3g} I_{block.shape[0]}", level
             return "diag", None
+        on = np.flatnonzero(diag)
+        if not np.any(off) and on[-1] - on[0] + 1 == on.size:
+            # a scalar times I on one machine's columns only; no level: the simplified model
+            # keeps the block sparsified, not scalar
+            level = float(diag[on].mean())
+            if np.std(diag[on]) <= 0.1 * abs(level):
+                return f"{level:.3g} I[{on[0]}:{on[-1] + 1}]", None
     return "dense", None
 
 
@@ -81,9 +89,10 @@ def _exact_block(block: np.ndarray) -> tuple[str, float | None] | None:
     return None
 
 
-def _sent_copy(block: np.ndarray, copies: int) -> tuple[str, None] | None:
+def _sent_copy(block: np.ndarray, copies: int, tol: float = EXACT) -> tuple[str, None] | None:
     """A C/D block (c n' × c n') of the paper's distributed layout that writes one machine's copy
-    into every copy, q I_{n'} in each: `q I_n' copy μ → all c` (no single level: the simplified
+    into every copy, q I_{n'} in each, to `tol` relative (EXACT before sparsification, 10% after,
+    as `_describe_block`'s levels): `q I_n' copy μ → all c` (no single level: the simplified
     model keeps it as it is), or None."""
     k = block.shape[0]
     if copies < 2 or block.shape[1] != k or k % copies or not np.any(block):
@@ -93,9 +102,9 @@ def _sent_copy(block: np.ndarray, copies: int) -> tuple[str, None] | None:
     live = [m for m, r in enumerate(rows) if np.abs(r).max() > EXACT * scale]
     if len(live) != 1:
         return None
-    level = float(rows[live[0]][0, 0])
+    level = float(np.mean(np.diagonal(rows[live[0]].reshape(n_prime, copies, n_prime), 0, 0, 2)))
     want = np.tile(level * np.eye(n_prime), (1, copies))
-    if np.abs(rows[live[0]] - want).max() > EXACT * abs(level):
+    if np.abs(rows[live[0]] - want).max() > tol * abs(level):
         return None
     return f"{level:.3g} I_{n_prime} copy {live[0]} → all {copies}", None
 
@@ -108,7 +117,7 @@ def describe(W: np.ndarray, n: int, copies: int = 1) -> dict:
     raw = {"nn": W[:n, :n], "nq": W[:n, n:], "qn": W[n:, :n], "qq": W[n:, n:]}
     blocks = {"nn": S[:n, :n], "nq": S[:n, n:], "qn": S[n:, :n], "qq": S[n:, n:]}
     kinds = {k: _exact_block(raw[k]) or _describe_block(v) for k, v in blocks.items()}
-    sent = _sent_copy(raw["qq"], copies)
+    sent = _sent_copy(raw["qq"], copies) or _sent_copy(blocks["qq"], copies, tol=0.1)
     if sent is not None:
         kinds["qq"] = sent
     for k, (kind, level) in kinds.items():
@@ -207,17 +216,37 @@ def network_products(ex: Extraction) -> tuple[np.ndarray, np.ndarray, str] | Non
     return None
 
 
+def machine_cuts(geo) -> list[int]:
+    """Where one machine's columns end and the next one's begin, in block orientation: inside
+    the A columns (n / M each) and between the C/D copies (n' each); none outside the
+    distributed regimes and in the sample layout."""
+    if geo.samples or geo.machines <= 1:
+        return []
+    size = geo.n // geo.machines
+    cuts = [k * size for k in range(1, geo.machines)]
+    return cuts + [geo.n + k * geo.n_prime for k in range(1, geo.copies)]
+
+
 def _block_axis(
-    ax, n: int, width: int, xlabel: str, ylabel: str, coords: tuple[str, str] = ("A", "C")
+    ax,
+    n: int,
+    width: int,
+    xlabel: str,
+    ylabel: str,
+    coords: tuple[str, str] = ("A", "C"),
+    cuts: list[int] = (),
 ) -> None:
     """Tick the A (first n) and C (last n') feature columns and draw the A|C boundary (sample
-    layout: the X features and Y labels of the rows)."""
+    layout: the X features and Y labels of the rows), and dotted, the machine boundaries
+    `cuts` (`machine_cuts`)."""
     centres = [(n - 1) / 2, n + (width - n - 1) / 2]
     a, c = coords
     ax.set_xticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7)
     ax.set_yticks(centres, [f"{a} 0–{n - 1}", c], fontsize=7, rotation=90, va="center")
     for pos in (ax.axvline, ax.axhline):
         pos(n - 0.5, color="k", lw=0.8, ls="--")
+        for edge in cuts:  # machine boundaries: each machine's A columns, each C/D copy
+            pos(edge - 0.5, color="0.35", lw=0.6, ls=":")
     ax.set_xlabel(xlabel, fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
 
@@ -301,7 +330,7 @@ def figures(ex: Extraction) -> Figures:
             ):
                 ax = axes[2 * line + row][col]
                 im = draw.diverging(ax, W, interpolation="nearest")
-                _block_axis(ax, n, width, xl, yl, coords)
+                _block_axis(ax, n, width, xl, yl, coords, machine_cuts(ex.geometry))
                 ax.set_title(f"{name}, layer {layer}" + (f" head {h}" if H > 1 else ""), fontsize=8)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
                 cb.ax.tick_params(labelsize=6)
@@ -398,9 +427,17 @@ def caption(ex: Extraction, name: str = "weights") -> str:
             "network's own products): compare the levels of the diagonal blocks across layers."
         )
     shape = family_shape(ex)
+    cuts = machine_cuts(ex.geometry)
+    machines = (
+        f" Dotted lines split the columns by machine ({ex.geometry.machines} blocks of A "
+        f"columns, then the C/D copies): what crosses a dotted line is sent between machines."
+        if cuts
+        else ""
+    )
     return where + (
         f"{shape[0].upper()}{shape[1:]}; zeros across the dashed A|C boundary. Colour off those "
         "blocks, or across the boundary, is structure the family does not have."
+        + machines
         + _weights_here(ex, layers)
     )
 

@@ -210,3 +210,24 @@ def test_three_heads_keep_layer_one_off_layer_zeros_line(report_planted):
     panels = _panels(figs["weights_layers0-1"])
     assert panels["W_QK", 1, 0][0] < panels["W_QK", 0, 2][0]  # layer 1 on a line below
     assert panels["W_QK", 1, 0][1] == panels["W_QK", 0, 0][1]  # starting at the left
+
+
+def test_a_trained_machine_local_head_is_named_as_such_after_sparsification():
+    """A head of the paper's distributed layout, with the noise of training: its W_QK is a scalar
+    times I on its machine's columns only, its W_VP's C/D block sends its copy to every copy."""
+    from eagle_probe.fit.weights import describe
+
+    n, n_prime, copies = 18, 2, 3
+    E = n + copies * n_prime
+    rng = np.random.default_rng(0)
+    W = 1e-3 * rng.standard_normal((E, E))
+    W[6:12, 6:12] += 0.49 * np.eye(6) * (1 + 0.02 * rng.standard_normal(6))
+    W[n:, n:] *= 0.0
+    W[n:, :n] = W[:n, n:] = 0.0
+    head = describe(W, n, copies)["structure"]
+    assert head.startswith("diag(0.4") and head.endswith(" I[6:12], 0)")
+    V = 1e-3 * rng.standard_normal((E, E))
+    V[n:, :n] = V[:n, n:] = 0.0
+    V[n + 2 : n + 4, n:] = np.tile(-0.97 * np.eye(n_prime), (1, copies)) + 0.01
+    assert describe(V, n, copies)["structure"].endswith("I_2 copy 1 → all 3)")
+    assert not describe(V, n, copies)["simple"]  # no single level for the simplified model
