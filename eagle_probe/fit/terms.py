@@ -618,7 +618,17 @@ def report_lines(ex: Extraction) -> list[str]:
         lines.append(f"  L{lay['layer']}: " + "; ".join(parts) + f"   [1-step fid {number(fid)}]")
     if "run_from_input_mse" in t:
         lines.append(f"  run from the input: MSE {number(t['run_from_input_mse'])}")
-    return lines
+    return lines + [NAMES_KEY]
+
+
+# the term names, explained once where they are printed (`fit.library` module text)
+NAMES_KEY = (
+    "  (names: X+=PQtR adds a multiple of P·Qᵀ·R to block X, e.g. A+=AAtA is A AᵀA, EAGLE's "
+    "A-step; *W marks a free matrix coefficient where it sits: A+=A*W*AtA is A·W·AᵀA, "
+    "A+=AAtA*W is A AᵀA·W, a matrix in place of the scalar step; |W| its Frobenius norm; "
+    "@local: each machine's own Gram, @sketch: through the layer's sketch; a term the family "
+    "does not have matters by its size next to the family's terms and by the 1-step fidelity)"
+)
 
 
 def figures(ex: Extraction) -> Figures:

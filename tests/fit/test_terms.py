@@ -285,3 +285,15 @@ def test_terms_figure_shows_inclusion_frequency_and_scalar_coefficients(report_p
     assert sorted(t.get_text() for t in ax.texts) == ["-0.2", "-0.3"]  # matrices get no number
     empty = replace(extraction, views={**extraction.views, "terms": ViewResult("terms", {})})
     assert figures(empty) == {}
+
+
+def test_the_term_names_are_explained_once_where_they_are_printed():
+    from types import SimpleNamespace
+
+    from eagle_probe.fit.terms import NAMES_KEY, report_lines
+
+    layer = {"layer": 0, "terms": [{"name": "A+=A*W*AtA", "frobenius": 2.0}]}
+    ex = SimpleNamespace(views={"terms": SimpleNamespace(json={"layers": [layer]})})
+    lines = report_lines(ex)
+    assert "A+=A*W*AtA |W| 2" in lines[1] and lines.count(NAMES_KEY) == 1
+    assert "A+=A*W*AtA is A·W·AᵀA" in NAMES_KEY and "A+=AAtA*W is A AᵀA·W" in NAMES_KEY
