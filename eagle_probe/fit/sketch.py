@@ -111,6 +111,20 @@ def shared_subspace(qk: np.ndarray, n: int) -> list[dict]:
     return out
 
 
+def in_sketch_basis(qk: np.ndarray, vp: np.ndarray, n: int) -> np.ndarray:
+    """Per layer the A-blocks of Σ_h W_QK^h and Σ_h W_VP^h in the basis [S_l, S_l⊥]: the layer's
+    sketch range first (`layer_basis`, its span columns), an orthonormal complement after, so a
+    rank-r sketch shows as an r × r block in the corner: (L, 2, n, n)."""
+    out = np.zeros((qk.shape[0], 2, n, n))
+    for layer in range(qk.shape[0]):
+        U = layer_basis(qk[layer], n)
+        full = np.linalg.svd(U, full_matrices=True)[0] if U.shape[1] else np.eye(n)
+        Q = np.concatenate([U, full[:, U.shape[1] :]], axis=1)  # (n, n) orthogonal
+        for k, W in enumerate((qk[layer].sum(0), vp[layer].sum(0))):
+            out[layer, k] = Q.T @ W[:n, :n] @ Q
+    return out
+
+
 def spectra(qk: np.ndarray, n: int, ranks: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
     """Per layer and head the singular values of W_QK's A-block over its largest, beside those of
     α S Sᵀ (α = 1 after normalising) for a random orthogonal n × r S of the head's rank r:
@@ -239,7 +253,36 @@ def figures(ex: Extraction) -> Figures:
     fig.suptitle(
         "Each head's sketch: a scaled projector is flat at 1 for r values, then 0", fontsize=10
     )
-    return {"sketch": fig}
+    out = {"sketch": fig}
+    basis = view.extra.get("sketch_basis")
+    if basis is not None and not view.json.get("span_full"):
+        out["sketch_basis"] = basis_figure(np.asarray(basis), spans)
+    return out
+
+
+def basis_figure(basis: np.ndarray, spans: dict[int, int]):
+    """Per layer, W_QK's and W_VP's A-blocks (summed over heads) in the layer's sketch basis
+    (`in_sketch_basis`): the sketch's r coordinates first, a dashed line after them."""
+    L, n = basis.shape[0], basis.shape[-1]
+    fig = draw.figure(2.4 * L + 1.2, 5.0)
+    axes = fig.subplots(2, L, squeeze=False)
+    for layer in range(L):
+        r = spans.get(layer, 0)
+        ticks = [(r - 1) / 2, r + (n - r - 1) / 2]
+        for row, name in enumerate(("W_QK", "W_VP")):
+            ax = axes[row][layer]
+            im = draw.diverging(ax, basis[layer, row], interpolation="nearest")
+            for pos in (ax.axvline, ax.axhline):
+                pos(r - 0.5, color="k", lw=0.8, ls="--")
+            ax.set_xticks(ticks, ["S", "S⊥"])
+            ax.set_yticks(ticks, ["S", "S⊥"])
+            ax.set_title(f"{name} A-block, layer {layer}", fontsize=8)
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=6)
+    fig.suptitle(
+        "The A-blocks in each layer's sketch basis [S, S⊥] (heads summed): a sketch is the corner",
+        fontsize=10,
+    )
+    return fig
 
 
 def caption(ex: Extraction) -> str:
@@ -250,7 +293,19 @@ def caption(ex: Extraction) -> str:
     )
 
 
-@register("sketch", figures=figures, captions={"sketch": caption})
+def basis_caption(ex: Extraction) -> str:
+    spans = sorted({lay["span"] for lay in ex.views["sketch"].json["layers"]})
+    r = f"{spans[0]}–{spans[-1]}" if len(spans) > 1 else str(spans[0])
+    return (
+        "The same products drawn in each layer's own basis: the first coordinates span the range "
+        f"of the heads' W_QK A-blocks (here {r} of {ex.geometry.n}), the rest its complement. "
+        "The eagle-sketched family is a scaled identity in the corner and zero elsewhere in both "
+        "rows; W_VP colour outside the corner is the network writing A off the layer's sketch "
+        "(the input basis of the weights figure hides the sketch)."
+    )
+
+
+@register("sketch", figures=figures, captions={"sketch": caption, "sketch_basis": basis_caption})
 def sketch_view(ctx: Context) -> ViewResult:
     """Per layer and head the sketch readings of W_QK and W_VP; per layer the span of the
     heads' sketches (module text). Reads the products only."""
@@ -282,4 +337,5 @@ def sketch_view(ctx: Context) -> ViewResult:
         "sketch",
         {"layers": layers, "span_full": full, "shared": pairs, "sentence": sentence},
         {"sketch": pd.DataFrame(rows), "spectra": spectra(ctx.qk, n, ranks, ctx.rng(SALT))},
+        extra={"sketch_basis": in_sketch_basis(ctx.qk, ctx.vp, n)},
     )

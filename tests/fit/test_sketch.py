@@ -96,3 +96,16 @@ def test_the_angles_between_layers_tell_one_shared_sketch_from_one_per_layer():
     assert len(same[0]["angles_deg"]) == 3
     tilted = sketch.principal_angles(S, np.linalg.qr(S + 0.1 * np.eye(6, 3))[0])
     assert 0 < tilted.max() < 90
+
+
+def test_in_its_sketch_basis_a_sketched_plant_is_a_scaled_identity_in_the_corner():
+    view = _view(3, 2)
+    basis = view.extra["sketch_basis"]  # (L, 2, n, n)
+    assert basis.shape == (2, 2, 6, 6)
+    for layer in range(2):
+        for W in basis[layer]:
+            scale = np.abs(W).max()
+            corner = W[:3, :3]
+            assert np.abs(W).sum() - np.abs(corner).sum() <= 1e-9 * scale * W.size
+            level = np.diag(corner).mean()
+            np.testing.assert_allclose(corner, level * np.eye(3), atol=1e-9 * scale)
