@@ -9,6 +9,7 @@ schema documented in docs/extraction-schema.md; `render()` is what `eagle-probe 
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -271,6 +272,9 @@ class Extraction:
     network_pred: np.ndarray | None = field(default=None, repr=False)  # (b, d', n') on them
     # the checkpoint's training record (`training_record`), where the caller loaded one
     training: dict[str, Any] | None = None
+    # the extraction.json this extraction was read back from (`load_extraction`), written again
+    # as it was by `to_json`; None for an extraction computed here
+    source: dict[str, Any] | None = field(default=None, repr=False)
 
     # --- tables for people ------------------------------------------------------------------
 
@@ -372,6 +376,8 @@ class Extraction:
         return notebook_html(self)
 
     def to_json(self) -> dict[str, Any]:
+        if self.source is not None:  # read back from its JSON: that JSON, unchanged
+            return copy.deepcopy(self.source)
         out = {
             "schema_version": SCHEMA_VERSION,
             "model": self.info,
@@ -462,6 +468,50 @@ def sample_table(ex: Extraction) -> pd.DataFrame:
     cols["orders"] = [",".join(map(str, lay["orders"])) for lay in v]
     cols["verdict"] = [lay["label"] for lay in v]
     return pd.DataFrame(cols)
+
+
+def load_extraction(data: dict[str, Any], model: LinearTransformer) -> Extraction:
+    """An extraction read back from its extraction.json (`Extraction.to_json`), for the model it
+    describes: the views' JSON, view `eagle`'s table, the geometry rebuilt from the model in the
+    family the extraction read. What `compare` reads of an extraction; the views' figures and
+    their other tables are not restored. Raises EagleProbeError when `data` is not an extraction
+    of this schema, or describes a model of other sizes."""
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+        raise EagleProbeError(
+            f"not an extraction.json of schema version {SCHEMA_VERSION} (found {found!r})"
+        )
+    info, views = data.get("model") or {}, data.get("views") or {}
+    cfg = model.cfg
+    sizes = {k: info.get(k) for k in ("n", "d", "n_prime", "d_prime", "layers", "heads")}
+    want = {"n": cfg.n, "d": cfg.d, "n_prime": cfg.n_prime, "d_prime": cfg.d_prime}
+    want |= {"layers": cfg.n_layers, "heads": cfg.heads}
+    if info.get("regime") != cfg.regime or sizes != want:
+        raise EagleProbeError(
+            f"the extraction describes a {info.get('regime')} model of sizes {sizes}, not this "
+            f"{cfg.regime} model of sizes {want}"
+        )
+    if "eagle" not in views:
+        raise EagleProbeError("the extraction has no view eagle: its steps are what is read")
+    m64 = float64_copy(model)
+    qk, _ = state_products(m64)
+    geometry = geometry_of(m64, qk)
+    if info.get("family"):
+        geometry = families.get(info["family"]).geometry(geometry)
+    results = {
+        name: ViewResult(name, json) for name, json in views.items() if isinstance(json, dict)
+    }
+    results["eagle"].tables["eagle"] = pd.DataFrame(views["eagle"]["layers"])
+    return Extraction(
+        info=info,
+        views=results,
+        control=None,
+        network=data.get("network") or {},
+        geometry=geometry,
+        timings=data.get("timings") or {},
+        training=data.get("training"),
+        source=data,
+    )
 
 
 # what an extraction keeps of a checkpoint's training metrics: the curve, its spikes, the kept step

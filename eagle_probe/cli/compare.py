@@ -44,6 +44,13 @@ def add_compare(parser: Parser) -> None:
         help="the algorithm is also run for this many times the network's layers (4; at most "
         "1000; feature layout)",
     )
+    parser.add_argument(
+        "--extraction",
+        default=None,
+        metavar="PATH",
+        help="read the steps from this extraction of the model (extraction.json, or the folder "
+        "`extract --out` wrote) instead of extracting again",
+    )
     add_seed(parser, 0, "every prompt drawn")
     add_force(parser)
 
@@ -76,9 +83,41 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         sensitivity_prompts=min(32, args.prompts),
     )
+    given = None if args.extraction is None else read_extraction(args.extraction, args.model, model)
     tmp = claim_dir(args, out)
-    result = compare(model, task, cfg)
+    result = compare(model, task, cfg, extraction=given)
     result.json["model"]["checkpoint"] = str(args.model)
     result.json["model"]["sha256"] = checkpoint.sha256(args.model)
     publish_results(args, out, tmp, "compare", result, compare_figures, start)
     return 0
+
+
+def read_extraction(path: str, checkpoint_path: str, model):
+    """The extraction at `path` (extraction.json or the folder holding it), read back for
+    `model` (`extract.load_extraction`); it must be of this very checkpoint where it records one
+    (the sha256 `extract --out` writes)."""
+    import json
+    from pathlib import Path
+
+    from eagle_probe import checkpoint
+    from eagle_probe.extract import load_extraction
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "extraction.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EagleProbeError(f"--extraction: no file {file}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise EagleProbeError(f"--extraction: {file} is not readable JSON ({err})") from None
+    recorded = (data.get("model") or {}).get("sha256") if isinstance(data, dict) else None
+    if recorded is not None and recorded != checkpoint.sha256(checkpoint_path):
+        raise EagleProbeError(
+            f"--extraction: {file} is an extraction of another checkpoint (sha256 "
+            f"{recorded[:12]}…), not of {checkpoint_path}"
+        )
+    try:
+        return load_extraction(data, model)
+    except EagleProbeError as err:
+        raise EagleProbeError(f"--extraction: {file}: {err}") from None
