@@ -74,7 +74,7 @@ from eagle_probe.errors import EagleProbeError
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
 from eagle_probe.names import MAX_MORE_STEPS
-from eagle_probe.progress import timed
+from eagle_probe.progress import Progress, timed
 from eagle_probe.tasks import TaskConfig, make_generator, sample
 
 SCHEMA = "eagle-probe compare"
@@ -555,7 +555,9 @@ def iteration_map(
     return out
 
 
-def _default_extraction(model: LinearTransformer, task: TaskConfig, cfg: CompareConfig):
+def _default_extraction(
+    model: LinearTransformer, task: TaskConfig, cfg: CompareConfig, progress: Progress | None = None
+):
     """The extraction `compare` reads when none is given: the views its scorer needs."""
     from eagle_probe.extract import extract
 
@@ -567,6 +569,7 @@ def _default_extraction(model: LinearTransformer, task: TaskConfig, cfg: Compare
         seed=cfg.seed,
         test_batch=1024,
         tuning_batch=256,
+        progress=progress,
     )
 
 
@@ -720,11 +723,13 @@ def compare(
     *,
     values: dict[str, tuple[float, ...]] | None = None,
     extraction=None,
+    progress: Progress | None = None,
 ) -> Comparison:
     """Score the network beside its extracted algorithm, the same run longer, B A⁺ C and the
     classical baselines on sweeps of the prompt distribution (module text). `values` replaces
     the default sweep values (`default_values`); `extraction` an extraction of this model with
-    at least the views eagle, fidelity, projection and optimum."""
+    at least the views eagle, fidelity, projection and optimum; `progress` reports the
+    extraction's stages and the sweeps."""
     from eagle_probe.files import jsonable
     from eagle_probe.layouts import state_products
 
@@ -733,7 +738,7 @@ def compare(
     timings: dict[str, float] = {}
     with timed(timings, "extract"):
         if extraction is None:
-            extraction = _default_extraction(model, task, cfg)
+            extraction = _default_extraction(model, task, cfg, progress)
     scorer = _Scorer(model, extraction, cfg)
     geo = scorer.geo
     grid = default_values(task) if values is None else values
@@ -750,7 +755,8 @@ def compare(
 
     sweeps_json: dict[str, Any] = {}
     tables: dict[str, pd.DataFrame] = {}
-    for sweep in cfg.sweeps:
+    order = cfg.sweeps if progress is None else progress(cfg.sweeps, "sweeps")
+    for sweep in order:
         if sweep in skipped:
             continue
         if sweep not in grid:

@@ -51,6 +51,7 @@ def add_compare(parser: Parser) -> None:
         help="read the steps from this extraction of the model (extraction.json, or the folder "
         "`extract --out` wrote) instead of extracting again",
     )
+    parser.add_argument("--no-progress", action="store_true", help="hide progress reports")
     add_seed(parser, 0, "every prompt drawn")
     add_force(parser)
 
@@ -85,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     )
     given = None if args.extraction is None else read_extraction(args.extraction, args.model, model)
     tmp = claim_dir(args, out)
-    result = compare(model, task, cfg, extraction=given)
+    from eagle_probe.progress import reporter
+
+    progress = None if args.no_progress else reporter()
+    result = compare(model, task, cfg, extraction=given, progress=progress)
     result.json["model"]["checkpoint"] = str(args.model)
     result.json["model"]["sha256"] = checkpoint.sha256(args.model)
     publish_results(args, out, tmp, "compare", result, compare_figures, start)
