@@ -29,7 +29,15 @@ import numpy as np
 import pandas as pd
 
 from eagle_probe import drawing as draw
-from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
+from eagle_probe.fit.base import (
+    VIEW_FLOPS,
+    Context,
+    Extraction,
+    Figures,
+    ViewResult,
+    layer_flops,
+    register,
+)
 from eagle_probe.wording import number
 
 BLOCKS = ("A", "B", "C", "D", "all")
@@ -73,11 +81,11 @@ def algorithm_from(geo, Z: np.ndarray, layer: int, steps, z0: np.ndarray) -> np.
     return geo.readout_of(Z, z0)
 
 
-def network_from(ctx: Context, z0, stream, layer: int, state, mask) -> np.ndarray:
+def network_from(ctx: Context, z0, stream, layer: int, state, mask, hooks=True) -> np.ndarray:
     """The network's prediction with its stream entering `layer` replaced by `state` where `mask`
-    holds: the model itself through its hooks (`Context.patched`), else the products' NumPy
-    forward."""
-    if ctx.patched is not None:
+    holds: the model itself through its hooks (`Context.patched`) where there is one and `hooks`,
+    else the products' NumPy forward from that layer on."""
+    if hooks and ctx.patched is not None:
         return ctx.patched(z0, layer, state, mask)
     geo = ctx.geometry
     Z = np.where(mask, state, stream[layer])
@@ -87,12 +95,43 @@ def network_from(ctx: Context, z0, stream, layer: int, state, mask) -> np.ndarra
     return geo.readout_of(Z, z0)
 
 
-def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.DataFrame:
-    """One row per interior layer, block and direction: carried, the swapped output's MSE to the
-    truth, and the network's and the algorithm's own MSE on the same prompts."""
-    geo = ctx.geometry
+def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[int]]:
+    """What the view can afford within the views' budget (`fit.base.VIEW_FLOPS`): (prompts,
+    through the model's hooks, blocks, interior layers). In order of giving up: the hooks (a full
+    forward per swap) for the NumPy forward from the swapped layer on, then the single blocks for
+    the whole state, then interior layers (evenly spread, at least one); never fewer prompts than
+    the floor. Paper-sized models get everything."""
     L = ctx.qk.shape[0]
-    held, pred = ctx.scoring(2 * len(BLOCKS) * L * L, limit=prompts)
+    interior = list(range(1, L))
+    per_swap = 2 * len(DIRECTIONS)  # a swap and its skip, both directions
+    hooked = per_swap * len(BLOCKS) * len(interior) * L  # layer passes per prompt
+    held, _ = ctx.scoring(hooked, limit=prompts)
+    k = held.prompts
+    budget = VIEW_FLOPS / (k * layer_flops(ctx.geometry))  # layer passes the budget allows
+    if hooked <= budget:
+        return k, ctx.patched is not None, BLOCKS, interior
+    after = {layer: L - layer for layer in interior}  # layers run after a NumPy swap
+
+    def cost(blocks, layers):
+        return per_swap * len(blocks) * sum(after[layer] for layer in layers)
+
+    blocks = BLOCKS if cost(BLOCKS, interior) <= budget else ("all",)
+    layers = interior
+    while len(layers) > 1 and cost(blocks, layers) > budget:
+        keep = len(layers) - 1
+        layers = sorted(
+            {interior[round(i * (len(interior) - 1) / max(keep - 1, 1))] for i in range(keep)}
+        )
+    return k, False, blocks, layers
+
+
+def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.DataFrame:
+    """One row per interior layer, block and direction the budget affords (`plan`): carried, the
+    swapped output's MSE to the truth, and the network's and the algorithm's own MSE on the same
+    prompts."""
+    geo = ctx.geometry
+    k, hooks, blocks, layers = plan(ctx, prompts)
+    held, pred = ctx.held_out.first(k), ctx.network_pred[:k]
     z0 = held.z0
     stream = geo.stream(z0, ctx.qk, ctx.vp)  # the network's states (internal units)
     if not np.isfinite(pred).all():  # the untrained control is not scored: its forward here
@@ -103,15 +142,15 @@ def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.Da
     algo_pred = geo.readout_of(algo[-1], z0)
     own = {"network_mse": held.mse(pred), "algorithm_mse": held.mse(algo_pred)}
     rows = []
-    for layer in range(1, L):
-        for block in BLOCKS:
+    for layer in layers:
+        for block in blocks:
             mask = where(geo, stream.shape[-2:], block)
             for direction in DIRECTIONS:
                 if direction == "algorithm_into_network":
                     into, source, reference = stream, algo, pred
 
                     def run(state, layer=layer, mask=mask):
-                        return network_from(ctx, z0, stream, layer, state, mask)
+                        return network_from(ctx, z0, stream, layer, state, mask, hooks)
                 else:
                     into, source, reference = algo, stream, algo_pred
 
@@ -130,6 +169,7 @@ def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.Da
                         "skipped_mse": held.mse(skipped),
                         **own,
                         "prompts": held.prompts,
+                        "hooks": hooks,
                     }
                 )
     return pd.DataFrame(rows)
@@ -165,14 +205,20 @@ def text(ex: Extraction) -> list[str]:
     for lay in j["layers"]:
         into = lay["algorithm_into_network"]
         back = lay["network_into_algorithm"]
-        each = ", ".join(f"{b} {share(into[b])}" for b in BLOCKS[:-1])
-        parts.append(
-            f"L{lay['layer']} all {share(into['all'])} ({each}; back {share(back['all'])})"
-        )
+        each = "".join(f"{b} {share(into[b])}, " for b in BLOCKS[:-1] if b in into)
+        each = f"{each[:-2]}; " if each else ""
+        parts.append(f"L{lay['layer']} all {share(into['all'])} ({each}back {share(back['all'])})")
     least = j["summary"]["algorithm_into_network"]
+    scored = len(j["layers"])
+    fewer = (
+        f", {scored} of {j['interior_layers']} interior layers within the views' budget"
+        if scored < j.get("interior_layers", scored)
+        else ""
+    )
     head = (
         f"interchange (the {j['family']} state after l steps swapped into the network entering "
-        f"layer l, {j['prompts']} held-out prompts): share of the network's output it carries"
+        f"layer l, {j['prompts']} held-out prompts{fewer}): share of the network's output it "
+        "carries"
     )
     lines = [f"{head}: " + "; ".join(parts)]
     if least is not None:
@@ -239,7 +285,7 @@ def caption(ex: Extraction) -> str:
         "Each cell swaps one block of the stream entering a layer (or all of it) for the other "
         "side's state on the same prompts and runs the rest: 1 means the rest answers as it does "
         "from its own state, 0 no better than from the untouched prompt; a dash marks a block "
-        f"the earlier layers leave unchanged.{here}"
+        f"the earlier layers leave unchanged or one not scored within the views' budget.{here}"
     )
 
 
@@ -253,12 +299,13 @@ def causal_view(ctx: Context) -> ViewResult:
         return ViewResult("causal", {"layers": [], "note": note, "family": family})
     table = interchange(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
     layers = []
+    blocks = tuple(dict.fromkeys(table.block))
     for layer, part in table.groupby("layer"):
         entry = {"layer": int(layer)}
         for direction in DIRECTIONS:
             sub = part[part.direction == direction].set_index("block")
-            entry[direction] = {b: float(sub.loc[b, "carried"]) for b in BLOCKS}
-            entry[f"{direction}_mse"] = {b: float(sub.loc[b, "swapped_mse"]) for b in BLOCKS}
+            entry[direction] = {b: float(sub.loc[b, "carried"]) for b in blocks}
+            entry[f"{direction}_mse"] = {b: float(sub.loc[b, "swapped_mse"]) for b in blocks}
         layers.append(entry)
     first = table.iloc[0]
     return ViewResult(
@@ -266,7 +313,9 @@ def causal_view(ctx: Context) -> ViewResult:
         {
             "family": family,
             "prompts": int(first.prompts),
-            "forward": "model hooks" if ctx.patched is not None else "NumPy products",
+            "forward": "model hooks" if bool(first.hooks) else "NumPy products",
+            "blocks": list(blocks),
+            "interior_layers": ctx.qk.shape[0] - 1,
             "network_mse": float(first.network_mse),
             "algorithm_mse": float(first.algorithm_mse),
             "layers": layers,

@@ -83,3 +83,19 @@ def test_the_share_is_one_for_the_reference_zero_for_the_skip_and_undefined_with
     # a skip that blows up is held at predicting zero: a swap no better than zero scores 0
     assert causal.carried(np.zeros_like(ref), 1e6 * skip, ref) == pytest.approx(0.0, abs=RTOL)
     assert causal.share(float("nan")) == "none" and causal.share(0.99962) == "0.9996"
+
+
+def test_a_model_beyond_the_budget_gives_up_hooks_then_blocks_then_layers(distributed, monkeypatch):
+    _, ctx = distributed
+    full = causal.plan(ctx, 256)
+    assert full[1] and full[2] == causal.BLOCKS and full[3] == [1, 2]
+    per_prompt = causal.layer_flops(ctx.geometry) * ctx.held_out.prompts
+    monkeypatch.setattr(causal, "VIEW_FLOPS", 100 * per_prompt)  # 100 layer passes a prompt
+    k, hooks, blocks, layers = causal.plan(ctx, 256)
+    assert not hooks and blocks == causal.BLOCKS and layers == [1, 2]  # 4 × 5 × (2 + 1) = 60
+    monkeypatch.setattr(causal, "VIEW_FLOPS", 10 * per_prompt)
+    assert causal.plan(ctx, 256)[1:] == (False, ("all",), [1])  # 4 × 1 × 2 = 8 ≤ 10 < 12
+    steps = fit_steps(ctx.cap, ctx.geometry)
+    view = causal.interchange(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
+    assert set(view.block) == {"all"} and set(view.layer) == {1} and not view.hooks.any()
+    assert (view.carried >= 1 - RTOL).all()
