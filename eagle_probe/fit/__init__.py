@@ -50,7 +50,7 @@ if missing:
 
 # the order of the views' paragraphs in the text report and of their figures on the page (the
 # cost of the projection before the optimum; the weights first), not the run order
-TEXT_ORDER = ("projection", "optimum", "algorithm1", "terms", "weights")
+TEXT_ORDER = ("projection", "optimum", "causal", "algorithm1", "terms", "weights")
 FIGURE_ORDER = (
     "weights",
     "communication",

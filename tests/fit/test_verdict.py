@@ -89,7 +89,13 @@ def test_the_page_opens_its_verdict_with_the_headline(best_step):
     from eagle_probe.report import render_html
 
     page = render_html(best_step, "m.pt", {})
-    assert f'<p class="headline"><strong>{html.escape(best_step.verdict["headline"])}' in page
+    v = best_step.verdict  # the headline's label and confidence, then the numbers they rest on
+    first = f"Verdict: {v['label']}, confidence {v['confidence']}"
+    assert f'<p class="headline"><strong>{html.escape(first)}</strong></p>' in page
+    assert f'<p class="reasons">{html.escape("; ".join(v["reasons"]))}</p>' in page
+    assert v["headline"] == f"{v['label']}, confidence {v['confidence']}: " + "; ".join(
+        v["reasons"]
+    )
     assert "1 layer × 1 head," in page
 
 

@@ -353,7 +353,17 @@ def test_the_latch_raises_the_first_stop_and_holds_the_rest():
     from eagle_probe.errors import Terminated
 
     # signal.raise_signal runs the handler before it returns (kill() to the process may be taken
-    # by another thread, and the handler then runs at some later bytecode: a race on a busy CPU)
+    # by another thread, and the handler then runs at some later bytecode: a race on a busy CPU).
+    # Under nohup SIGHUP arrives ignored, and the latch leaves an ignored signal alone: the test
+    # starts from the default disposition
+    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        _latch_rounds(first_stop_only, Terminated)
+    finally:
+        signal.signal(signal.SIGHUP, hup)
+
+
+def _latch_rounds(first_stop_only, Terminated):
     before = signal.getsignal(signal.SIGTERM)
     with first_stop_only() as latch:
         with pytest.raises(Terminated):
