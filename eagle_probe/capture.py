@@ -261,8 +261,9 @@ def patched_predict(
     entering `layer` replaced by `state` where `where` holds: an interchange intervention through
     TransformerLens `run_with_hooks` on `blocks.{layer}.hook_resid_pre` (`layer` = n_layers: on
     the last layer's `hook_resid_post`, the stream the readout reads). `state` (b, T, E) and
-    `where` (T, E) are in block orientation, the state in internal units (the prompt divided by
-    its scale, as `capture` records the stream); the model runs in its own dtype."""
+    `where` (T, E), or one mask per prompt (b, T, E), are in block orientation, the state in
+    internal units (the prompt divided by its scale, as `capture` records the stream); the model
+    runs in its own dtype."""
     cfg = model.cfg
     L = cfg.n_layers
     if not 0 <= layer <= L:
@@ -274,9 +275,10 @@ def patched_predict(
     for start in range(0, z0.shape[0], chunk):
         sl = slice(start, start + chunk)
         source = into_stream(cfg, torch.from_numpy(state[sl]).to(device, dtype))
+        here = mask[sl] if mask.dim() == 3 else mask
 
-        def patch(t: torch.Tensor, hook, source=source) -> torch.Tensor:
-            return torch.where(mask, source, t)
+        def patch(t: torch.Tensor, hook, source=source, here=here) -> torch.Tensor:
+            return torch.where(here, source, t)
 
         z = torch.from_numpy(z0[sl]).to(device, dtype)
         out.append(model.run_with_hooks(z, fwd_hooks=[(name, patch)]).cpu().numpy())

@@ -73,26 +73,31 @@ def carried(swapped: np.ndarray, skipped: np.ndarray, reference: np.ndarray) -> 
 
 
 def algorithm_from(geo, Z: np.ndarray, layer: int, steps, z0: np.ndarray) -> np.ndarray:
-    """The family's prediction from a state Z entering step `layer` (its remaining steps)."""
+    """The family's predictions from states Z (V · b, T, E) entering step `layer` (its remaining
+    steps), V variants of the b prompts z0 one after another: (V · b, d', n')."""
     a_steps, c_steps = steps
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(layer, len(a_steps)):
             Z = geo.eagle_step(Z, k, a_steps[k], c_steps[k])
-    return geo.readout_of(Z, z0)
+    b = z0.shape[0]
+    return np.concatenate([geo.readout_of(Z[i : i + b], z0) for i in range(0, len(Z), b)])
 
 
-def network_from(ctx: Context, z0, stream, layer: int, state, mask, hooks=True) -> np.ndarray:
-    """The network's prediction with its stream entering `layer` replaced by `state` where `mask`
-    holds: the model itself through its hooks (`Context.patched`) where there is one and `hooks`,
-    else the products' NumPy forward from that layer on."""
+def network_from(ctx: Context, z0, base, layer: int, state, mask, hooks=True) -> np.ndarray:
+    """The network's predictions with its stream entering `layer` (`base`, (V · b, T, E): V
+    variants of the b prompts z0) replaced by `state` where `mask` (V · b, T, E) holds: the model
+    itself through its hooks (`Context.patched`) where there is one and `hooks`, else the
+    products' NumPy forward from that layer on. (V · b, d', n')."""
+    reps = len(state) // z0.shape[0]
     if hooks and ctx.patched is not None:
-        return ctx.patched(z0, layer, state, mask)
+        return ctx.patched(np.concatenate([z0] * reps), layer, state, mask)
     geo = ctx.geometry
-    Z = np.where(mask, state, stream[layer])
+    Z = np.where(mask, state, base)
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(layer, ctx.qk.shape[0]):
             Z = geo.layer(Z, ctx.qk[k], ctx.vp[k])
-    return geo.readout_of(Z, z0)
+    b = z0.shape[0]
+    return np.concatenate([geo.readout_of(Z[i : i + b], z0) for i in range(0, len(Z), b)])
 
 
 def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[int]]:
@@ -142,23 +147,27 @@ def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.Da
     algo_pred = geo.readout_of(algo[-1], z0)
     own = {"network_mse": held.mse(pred), "algorithm_mse": held.mse(algo_pred)}
     rows = []
+    masks = [where(geo, stream.shape[-2:], block) for block in blocks]
     for layer in layers:
-        for block in blocks:
-            mask = where(geo, stream.shape[-2:], block)
-            for direction in DIRECTIONS:
-                if direction == "algorithm_into_network":
-                    into, source, reference = stream, algo, pred
-
-                    def run(state, layer=layer, mask=mask):
-                        return network_from(ctx, z0, stream, layer, state, mask, hooks)
-                else:
-                    into, source, reference = algo, stream, algo_pred
-
-                    def run(state, layer=layer):
-                        return algorithm_from(geo, state, layer, steps, z0)
-
-                swapped = run(np.where(mask, source[layer], into[layer]))
-                skipped = run(np.where(mask, into[0], into[layer]))
+        for direction in DIRECTIONS:
+            if direction == "algorithm_into_network":
+                into, source, reference = stream, algo, pred
+            else:
+                into, source, reference = algo, stream, algo_pred
+            # every block's swap and skip in one run: 2 V variants of the k prompts
+            states = [np.where(m, x, into[layer]) for m in masks for x in (source[layer], into[0])]
+            variants = np.concatenate(states)
+            mask = np.concatenate(
+                [np.broadcast_to(m, into[layer].shape) for m in masks for _ in "xy"]
+            )
+            if direction == "algorithm_into_network":
+                base = np.concatenate([into[layer]] * len(states))
+                out = network_from(ctx, z0, base, layer, variants, mask, hooks)
+            else:
+                out = algorithm_from(geo, variants, layer, steps, z0)
+            out = out.reshape(len(states), k, *out.shape[1:])
+            for i, block in enumerate(blocks):
+                swapped, skipped = out[2 * i], out[2 * i + 1]
                 rows.append(
                     {
                         "layer": layer,

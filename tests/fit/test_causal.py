@@ -55,10 +55,20 @@ def test_a_swap_through_the_hooks_is_the_swap_of_the_numpy_forward(distributed):
         mask = causal.where(geo, stream.shape[-2:], block)
         hooked = patched_predict(model, z0, 2, other, mask)
         numpy = causal.network_from(
-            dataclasses.replace(ctx, patched=None), z0, stream, 2, other, mask
+            dataclasses.replace(ctx, patched=None), z0, stream[2], 2, other, mask
         )
         assert_close(hooked, numpy)
         assert not np.allclose(hooked, geo.readout_of(stream[-1], z0), rtol=1e-6)
+    # every block at once, one mask per prompt: the same as one block at a time
+    masks = [causal.where(geo, stream.shape[-2:], block) for block in causal.BLOCKS]
+    stacked = np.concatenate([np.broadcast_to(m, other.shape) for m in masks])
+    together = patched_predict(
+        model, np.concatenate([z0] * 5), 2, np.concatenate([other] * 5), stacked
+    )
+    for i, m in enumerate(masks):
+        assert_close(
+            together[i * len(z0) : (i + 1) * len(z0)], patched_predict(model, z0, 2, other, m)
+        )
 
 
 def test_a_family_with_the_wrong_steps_does_not_carry_the_output(distributed):
