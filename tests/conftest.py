@@ -23,23 +23,6 @@ else:
     torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
-# The files that take longest on one worker (minutes of notebooks, documentation blocks, training
-# subprocesses) are handed out first: `--dist loadfile` gives whole files to the two workers in
-# collection order, and a long file started last would run on alone while the other worker waits.
-LONGEST_FIRST = (
-    "tests/test_notebooks.py",
-    "tests/test_docs.py",
-    "tests/test_dist.py",
-    "tests/test_sweep.py",
-    "tests/test_plan.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    first = {path: rank for rank, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))  # stable
-
-
 # --- tolerances (docs/testing.md, "Tolerances that hold on any CPU") ----------------------------
 # BLAS kernels differ between CPUs (Intel, AMD, ARM) and thread counts: the same float64 product
 # differs in its last bits, a float32 forward in its last digits. A comparison of such results,
