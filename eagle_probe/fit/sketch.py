@@ -67,8 +67,7 @@ def head_sketch(qk_head: np.ndarray, vp_head: np.ndarray, n: int) -> dict[str, f
 
 def layer_span(qk_layer: np.ndarray, n: int) -> int:
     """Rank of the heads' W_QK A-block ranges together, qk_layer (h, E, E)."""
-    total = sum(head_range(W, n) for W in qk_layer)  # (n, n)  Σ_h P_h, PSD
-    return numerical_rank(np.linalg.eigvalsh(total)[::-1])
+    return layer_basis(qk_layer, n).shape[1]
 
 
 def layer_basis(qk_layer: np.ndarray, n: int) -> np.ndarray:
