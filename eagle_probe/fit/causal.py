@@ -38,7 +38,7 @@ from eagle_probe.fit.base import (
     layer_flops,
     register,
 )
-from eagle_probe.wording import number
+from eagle_probe.wording import number, value
 
 BLOCKS = ("A", "B", "C", "D", "all")
 PROMPTS = 256
@@ -79,6 +79,12 @@ def algorithm_from(geo, Z: np.ndarray, layer: int, steps, z0: np.ndarray) -> np.
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(layer, len(a_steps)):
             Z = geo.eagle_step(Z, k, a_steps[k], c_steps[k])
+    return _read_out(geo, Z, z0)
+
+
+def _read_out(geo, Z: np.ndarray, z0: np.ndarray) -> np.ndarray:
+    """Predictions (V · b, d', n') of final streams Z (V · b, T, E), V variants of the b prompts
+    z0: each variant read out with the prompts' own scales."""
     b = z0.shape[0]
     return np.concatenate([geo.readout_of(Z[i : i + b], z0) for i in range(0, len(Z), b)])
 
@@ -96,8 +102,7 @@ def network_from(ctx: Context, z0, base, layer: int, state, mask, hooks=True) ->
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(layer, ctx.qk.shape[0]):
             Z = geo.layer(Z, ctx.qk[k], ctx.vp[k])
-    b = z0.shape[0]
-    return np.concatenate([geo.readout_of(Z[i : i + b], z0) for i in range(0, len(Z), b)])
+    return _read_out(geo, Z, z0)
 
 
 def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[int]]:
@@ -121,12 +126,11 @@ def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[i
         return per_swap * len(blocks) * sum(after[layer] for layer in layers)
 
     blocks = BLOCKS if cost(BLOCKS, interior) <= budget else ("all",)
-    layers = interior
-    while len(layers) > 1 and cost(blocks, layers) > budget:
-        keep = len(layers) - 1
-        layers = sorted(
-            {interior[round(i * (len(interior) - 1) / max(keep - 1, 1))] for i in range(keep)}
-        )
+    for keep in range(len(interior), 0, -1):  # the most evenly spread layers that fit
+        spread = np.linspace(0, len(interior) - 1, keep).round().astype(int)
+        layers = sorted({interior[i] for i in spread})
+        if cost(blocks, layers) <= budget:
+            break
     return k, False, blocks, layers
 
 
@@ -158,7 +162,7 @@ def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.Da
             states = [np.where(m, x, into[layer]) for m in masks for x in (source[layer], into[0])]
             variants = np.concatenate(states)
             mask = np.concatenate(
-                [np.broadcast_to(m, into[layer].shape) for m in masks for _ in "xy"]
+                [np.broadcast_to(m, into[layer].shape) for m in masks for _ in range(2)]
             )
             if direction == "algorithm_into_network":
                 base = np.concatenate([into[layer]] * len(states))
@@ -198,12 +202,12 @@ def _summary(table: pd.DataFrame) -> dict:
     return out
 
 
-def share(x: float) -> str:
-    """A carried share for a sentence: four decimals (0.9996 is not 1), "none" where it has no
-    score, `number` far below 0."""
+def share(x: float, digits: int = 4) -> str:
+    """A carried share for a sentence or a figure cell: `digits` decimals (0.9996 is not 1), never
+    a signed zero, "none" where it has no score, `number` far below 0."""
     if not np.isfinite(x):
         return "none"
-    return f"{x + 0.0:.4f}" if x > -10 else number(x)
+    return value(x, f".{digits}f") if x > -10 else number(x)
 
 
 def text(ex: Extraction) -> list[str]:
@@ -268,7 +272,7 @@ def figures(ex: Extraction) -> Figures:
         for r in part.itertuples():
             grid[layers.index(r.layer), BLOCKS.index(r.block)] = r.carried
         texts = [
-            ((i, k), "—" if not np.isfinite(grid[i, k]) else f"{grid[i, k]:.3f}")
+            ((i, k), "—" if not np.isfinite(grid[i, k]) else share(grid[i, k], 3))
             for i in range(len(layers))
             for k in range(len(BLOCKS))
         ]
@@ -277,7 +281,7 @@ def figures(ex: Extraction) -> Figures:
         ax.set_xlabel("block swapped")
         ax.set_title(titles[direction], fontsize=9)
     draw.layer_axis(axes[0], layers, axis="y")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="share of the output carried (0 to 1)")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="share of the output carried (below 0: white)")
     fig.suptitle(
         f"Interchange: the fitted {draw.family_word(ex)} and the network, state for state",
         fontsize=10,

@@ -93,6 +93,7 @@ def test_the_share_is_one_for_the_reference_zero_for_the_skip_and_undefined_with
     # a skip that blows up is held at predicting zero: a swap no better than zero scores 0
     assert causal.carried(np.zeros_like(ref), 1e6 * skip, ref) == pytest.approx(0.0, abs=RTOL)
     assert causal.share(float("nan")) == "none" and causal.share(0.99962) == "0.9996"
+    assert causal.share(-4e-5) == "0.0000" and causal.share(-2183.46) == "-2.18e+03"  # no "-0"
 
 
 def test_a_model_beyond_the_budget_gives_up_hooks_then_blocks_then_layers(distributed, monkeypatch):
