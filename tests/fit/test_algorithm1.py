@@ -254,9 +254,21 @@ def test_the_planted_extraction_reports_its_prompts_constants_and_network_ratio(
     ]
     assert g["mse"] == pytest.approx(held.mse(np.stack(pred)), rel=RTOL)
     assert v["network_mse"] == pytest.approx(held.mse(ex.network_pred[: held.prompts]), rel=RTOL)
+    # beside each mean, the median (the lower middle one) and the mean without the worst 0.1% of
+    # prompts (here the one worst of fewer than 2,000): network over algorithm on both means
+    errors = np.mean((np.stack(pred) - held.D) ** 2, axis=(-2, -1))
+    net = np.mean((ex.network_pred[: held.prompts] - held.D) ** 2, axis=(-2, -1))
+    assert held.prompts < 2000
+    assert g["median_mse"] == pytest.approx(np.sort(errors)[(held.prompts - 1) // 2], rel=RTOL)
+    assert g["trimmed_mse"] == pytest.approx(np.sort(errors)[:-1].mean(), rel=RTOL)
+    assert v["network_trimmed_mse"] == pytest.approx(np.sort(net)[:-1].mean(), rel=RTOL)
+    assert g["network_over_algorithm_trimmed"] == pytest.approx(
+        np.sort(net)[:-1].mean() / np.sort(errors)[:-1].mean(), rel=RTOL
+    )
     text = ex.render()
     assert "Algorithm 1 as the paper writes it" in text
     assert "two constants" in text and "per layer" in text
+    assert "trimmed: without the worst 0.1% of prompts" in text
 
 
 def test_a_zero_a_block_takes_no_step_and_stays_finite():
