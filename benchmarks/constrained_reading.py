@@ -30,7 +30,9 @@ from the one-step constants of view `algorithm1`, the paper's (η, γ) = (1, 1.9
 random ones; the fit with the lowest 0.1%-trimmed MSE on a validation draw is kept; it is
 scored on `--draws` fresh draws of `--held-out` prompts beside the network on the same prompts:
 mean, median and trimmed MSE, and network / family on each (below 1: the network is better
-than the family's best).
+than the family's best). For Algorithm 1 itself (the scores' sketch as the values') it also
+prints the relative one-step gaps of the fitted steps on the network's own layers
+(`fit.algorithm1.score`: ‖Z_{l+1} − step(Z_l)‖² / ‖Z_{l+1} − Z_l‖², probe prompts).
 """
 
 from __future__ import annotations
@@ -172,6 +174,10 @@ def reading(path: str, args) -> dict:
         starts.append((list(np.exp(rng.uniform(np.log(0.05), np.log(2.0), L))),
                        list(np.exp(rng.uniform(np.log(0.05), np.log(4.0), L)))))  # fmt: skip
     tune, valid = ctx.tuning, ctx.validation
+    # this file's run with the scores' sketch as the values' is the view's Algorithm 1 exactly
+    want = algorithm1.predict(tune.z0, geo, one["eta"], one["gamma"])
+    got = run(tune.z0, geo, geo.projector, geo.projector, one["eta"], one["gamma"])
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max()), "not Algorithm 1"
     Pv = value_sketches(geo, ctx.vp, rank)
     families = {"sketched, two constants": (geo.projector, geo.projector, True)}
     for name, P in Pv.items():
@@ -183,6 +189,10 @@ def reading(path: str, args) -> dict:
     for name, (Pq, P, tied) in families.items():
         t = time.perf_counter()
         fitted[name] = fit_family(geo, tune, valid, Pq, P, starts, tied)
+        if P is geo.projector and fitted[name]:  # Algorithm 1 itself: its steps on each layer
+            f = fitted[name]
+            lays = algorithm1.score(ctx.cap, geo, f["etas"], f["gammas"])
+            f["one_step_relative"] = [lay["one_step"]["relative"] for lay in lays]
         print(f"{name}: fitted in {time.perf_counter() - t:.0f} s", flush=True)
     # the extraction's own family, constant steps, the optimum view's fit from its starts
     proj = ctx.results["projection"].json["layers"]
@@ -224,6 +234,8 @@ def reading(path: str, args) -> dict:
                 + ", —; γ "
                 + ", ".join(f"{x:.3g}" for x in steps["gammas"])
             )
+        if steps and "one_step_relative" in steps:
+            text += "; one-step gaps " + ", ".join(f"{x:.2g}" for x in steps["one_step_relative"])
         print(f"{name:34s} {span(stats['trimmed_mse']):>20s} {span(stats['median_mse']):>20s} "
               f"{span(ratios['trimmed_mse']):>16s} {span(ratios['median_mse']):>15s} "
               f"{span(ratios['mse']):>15s}  {text}")  # fmt: skip
