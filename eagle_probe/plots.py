@@ -152,16 +152,19 @@ def training_curve(training: dict[str, Any]) -> Figure:
     for key, label, style in TRAINING_CURVES:
         if key in history and np.isfinite(history[key].to_numpy(float)).any():
             ax.plot(history.step, draw.positive(history[key], 1e-12), label=label, **style)
-    spikes = [s for s in training.get("spikes") or [] if np.isfinite(s.get("loss", np.nan))]
-    if spikes:
-        steps = [s["step"] for s in spikes]
+    # a spike's loss is None where it was not finite (the checkpoint stores data as JSON does)
+    every = training.get("spikes") or []
+    spikes = [s for s in every if s.get("loss") is not None and np.isfinite(s["loss"])]
+    if every:
+        lost = len(every) - len(spikes)
         ax.plot(
-            steps,
+            [s["step"] for s in spikes],
             [s["loss"] for s in spikes],
             "x",
             color="C3",
             ms=4,
-            label=f"loss spikes, batch loss ({len(spikes)})",
+            label=f"loss spikes, batch loss ({len(spikes)}"
+            + (f"; {lost} not finite, not drawn)" if lost else ")"),
         )
     kept = training.get("best_step")
     if kept is not None:

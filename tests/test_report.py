@@ -390,3 +390,20 @@ def test_the_training_curve_comes_first_with_its_kept_step_and_spikes(extraction
     assert f"kept are step {record['best_step']}'s" in html.unescape(page)
     assert f"the {record['spike_count']} batches whose loss spiked" in page
     assert trained.to_json()["training"]["best_step"] == record["best_step"]
+
+
+def test_a_spike_whose_loss_was_not_finite_is_counted_not_drawn():
+    """Training stores a non-finite spike loss as None (data as JSON holds it): the curve draws
+    the finite spikes and says how many it left out, where it raised a TypeError before."""
+    from eagle_probe.plots import training_curve
+
+    record = {
+        "history": [{"step": s, "val_mse": 1.0 / s, "val_median": 0.5 / s} for s in (1, 2, 3)],
+        "spikes": [{"step": 2, "loss": 40.0}, {"step": 3, "loss": None}],
+        "best_step": 3,
+    }
+    fig = training_curve(record)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "loss spikes, batch loss (1; 1 not finite, not drawn)" in labels
+    marks = [line for line in fig.axes[0].lines if line.get_marker() == "x"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [2]
