@@ -41,11 +41,13 @@ by default are
 ("more" and the EAGLE half of the layer → iteration map have no GD++ counterpart and are left
 out; no solver is exported, so there is no export check.)
 
-Per point: the MSE of each, its MSE relative to the zero predictor's, the network–algorithm gap
-‖D_net − D_alg‖_F / ‖D_net‖_F (faithful and optimum), and the sensitivity cosine: for k Gaussian
-directions V in C (and in A) shared by both, the central differences ∂D̂[V] of the network and of
-the faithful algorithm, stacked per prompt, their cosine averaged over prompts (von Oswald et
-al.'s "model cos"; E[⟨J V, J' V⟩] = ⟨J, J'⟩_F, so it estimates the Jacobians' cosine).
+Per point: the MSE of each (the mean, and beside it the median and 0.1%-trimmed mean over the
+prompts, which one prompt cannot move), its MSE relative to the zero predictor's, the
+network–algorithm gap ‖D_net − D_alg‖_F / ‖D_net‖_F (faithful and optimum), and the sensitivity
+cosine: for k Gaussian directions V in C (and in A) shared by both, the central differences
+∂D̂[V] of the network and of the faithful algorithm, stacked per prompt, their cosine averaged
+over prompts (von Oswald et al.'s "model cos"; E[⟨J V, J' V⟩] = ⟨J, J'⟩_F, so it estimates the
+Jacobians' cosine).
 
 At the training distribution also: the interpolation path (1 − t) products_network + t
 products_family (the family planted with the faithful steps, `families.Family.products`), MSE
@@ -71,6 +73,7 @@ import torch
 
 from eagle_probe import names, wording
 from eagle_probe.errors import EagleProbeError
+from eagle_probe.evaluate import tails
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
 from eagle_probe.names import MAX_MORE_STEPS
@@ -590,6 +593,9 @@ def _sweep_point(
     preds = here.predictions(z0)
     zero = float(np.mean(D**2))
     mse = {k: _mse(v, D) for k, v in preds.items()}
+    # beside each mean, what one prompt cannot move: the median and the 0.1%-trimmed mean
+    with np.errstate(over="ignore", invalid="ignore"):
+        stats = {k: tails(np.mean((v - D) ** 2, axis=(-2, -1))) for k, v in preds.items()}
     sens = here.sensitivity(z0[: cfg.sensitivity_prompts], rng)
     norms_a = np.linalg.norm(z0[:, : scorer.geo.d, : here.n], ord=2, axis=(-2, -1))
     point = {
@@ -598,6 +604,8 @@ def _sweep_point(
         "norm_a": float(np.median(norms_a)),
         "zero_mse": zero,
         "mse": mse,
+        "median_mse": {k: v["median_mse"] for k, v in stats.items()},
+        "trimmed_mse": {k: v["trimmed_mse"] for k, v in stats.items()},
         "relative_mse": {k: v / zero if zero > 0 else math.inf for k, v in mse.items()},
         "gap": {
             k: _rel(preds[k], preds["network"])
@@ -609,6 +617,7 @@ def _sweep_point(
     row = (
         {"value": point["value"], "norm_a": point["norm_a"]}
         | {f"mse_{k}": v for k, v in mse.items()}
+        | {f"median_{k}": v for k, v in point["median_mse"].items()}
         | {"gap": point["gap"]["faithful"]}
         | {f"gap_{k}": v for k, v in point["gap"].items()}
         | {f"cos_{k}": v for k, v in sens.items()}

@@ -62,6 +62,13 @@ def test_planted_network_equals_its_algorithm_at_every_sweep_point(planted_compa
             # the faithful algorithm's MSE is the network's to round-off
             net, alg = point["mse"]["network"], point["mse"]["faithful"]
             assert abs(net - alg) <= RTOL * max(net, 1e-300), (name, point["value"])
+            # and so are the median and the trimmed mean beside it, each at most the mean's
+            # worst prompt and, for the trimmed mean of these few prompts, at most the mean
+            for key in ("median_mse", "trimmed_mse"):
+                net, alg = point[key]["network"], point[key]["faithful"]
+                assert abs(net - alg) <= RTOL * max(net, 1e-300), (name, key)
+                assert 0 <= net <= point["mse"]["network"] * point["prompts"]
+            assert point["trimmed_mse"]["network"] <= point["mse"]["network"] * (1 + 1e-12)
     assert result.json["interpolation"]["mse_relative_range"] <= RTOL
     assert max(result.json["interpolation"]["gap"]) <= RTOL
     assert result.json["export_check"]["relative_gap"] <= RTOL
