@@ -88,9 +88,10 @@ def main() -> None:
                     continue
                 for lay in j["layers"]:
                     into = lay["algorithm_into_network"]
-                    back = lay["network_into_algorithm"]
+                    back = lay.get("network_into_algorithm")  # not computed for the control
                     cells = " ".join(f"{b} {into[b]:.4f}" for b in into)
-                    print(f"  {who} L{lay['layer']}: into network {cells}; back {back['all']:.4f}")
+                    back = f"; back {back['all']:.4f}" if back else ""
+                    print(f"  {who} L{lay['layer']}: into network {cells}{back}")
             entry["causal"] = causal
         report["models"][path.name] = entry
         sys.stdout.flush()

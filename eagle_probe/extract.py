@@ -631,6 +631,7 @@ def _control(
         score=False,
         family=family,
     )
+    cctx = replace(cctx, is_control=True)
     run_views(cctx, control_views)
     return Control(cctx.results, tuple(gains))
 

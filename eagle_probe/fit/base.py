@@ -111,6 +111,10 @@ class Context:
     # intervention through TransformerLens hooks: `capture.patched_predict`, with the model bound):
     # patched(z0, layer, state, where) -> predictions (b, d', n'); None: the views' NumPy forward
     patched: Callable[..., np.ndarray] | None = None
+    # True for the untrained control's context (`extract.run_control`): a view may compute only
+    # what is read of the control (the verdict's gaps, the interchange test's least whole-state
+    # share)
+    is_control: bool = False
 
     @property
     def network_mse(self) -> float:

@@ -45,6 +45,9 @@ PROMPTS = 256
 # a skip that moves the output by less than this share of its energy: no score for that block
 DEFINED = 1e-12
 DIRECTIONS = ("algorithm_into_network", "network_into_algorithm")
+# what is read of the untrained control (`Context.is_control`): the whole state swapped into the
+# network, whose least share the text sets beside the model's
+CONTROL_READS = (("all",), ("algorithm_into_network",))
 
 
 def where(geo, shape: tuple[int, int], block: str) -> np.ndarray:
@@ -105,7 +108,12 @@ def network_from(ctx: Context, z0, base, layer: int, state, mask, hooks=True) ->
     return _read_out(geo, Z, z0)
 
 
-def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[int]]:
+def plan(
+    ctx: Context,
+    prompts: int,
+    blocks: tuple[str, ...] = BLOCKS,
+    directions: tuple[str, ...] = DIRECTIONS,
+) -> tuple[int, bool, tuple[str, ...], list[int]]:
     """What the view can afford within the views' budget (`fit.base.VIEW_FLOPS`): (prompts,
     through the model's hooks, blocks, interior layers). In order of giving up: the hooks (a full
     forward per swap) for the NumPy forward from the swapped layer on, then the single blocks for
@@ -113,19 +121,19 @@ def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[i
     the floor. Paper-sized models get everything."""
     L = ctx.qk.shape[0]
     interior = list(range(1, L))
-    per_swap = 2 * len(DIRECTIONS)  # a swap and its skip, both directions
-    hooked = per_swap * len(BLOCKS) * len(interior) * L  # layer passes per prompt
+    per_swap = 2 * len(directions)  # a swap and its skip, in each direction
+    hooked = per_swap * len(blocks) * len(interior) * L  # layer passes per prompt
     held, _ = ctx.scoring(hooked, limit=prompts)
     k = held.prompts
     budget = VIEW_FLOPS / (k * layer_flops(ctx.geometry))  # layer passes the budget allows
     if hooked <= budget:
-        return k, ctx.patched is not None, BLOCKS, interior
+        return k, ctx.patched is not None, blocks, interior
     after = {layer: L - layer for layer in interior}  # layers run after a NumPy swap
 
     def cost(blocks, layers):
         return per_swap * len(blocks) * sum(after[layer] for layer in layers)
 
-    blocks = BLOCKS if cost(BLOCKS, interior) <= budget else ("all",)
+    blocks = blocks if cost(blocks, interior) <= budget else ("all",)
     for keep in range(len(interior), 0, -1):  # the most evenly spread layers that fit
         spread = np.linspace(0, len(interior) - 1, keep).round().astype(int)
         layers = sorted({interior[i] for i in spread})
@@ -134,12 +142,19 @@ def plan(ctx: Context, prompts: int) -> tuple[int, bool, tuple[str, ...], list[i
     return k, False, blocks, layers
 
 
-def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.DataFrame:
-    """One row per interior layer, block and direction the budget affords (`plan`): carried, the
-    swapped output's MSE to the truth, and the network's and the algorithm's own MSE on the same
-    prompts."""
+def interchange(
+    ctx: Context,
+    a_steps,
+    c_steps,
+    prompts: int = PROMPTS,
+    blocks: tuple[str, ...] = BLOCKS,
+    directions: tuple[str, ...] = DIRECTIONS,
+) -> pd.DataFrame:
+    """One row per interior layer, block (of `blocks`) and direction (of `directions`) the budget
+    affords (`plan`): carried, the swapped output's MSE to the truth, and the network's and the
+    algorithm's own MSE on the same prompts."""
     geo = ctx.geometry
-    k, hooks, blocks, layers = plan(ctx, prompts)
+    k, hooks, blocks, layers = plan(ctx, prompts, blocks, directions)
     held, pred = ctx.held_out.first(k), ctx.network_pred[:k]
     z0 = held.z0
     stream = geo.stream(z0, ctx.qk, ctx.vp)  # the network's states (internal units)
@@ -153,7 +168,7 @@ def interchange(ctx: Context, a_steps, c_steps, prompts: int = PROMPTS) -> pd.Da
     rows = []
     masks = [where(geo, stream.shape[-2:], block) for block in blocks]
     for layer in layers:
-        for direction in DIRECTIONS:
+        for direction in directions:
             if direction == "algorithm_into_network":
                 into, source, reference = stream, algo, pred
             else:
@@ -310,12 +325,13 @@ def causal_view(ctx: Context) -> ViewResult:
     if ctx.qk.shape[0] < 2:
         note = "a one-layer model has no interior state to swap"
         return ViewResult("causal", {"layers": [], "note": note, "family": family})
-    table = interchange(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy())
+    reads = CONTROL_READS if ctx.is_control else (BLOCKS, DIRECTIONS)
+    table = interchange(ctx, steps.a_step.to_numpy(), steps.c_step.to_numpy(), PROMPTS, *reads)
     layers = []
     blocks = tuple(dict.fromkeys(table.block))
     for layer, part in table.groupby("layer"):
         entry = {"layer": int(layer)}
-        for direction in DIRECTIONS:
+        for direction in reads[1]:
             sub = part[part.direction == direction].set_index("block")
             entry[direction] = {b: float(sub.loc[b, "carried"]) for b in blocks}
             entry[f"{direction}_mse"] = {b: float(sub.loc[b, "swapped_mse"]) for b in blocks}

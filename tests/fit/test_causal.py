@@ -83,6 +83,30 @@ def test_a_family_with_the_wrong_steps_does_not_carry_the_output(distributed):
     assert (pick(wrong) < 0.99).all()
 
 
+def test_the_control_computes_only_what_is_read_of_it_and_the_same_numbers(distributed):
+    """On the untrained control's context (`Context.is_control`) the view swaps only the whole
+    state into the network, the one share the text reads of the control: the same numbers as the
+    full view's, and no other block or direction."""
+    _, ctx = distributed
+    ctx = dataclasses.replace(ctx, results={})
+    from eagle_probe.extract import run_views
+
+    run_views(ctx, ["eagle", "causal"])
+    full = ctx.results["causal"].json
+    control = dataclasses.replace(ctx, results={"eagle": ctx.results["eagle"]}, is_control=True)
+    run_views(control, ["causal"])
+    part = control.results["causal"].json
+    assert part["blocks"] == ["all"]
+    for mine, theirs in zip(part["layers"], full["layers"], strict=True):
+        assert set(mine) == {"layer", "algorithm_into_network", "algorithm_into_network_mse"}
+        want = theirs["algorithm_into_network"]["all"]
+        assert mine["algorithm_into_network"] == {"all": pytest.approx(want, rel=1e-12)}
+    assert part["summary"]["algorithm_into_network"] == pytest.approx(
+        full["summary"]["algorithm_into_network"]
+    )
+    assert part["summary"]["network_into_algorithm"] is None
+
+
 def test_the_share_is_one_for_the_reference_zero_for_the_skip_and_undefined_without_a_skip():
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((8, 2, 2))
