@@ -45,10 +45,47 @@ def _execute(nb) -> None:
     assert not errors, errors[0]["evalue"] if errors else ""
 
 
+def _with_parameters(name: str, params: dict, last: str | None = None):
+    """The notebook with `params` in a cell inserted after the one tagged "parameters"
+    (papermill's convention) and `last` as a final cell."""
+    nb = nbformat.read(ROOT / "analyses" / f"{name}.ipynb", as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0] == next(
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+    ), "one parameters cell, the first code cell"
+    defaults = {}
+    exec(nb.cells[tagged[0]].source, {}, defaults)
+    assert set(params) <= set(defaults), set(params) - set(defaults)
+    injected = nbformat.v4.new_code_cell(
+        "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    )
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(tagged[0] + 1, injected)
+    if last is not None:
+        nb.cells.append(nbformat.v4.new_code_cell(last))
+    return nb
+
+
+# the shipped files, passed as parameters by their absolute paths: the check cells run on them
+SHIPPED = {
+    "head_specialization": {"model_path": "centralized_8head.pt"},
+    "solver_vs_network": {"model_path": "centralized.pt"},
+    "reproduce_paper": {"models": "."},
+    "lsa_models": {"model_path": "lsa_1layer.pt", "three_layer_path": "lsa_3layer.pt"},
+    "emergence": {
+        "model_path": "centralized.pt",
+        "timeline_path": "timelines/centralized_3000.json",
+    },
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name, tmp_path):
-    _execute(nbformat.read(ROOT / "analyses" / f"{name}.ipynb", as_version=4))
+    """Each notebook on the shipped checkpoints, given as parameters: its check cells, which hold
+    the shipped models' reading, run (the last cell makes sure they did)."""
+    params = {k: str(ROOT / "trained_models" / v) for k, v in SHIPPED[name].items()}
+    _execute(_with_parameters(name, params, last="assert checks, 'the check cells ran'"))
 
 
 def _save(path, model, task) -> str:
@@ -95,20 +132,7 @@ def test_a_notebook_runs_on_checkpoints_given_as_parameters(name, tmp_path):
     """Papermill's convention: the values go into a cell inserted after the one tagged
     "parameters"; the notebook then reads the planted checkpoints (absolute paths) at small
     sizes, and its check cells, which hold the shipped models' reading, stand aside."""
-    nb = nbformat.read(ROOT / "analyses" / f"{name}.ipynb", as_version=4)
-    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
-    assert len(tagged) == 1 and tagged[0] == next(
-        i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-    ), "one parameters cell, the first code cell"
-    params = _own_models(name, tmp_path)
-    defaults = {}
-    exec(nb.cells[tagged[0]].source, {}, defaults)
-    assert set(params) <= set(defaults), set(params) - set(defaults)
-    injected = nbformat.v4.new_code_cell(
-        "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
-    )
-    injected.metadata["tags"] = ["injected-parameters"]
-    nb.cells.insert(tagged[0] + 1, injected)
+    nb = _with_parameters(name, _own_models(name, tmp_path), last="assert not checks")
     _execute(nb)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "tmp" in json.dumps([c.source for c in nb.cells]) and text  # it ran on the plants
