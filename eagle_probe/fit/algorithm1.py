@@ -62,7 +62,14 @@ import pandas as pd
 
 from eagle_probe import regimes
 from eagle_probe.captured import Capture
-from eagle_probe.fit.base import Context, Extraction, ViewResult, register, table1_blocks
+from eagle_probe.fit.base import (
+    Context,
+    Extraction,
+    ViewResult,
+    prompt_tails,
+    register,
+    table1_blocks,
+)
 from eagle_probe.fit.fidelity import BLOCKS, paper_table1
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.wording import number, plural, ratio, step_list
@@ -192,21 +199,6 @@ def predict(z0: np.ndarray, geo: Geometry, etas, gammas) -> np.ndarray:
     """Algorithm 1's D (b, d', n') in prompt units from prompts z0 (b, T, E): run on the stream
     as the network's first layer sees it and read out as the network reads its own."""
     return geo.readout_of(run(geo.internal(z0), geo, etas, gammas), z0)
-
-
-def _prompt_errors(pred: np.ndarray, D: np.ndarray) -> np.ndarray:
-    """Per-prompt MSE (b,) over the D block; a non-finite one counts as +inf."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.mean((pred - D) ** 2, axis=(-2, -1))
-    return np.where(np.isfinite(e), e, np.inf)
-
-
-def _tails(errors: np.ndarray) -> dict:
-    """`evaluate.tails` of per-prompt errors (the mean, the median, the 0.1%-trimmed mean):
-    imported from there, which loads torch, when the view runs."""
-    from eagle_probe.evaluate import tails
-
-    return tails(errors)
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -355,14 +347,13 @@ def algorithm1_view(ctx: Context) -> ViewResult:
     }
     # two runs of L steps, each about as costly as a layer pass (and an eigenvalue problem)
     held, net_pred = ctx.scoring(4 * L, limit=HELD_OUT_PROMPTS)
-    net_errors = _prompt_errors(net_pred, held.D)
-    network_mse, network_trimmed = float(np.mean(net_errors)), _tails(net_errors)["trimmed_mse"]
+    net_stats = prompt_tails(net_pred, held.D)
+    network_mse, network_trimmed = net_stats["mse"], net_stats["trimmed_mse"]
     readings = {}
     for name in READINGS:
         etas, gammas = constants[name]
-        errors = _prompt_errors(predict(held.z0, geo, etas, gammas), held.D)
-        stats = _tails(errors)
-        mse, trimmed = float(np.mean(errors)), stats["trimmed_mse"]
+        stats = prompt_tails(predict(held.z0, geo, etas, gammas), held.D)
+        mse, trimmed = stats["mse"], stats["trimmed_mse"]
         reading = {
             "mse": mse,
             "trimmed_mse": trimmed,

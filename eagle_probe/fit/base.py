@@ -201,6 +201,17 @@ def register(
     return wrap
 
 
+def prompt_tails(pred: np.ndarray, D: np.ndarray) -> dict[str, Any]:
+    """`evaluate.tails` of the per-prompt MSE of predictions (b, d', n') against D (a non-finite
+    error counts as +inf): the mean beside the median and the 0.1%-trimmed mean, which one prompt
+    cannot move. evaluate loads torch, so it is imported when a view runs, not with this module."""
+    from eagle_probe.evaluate import tails
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        errors = np.mean((pred - D) ** 2, axis=(-2, -1))
+    return tails(np.where(np.isfinite(errors), errors, np.inf))
+
+
 def prompt_units(cap: Capture) -> np.ndarray:
     """The factor that turns a squared gap of the stream (b, T, E) in internal units into prompt
     units: s² per prompt (b, 1, 1), or per column (b, 1, E) where each machine has its own

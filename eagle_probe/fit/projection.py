@@ -34,7 +34,7 @@ import pandas as pd
 
 from eagle_probe import drawing as draw
 from eagle_probe.fit import families
-from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, register
+from eagle_probe.fit.base import Context, Extraction, Figures, ViewResult, prompt_tails, register
 from eagle_probe.fit.families import Family, embed
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.wording import change, number, value
@@ -94,6 +94,15 @@ def project_products(
     return {"qk": pqk, "vp": pvp, "heads": heads, "a_steps": a_steps, "c_steps": c_steps}
 
 
+# the medians and trimmed means `projection_cost` sets beside the two means
+TAIL_KEYS = (
+    "network_median_mse",
+    "projected_median_mse",
+    "network_trimmed_mse",
+    "projected_trimmed_mse",
+)
+
+
 def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
     """Held-out MSE of the network's products, of all layers projected, and of each layer alone,
     on the held-out prompts the view can afford (`Context.scoring`: all of them at paper sizes)."""
@@ -115,9 +124,15 @@ def projection_cost(ctx: Context, pqk: np.ndarray, pvp: np.ndarray) -> dict:
     with np.errstate(over="ignore", invalid="ignore"):
         scale = float(np.linalg.norm(net_pred))
         gap = float(np.linalg.norm(proj_pred - net_pred)) / scale if scale > 0 else float("nan")
+    net_tails, proj_tails = prompt_tails(net_pred, held.D), prompt_tails(proj_pred, held.D)
     return {
         "network_mse": net,
         "projected_mse": held.mse(proj_pred),
+        # beside each mean, the median and the 0.1%-trimmed mean (`evaluate.tails`)
+        "network_median_mse": net_tails["median_mse"],
+        "projected_median_mse": proj_tails["median_mse"],
+        "network_trimmed_mse": net_tails["trimmed_mse"],
+        "projected_trimmed_mse": proj_tails["trimmed_mse"],
         "prediction_gap": gap,  # ‖D̂_projected − D̂_network‖_F / ‖D̂_network‖_F
         "layer_mse": each,
         "prompts": held.prompts,
@@ -133,7 +148,13 @@ def report_lines(ex: Extraction) -> list[str]:
     where = "" if k == ex.info.get("held_out_prompts") else f" on the first {k} held-out prompts"
     lines = [
         f"projection onto the {family}{where}: MSE {number(net)} -> {number(pm)} "
-        f"({change(pm, net)}); "
+        f"({change(pm, net)}"
+        + (
+            f"; median {number(p['network_median_mse'])} -> {number(p['projected_median_mse'])}"
+            if "projected_median_mse" in p
+            else ""
+        )
+        + "); "
         "per layer alone: "
         + ", ".join(f"L{lay['layer']} {change(lay['mse'], net)}" for lay in p["layers"])
     ]
@@ -280,6 +301,7 @@ def projection_view(ctx: Context) -> ViewResult:
             "units": "internal (steps); prompt units (MSE)",
             "network_mse": net,
             "projected_mse": projected,
+            **{k: cost[k] for k in TAIL_KEYS},
             "prediction_gap": cost["prediction_gap"],
             "prompts": cost["prompts"],
             **extra_json,

@@ -18,6 +18,14 @@ def test_projection_reads_the_planted_steps_and_costs_nothing(planted_extraction
     assert p["projected_mse"] == pytest.approx(p["network_mse"], rel=RTOL)
     # the NumPy forward of the products is the network's forward
     assert p["network_mse"] == pytest.approx(ex.network["mse"], rel=RTOL)
+    # the median and the trimmed mean beside each mean: the network's, as the extraction's own
+    # tails read them on the same held-out prompts, and the projection's equal to them
+    assert p["prompts"] == ex.info["held_out_prompts"]
+    assert p["network_median_mse"] == pytest.approx(ex.network["median_mse"], rel=RTOL)
+    assert p["network_trimmed_mse"] == pytest.approx(ex.network["trimmed_mse"], rel=RTOL)
+    for key in ("median_mse", "trimmed_mse"):
+        assert p[f"projected_{key}"] == pytest.approx(p[f"network_{key}"], rel=RTOL)
+    assert "median" in "\n".join(projection.report_lines(ex))
 
 
 def test_projection_cost_shows_the_optimum_and_the_zero_predictor(report_planted):
