@@ -35,7 +35,15 @@ import weakref
 
 import numpy as np
 
-from eagle_probe.fit.base import Context, Extraction, HeldOut, ViewResult, affordable, register
+from eagle_probe.fit.base import (
+    Context,
+    Extraction,
+    HeldOut,
+    ViewResult,
+    affordable,
+    prompt_tails,
+    register,
+)
 from eagle_probe.fit.families import of_geometry
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.wording import number, plural, ratio, step_list, value
@@ -898,8 +906,9 @@ def report_lines(ex: Extraction) -> list[str]:
     for name in ("optimal", "distilled"):
         f = o[name]
         versus = ratio(net, f["mse"], spec=".2f", mark="x")
+        median = f" (median {number(f['median_mse'])})" if "median_mse" in f else ""
         lines.append(
-            f"  {name:9s} MSE {number(f['mse']) or 'not finite'} (network {versus})  "
+            f"  {name:9s} MSE {number(f['mse']) or 'not finite'}{median} (network {versus})  "
             f"a = {step_list(f['a_steps'])}  c = {step_list(f['c_steps'])}  "
             f"|grad| {number(f['gradient_norm'])}, rel {number(f['relative_gradient'])}, "
             f"{'converged' if f['converged'] else 'NOT converged'} in {f['iterations']} it."
@@ -959,6 +968,9 @@ def optimum_view(ctx: Context) -> ViewResult:
     out.update(search)
     out["families"] = family_optima(ctx, tune, held, screen, best_mse, ceiling)
     warnings += _family_warnings(out["families"], tune.z0.shape[0])
+    net_tails = prompt_tails(net_held, held.D)  # beside each mean, its median and trimmed mean
+    out["network_median_mse"] = net_tails["median_mse"]
+    out["network_trimmed_mse"] = net_tails["trimmed_mse"]
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
         if name == "optimal":
             fit = {**best, "mse": best_mse}
@@ -968,6 +980,12 @@ def optimum_view(ctx: Context) -> ViewResult:
             fit["gap_to_network"] = eagle_mse(
                 geo, held, fit["a_steps"], fit["c_steps"], net_held, factors=held_factors
             )
+        if held_factors is not None:
+            pred = spectral_predict(geo, held_factors, fit["a_steps"], fit["c_steps"])
+        else:
+            pred = predict(geo, held.z0, fit["a_steps"], fit["c_steps"])
+        tails = prompt_tails(pred, held.D)
+        fit["median_mse"], fit["trimmed_mse"] = tails["median_mse"], tails["trimmed_mse"]
         out[name] = fit
         out[f"{name}_mse"] = fit["mse"]
         if fit["mse"] > 2 * fit["loss"] + 1e-300 and name == "optimal":

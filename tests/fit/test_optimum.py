@@ -162,6 +162,15 @@ def test_distilled_optimum_recovers_the_planted_steps(planted_extraction):
     assert d["converged"]
     np.testing.assert_allclose(d["a_steps"][:-1], a[:-1], rtol=1e-6)  # a_{L-1} never reaches D
     np.testing.assert_allclose(d["c_steps"], c, rtol=1e-6)
+    # beside the means, the median and the trimmed mean: the distilled fit is the network, so
+    # its are the network's, and the network's are the extraction's own on the same prompts
+    if o["held_out_prompts"] == ex.info["held_out_prompts"]:
+        assert o["network_median_mse"] == pytest.approx(ex.network["median_mse"], rel=1e-6)
+        assert o["network_trimmed_mse"] == pytest.approx(ex.network["trimmed_mse"], rel=1e-6)
+    for key in ("median_mse", "trimmed_mse"):
+        assert d[key] == pytest.approx(o[f"network_{key}"], rel=1e-5)
+        assert o["optimal"][key] > 0
+    assert "(median " in "\n".join(optimum.report_lines(ex))
     if ex.info["normalize"] != "none":
         assert o["optimal"]["converged"]
         assert o["optimal_mse"] <= o["network_mse"] * 1.01
