@@ -73,7 +73,7 @@ import torch
 
 from eagle_probe import names, wording
 from eagle_probe.errors import EagleProbeError
-from eagle_probe.evaluate import tails
+from eagle_probe.fit.base import prompt_tails
 from eagle_probe.fit.geometry import Geometry
 from eagle_probe.model import LinearTransformer
 from eagle_probe.names import MAX_MORE_STEPS
@@ -594,8 +594,7 @@ def _sweep_point(
     zero = float(np.mean(D**2))
     mse = {k: _mse(v, D) for k, v in preds.items()}
     # beside each mean, what one prompt cannot move: the median and the 0.1%-trimmed mean
-    with np.errstate(over="ignore", invalid="ignore"):
-        stats = {k: tails(np.mean((v - D) ** 2, axis=(-2, -1))) for k, v in preds.items()}
+    stats = {k: prompt_tails(v, D) for k, v in preds.items()}
     sens = here.sensitivity(z0[: cfg.sensitivity_prompts], rng)
     norms_a = np.linalg.norm(z0[:, : scorer.geo.d, : here.n], ord=2, axis=(-2, -1))
     point = {

@@ -964,7 +964,14 @@ def optimum_view(ctx: Context) -> ViewResult:
             f"every one of the {len(starts)} starts of the optimal EAGLE fit blew up "
             "(non-finite, or above the zero predictor): its steps are the weight-read start's fit"
         )
-    best_mse = eagle_mse(geo, held, best["a_steps"], best["c_steps"], factors=held_factors)
+
+    def held_pred(a_steps, c_steps) -> np.ndarray:  # on the held-out prompts, as eagle_mse runs it
+        if held_factors is not None:
+            return spectral_predict(geo, held_factors, a_steps, c_steps)
+        return predict(geo, held.z0, a_steps, c_steps)
+
+    best_pred = held_pred(best["a_steps"], best["c_steps"])
+    best_mse = held.mse(best_pred)
     out.update(search)
     out["families"] = family_optima(ctx, tune, held, screen, best_mse, ceiling)
     warnings += _family_warnings(out["families"], tune.z0.shape[0])
@@ -973,17 +980,12 @@ def optimum_view(ctx: Context) -> ViewResult:
     out["network_trimmed_mse"] = net_tails["trimmed_mse"]
     for name, target in (("optimal", tune.D), ("distilled", net_tune)):
         if name == "optimal":
-            fit = {**best, "mse": best_mse}
+            fit, pred = {**best, "mse": best_mse}, best_pred
         else:
             fit = fit_steps(geo, tune, target, a0, c0)
-            fit["mse"] = eagle_mse(geo, held, fit["a_steps"], fit["c_steps"], factors=held_factors)
-            fit["gap_to_network"] = eagle_mse(
-                geo, held, fit["a_steps"], fit["c_steps"], net_held, factors=held_factors
-            )
-        if held_factors is not None:
-            pred = spectral_predict(geo, held_factors, fit["a_steps"], fit["c_steps"])
-        else:
-            pred = predict(geo, held.z0, fit["a_steps"], fit["c_steps"])
+            pred = held_pred(fit["a_steps"], fit["c_steps"])
+            fit["mse"] = held.mse(pred)
+            fit["gap_to_network"] = HeldOut(z0=held.z0, D=net_held).mse(pred)
         tails = prompt_tails(pred, held.D)
         fit["median_mse"], fit["trimmed_mse"] = tails["median_mse"], tails["trimmed_mse"]
         out[name] = fit
